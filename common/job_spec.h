@@ -1,0 +1,112 @@
+// Job spec: the JSON a user submits (DESIGN.md "Job spec"), parsed and validated into plain
+// C++ types shared by the coordinator and the workers.
+//
+// Thread-safety: JobSpec is a value type; ParseJobSpec is pure and reentrant.
+#ifndef LATCHKEY_COMMON_JOB_SPEC_H_
+#define LATCHKEY_COMMON_JOB_SPEC_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace latchkey {
+
+// `latchkey.kv_reduce`: the user's policy for the replicated K/V gradient reduction.
+enum class KvReducePolicy { kAuto, kPerMicroBatch, kDeferred, kCoalesced };
+// What a window actually runs (a latch never carries kAuto).
+enum class KvMode { kPerMicroBatch, kDeferred, kCoalesced };
+
+const char* KvReducePolicyName(KvReducePolicy p);  // "auto", "per_micro_batch", ...
+const char* KvModeName(KvMode m);                  // "per_micro_batch", "deferred", "coalesced"
+std::optional<KvReducePolicy> ParseKvReducePolicy(absl::string_view name);
+std::optional<KvMode> ParseKvMode(absl::string_view name);
+
+enum class OptimizerType { kSgd, kAdamW };
+enum class TokenDtype { kUint16, kUint32 };
+
+// HF GPTBigCode config keys (subset latchkey uses). n_inner 0 means 4 * n_embd.
+struct ModelConfig {
+  int n_layer = 2;
+  int n_embd = 64;
+  int n_head = 8;
+  int n_inner = 0;
+  int vocab_size = 256;
+  int n_positions = 64;
+  bool multi_query = true;
+  double resid_pdrop = 0.0;
+  double embd_pdrop = 0.0;
+  double attn_pdrop = 0.0;
+  double layer_norm_epsilon = 1e-5;
+  double initializer_range = 0.02;
+  bool scale_attn_weights = true;
+
+  int inner() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
+  int head_dim() const { return n_embd / n_head; }
+};
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;
+  double lr = 1e-3;
+  double momentum = 0.0;                      // SGD only; must be 0 for now
+  std::array<double, 2> betas = {0.9, 0.999};  // AdamW
+  double eps = 1e-8;                          // AdamW
+  double weight_decay = 0.01;                 // AdamW (torch default)
+};
+
+struct DataConfig {
+  // Exactly one of tokens_file / synthetic_seed is set.
+  std::string tokens_file;  // absolute after parsing (resolved against the spec's folder)
+  TokenDtype dtype = TokenDtype::kUint16;
+  std::optional<uint64_t> synthetic_seed;
+};
+
+struct JobSpec {
+  ModelConfig model;
+  int micro_batch_size = 1;             // train_micro_batch_size_per_gpu
+  int gradient_accumulation_steps = 1;  // managed windows: n_s
+  double gradient_clipping = 0.0;       // 0 = off
+  int zero_stage = 0;                   // zero_optimization.stage: 0 or 1
+  bool bf16 = false;                    // bf16.enabled
+  OptimizerConfig optimizer;
+  int tp = 1;                                 // tensor_parallel.autotp_size
+  bool has_partition_config = false;          // tensor_parallel.partition_config present
+  bool managed_gradient_accumulation = true;  // false: windows from window_schedule
+  std::vector<int> window_schedule;           // latchkey.window_schedule (last one repeats)
+
+  // latchkey.* keys
+  int seq_len = 64;
+  int64_t steps = 1;
+  uint64_t seed = 1;
+  int world_size = 1;  // default: tp
+  KvReducePolicy kv_reduce = KvReducePolicy::kAuto;
+  DataConfig data;
+  std::string init_from;  // absolute after parsing; empty = init from seed
+
+  // Unknown DeepSpeed top-level keys: listed here, ignored otherwise.
+  std::vector<std::string> warnings;
+
+  int dp() const { return world_size / tp; }
+  // n_s: micro-batches in window s (managed: GAS; unmanaged: the schedule, last one repeating).
+  int WindowLength(int64_t s) const;
+  // M_s: micro-batches in all windows before s.
+  int64_t FirstMicroBatch(int64_t s) const;
+};
+
+// Parses and validates a job spec. `base_dir` resolves relative paths (tokens_file, init_from);
+// files are NOT opened here (the coordinator may not see them; workers check them).
+// Errors: INVALID_ARGUMENT with "<field.path>: <reason>", e.g.
+//   "tensor_parallel.autotp_size: 3 does not divide model.n_head (8)".
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view json_text, const std::string& base_dir);
+// Reads the file and calls ParseJobSpec with its folder as base_dir.
+absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
+// The validation of `model` alone against a TP size (used by the model builder too).
+absl::Status ValidateModelForTp(const ModelConfig& model, int tp, bool has_partition_config);
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_COMMON_JOB_SPEC_H_

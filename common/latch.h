@@ -1,0 +1,57 @@
+// The accumulation-window latch and the gate that decides it (DESIGN.md "Terms").
+//
+// The gate is a pure function of (job spec, policy, window, data position). The coordinator
+// publishes its answers; in standalone mode every rank computes the same latch locally. Both
+// call DecideLatch, so the rule exists exactly once.
+#ifndef LATCHKEY_COMMON_LATCH_H_
+#define LATCHKEY_COMMON_LATCH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+
+namespace latchkey {
+
+// The live, user-changeable part of a job's configuration (UpdateJobPolicy). A field that is
+// unset keeps the spec's value.
+struct LatchPolicy {
+  KvReducePolicy kv_reduce = KvReducePolicy::kAuto;
+  int gradient_accumulation_steps = 0;  // 0 = from the spec
+  // no_sync mask override, one entry per micro-batch of the window; empty = default
+  // (every micro-batch but the last is no_sync). Ignored unless its length equals n_s.
+  std::vector<bool> no_sync;
+  int64_t generation = 0;  // bumps on every policy change
+};
+
+// The policy a freshly submitted job starts with.
+LatchPolicy InitialPolicy(const JobSpec& spec);
+
+struct Latch {
+  std::string job_id;
+  int64_t window = 0;              // s
+  int64_t generation = 0;          // policy generation it was decided under
+  int64_t first_micro_batch = 0;   // M_s
+  int n = 1;                       // n_s
+  KvMode kv_mode = KvMode::kPerMicroBatch;
+  std::vector<bool> no_sync;       // size n; the last entry is always false
+  std::string reason;              // why this kv_mode (human-readable)
+
+  bool operator==(const Latch& o) const;
+  bool operator!=(const Latch& o) const { return !(*this == o); }
+};
+
+// The gate. Pure: same inputs, same latch. `first_micro_batch` is M_s (the caller tracks it
+// because a policy change of accumulation steps moves it). n_s comes from the policy's GAS
+// override when set (managed windows), else spec.WindowLength(window).
+Latch DecideLatch(const JobSpec& spec, const LatchPolicy& policy, int64_t window,
+                  int64_t first_micro_batch);
+
+// Whether the window's K/V gradient stays in one local buffer until the boundary for this ZeRO
+// stage (0/1 yes; 2/3 no). Exposed for the gate's table test.
+bool BoundaryReductionAllowed(int zero_stage);
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_COMMON_LATCH_H_
