@@ -107,6 +107,21 @@ absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
 // The validation of `model` alone against a TP size (used by the model builder too).
 absl::Status ValidateModelForTp(const ModelConfig& model, int tp, bool has_partition_config);
 
+// The canonical JSON of a spec: every field explicit, keys sorted, paths as stored (absolute after
+// parsing). ParseJobSpec accepts it back to an equal spec, whatever base_dir it is given.
+// `warnings` are not carried (they describe the submitted text, not the job).
+std::string JobSpecToJson(const JobSpec& spec);
+
+// Field-wise equality (JobSpec's includes `warnings`).
+bool operator==(const ModelConfig& a, const ModelConfig& b);
+bool operator==(const OptimizerConfig& a, const OptimizerConfig& b);
+bool operator==(const DataConfig& a, const DataConfig& b);
+bool operator==(const JobSpec& a, const JobSpec& b);
+inline bool operator!=(const ModelConfig& a, const ModelConfig& b) { return !(a == b); }
+inline bool operator!=(const OptimizerConfig& a, const OptimizerConfig& b) { return !(a == b); }
+inline bool operator!=(const DataConfig& a, const DataConfig& b) { return !(a == b); }
+inline bool operator!=(const JobSpec& a, const JobSpec& b) { return !(a == b); }
+
 }  // namespace latchkey
 
 #endif  // LATCHKEY_COMMON_JOB_SPEC_H_

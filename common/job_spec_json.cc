@@ -1,0 +1,146 @@
+// The JSON-facing side of the job spec: policy/mode names, the canonical serialization that the
+// coordinator stores and serves, and field-wise equality.
+#include <tuple>
+
+#include "common/job_spec.h"
+#include "nlohmann/json.hpp"
+
+namespace latchkey {
+
+const char* KvReducePolicyName(KvReducePolicy p) {
+  switch (p) {
+    case KvReducePolicy::kAuto:
+      return "auto";
+    case KvReducePolicy::kPerMicroBatch:
+      return "per_micro_batch";
+    case KvReducePolicy::kDeferred:
+      return "deferred";
+    case KvReducePolicy::kCoalesced:
+      return "coalesced";
+  }
+  return "unknown";
+}
+
+const char* KvModeName(KvMode m) {
+  switch (m) {
+    case KvMode::kPerMicroBatch:
+      return "per_micro_batch";
+    case KvMode::kDeferred:
+      return "deferred";
+    case KvMode::kCoalesced:
+      return "coalesced";
+  }
+  return "unknown";
+}
+
+std::optional<KvReducePolicy> ParseKvReducePolicy(absl::string_view name) {
+  for (KvReducePolicy p : {KvReducePolicy::kAuto, KvReducePolicy::kPerMicroBatch,
+                           KvReducePolicy::kDeferred, KvReducePolicy::kCoalesced}) {
+    if (name == KvReducePolicyName(p)) return p;
+  }
+  return std::nullopt;
+}
+
+std::optional<KvMode> ParseKvMode(absl::string_view name) {
+  for (KvMode m : {KvMode::kPerMicroBatch, KvMode::kDeferred, KvMode::kCoalesced}) {
+    if (name == KvModeName(m)) return m;
+  }
+  return std::nullopt;
+}
+
+std::string JobSpecToJson(const JobSpec& spec) {
+  using json = nlohmann::json;
+  const ModelConfig& m = spec.model;
+  json model = {{"model_type", "gpt_bigcode"},
+                {"n_layer", m.n_layer},
+                {"n_embd", m.n_embd},
+                {"n_head", m.n_head},
+                {"n_inner", nullptr},
+                {"vocab_size", m.vocab_size},
+                {"n_positions", m.n_positions},
+                {"multi_query", m.multi_query},
+                {"resid_pdrop", m.resid_pdrop},
+                {"embd_pdrop", m.embd_pdrop},
+                {"attn_pdrop", m.attn_pdrop},
+                {"layer_norm_epsilon", m.layer_norm_epsilon},
+                {"initializer_range", m.initializer_range},
+                {"scale_attn_weights", m.scale_attn_weights}};
+  if (m.n_inner > 0) model["n_inner"] = m.n_inner;
+
+  const OptimizerConfig& o = spec.optimizer;
+  json optimizer;
+  if (o.type == OptimizerType::kSgd) {
+    optimizer = {{"type", "SGD"}, {"params", {{"lr", o.lr}, {"momentum", o.momentum}}}};
+  } else {
+    optimizer = {{"type", "AdamW"},
+                 {"params",
+                  {{"lr", o.lr},
+                   {"betas", {o.betas[0], o.betas[1]}},
+                   {"eps", o.eps},
+                   {"weight_decay", o.weight_decay}}}};
+  }
+
+  json tensor_parallel = {{"autotp_size", spec.tp}};
+  if (spec.has_partition_config) tensor_parallel["partition_config"] = json::object();
+
+  json data = {{"dtype", spec.data.dtype == TokenDtype::kUint32 ? "uint32" : "uint16"}};
+  if (spec.data.synthetic_seed) {
+    data["synthetic"] = {{"seed", *spec.data.synthetic_seed}};
+  } else {
+    data["tokens_file"] = spec.data.tokens_file;
+  }
+  json latchkey = {{"seq_len", spec.seq_len},
+                   {"steps", spec.steps},
+                   {"seed", spec.seed},
+                   {"world_size", spec.world_size},
+                   {"kv_reduce", KvReducePolicyName(spec.kv_reduce)},
+                   {"data", data}};
+  // A schedule is only accepted for unmanaged windows.
+  if (!spec.managed_gradient_accumulation) latchkey["window_schedule"] = spec.window_schedule;
+  if (!spec.init_from.empty()) latchkey["init_from"] = spec.init_from;
+
+  json root = {{"model", model},
+               {"train_micro_batch_size_per_gpu", spec.micro_batch_size},
+               {"gradient_accumulation_steps", spec.gradient_accumulation_steps},
+               {"gradient_clipping", spec.gradient_clipping},
+               {"zero_optimization", {{"stage", spec.zero_stage}}},
+               {"bf16", {{"enabled", spec.bf16}}},
+               {"optimizer", optimizer},
+               {"tensor_parallel", tensor_parallel},
+               {"managed_gradient_accumulation", spec.managed_gradient_accumulation},
+               {"latchkey", latchkey}};
+  return root.dump();
+}
+
+bool operator==(const ModelConfig& a, const ModelConfig& b) {
+  auto t = [](const ModelConfig& m) {
+    return std::tie(m.n_layer, m.n_embd, m.n_head, m.n_inner, m.vocab_size, m.n_positions,
+                    m.multi_query, m.resid_pdrop, m.embd_pdrop, m.attn_pdrop, m.layer_norm_epsilon,
+                    m.initializer_range, m.scale_attn_weights);
+  };
+  return t(a) == t(b);
+}
+
+bool operator==(const OptimizerConfig& a, const OptimizerConfig& b) {
+  auto t = [](const OptimizerConfig& o) {
+    return std::tie(o.type, o.lr, o.momentum, o.betas, o.eps, o.weight_decay);
+  };
+  return t(a) == t(b);
+}
+
+bool operator==(const DataConfig& a, const DataConfig& b) {
+  auto t = [](const DataConfig& d) { return std::tie(d.tokens_file, d.dtype, d.synthetic_seed); };
+  return t(a) == t(b);
+}
+
+bool operator==(const JobSpec& a, const JobSpec& b) {
+  auto t = [](const JobSpec& s) {
+    return std::tie(s.model, s.micro_batch_size, s.gradient_accumulation_steps, s.gradient_clipping,
+                    s.zero_stage, s.bf16, s.optimizer, s.tp, s.has_partition_config,
+                    s.managed_gradient_accumulation, s.window_schedule, s.seq_len, s.steps, s.seed,
+                    s.world_size, s.kv_reduce, s.data, s.init_from, s.warnings);
+  };
+  return t(a) == t(b);
+}
+
+}  // namespace latchkey

@@ -1,0 +1,98 @@
+#include "common/latch.h"
+
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+
+namespace latchkey {
+namespace {
+
+// The mode a policy asks for when nothing stands in its way (auto prefers the cheapest).
+KvMode Requested(KvReducePolicy p) {
+  switch (p) {
+    case KvReducePolicy::kPerMicroBatch:
+      return KvMode::kPerMicroBatch;
+    case KvReducePolicy::kDeferred:
+      return KvMode::kDeferred;
+    case KvReducePolicy::kAuto:
+    case KvReducePolicy::kCoalesced:
+      return KvMode::kCoalesced;
+  }
+  return KvMode::kPerMicroBatch;
+}
+
+void DecideKvMode(const JobSpec& spec, KvReducePolicy policy, Latch* latch) {
+  const KvMode requested = Requested(policy);
+  const std::string arrow = absl::StrCat(" → ", KvModeName(requested));
+
+  // Without a TP group or without replicated K/V rows no K/V collective is issued whatever the
+  // mode, so the requested mode stands (it only labels the window).
+  if (spec.tp == 1 || !spec.model.multi_query) {
+    latch->kv_mode = requested;
+    latch->reason = absl::StrCat(
+        spec.tp == 1 ? "tp=1: no TP group, no K/V collective" : "MHA: no replicated K/V rows", "; ",
+        KvReducePolicyName(policy), arrow);
+    return;
+  }
+  if (policy == KvReducePolicy::kPerMicroBatch) {
+    latch->kv_mode = KvMode::kPerMicroBatch;
+    latch->reason = "policy per_micro_batch → per_micro_batch";
+    return;
+  }
+  const std::string zero = absl::StrCat("ZeRO ", spec.zero_stage);
+  if (BoundaryReductionAllowed(spec.zero_stage)) {
+    latch->kv_mode = requested;
+    latch->reason = policy == KvReducePolicy::kAuto
+                        ? absl::StrCat("auto: boundary reduction allowed (", zero, ")", arrow)
+                        : absl::StrCat("policy ", KvReducePolicyName(policy),
+                                       ": boundary reduction allowed (", zero, ")", arrow);
+    return;
+  }
+  latch->kv_mode = KvMode::kPerMicroBatch;
+  latch->reason = absl::StrCat(
+      policy == KvReducePolicy::kAuto
+          ? absl::StrCat("auto: boundary reduction not allowed under ", zero)
+          : absl::StrCat("policy ", KvReducePolicyName(policy), " not allowed under ", zero),
+      ": K/V gradient leaves the local buffer before the boundary → per_micro_batch");
+}
+
+}  // namespace
+
+bool BoundaryReductionAllowed(int zero_stage) { return zero_stage == 0 || zero_stage == 1; }
+
+LatchPolicy InitialPolicy(const JobSpec& spec) {
+  LatchPolicy policy;
+  policy.kv_reduce = spec.kv_reduce;
+  return policy;
+}
+
+Latch DecideLatch(const JobSpec& spec, const LatchPolicy& policy, int64_t window,
+                  int64_t first_micro_batch) {
+  Latch latch;
+  latch.window = window;
+  latch.generation = policy.generation;
+  latch.first_micro_batch = first_micro_batch;
+  latch.n = spec.managed_gradient_accumulation && policy.gradient_accumulation_steps > 0
+                ? policy.gradient_accumulation_steps
+                : spec.WindowLength(window);
+  if (latch.n < 1) latch.n = 1;  // a window always ends in a boundary micro-batch
+
+  const size_t n = static_cast<size_t>(latch.n);
+  if (policy.no_sync.size() == n) {
+    latch.no_sync = policy.no_sync;
+  } else {
+    latch.no_sync.assign(n, true);
+  }
+  latch.no_sync.back() = false;  // the boundary micro-batch always reduces over DP
+
+  DecideKvMode(spec, policy.kv_reduce, &latch);
+  return latch;
+}
+
+bool Latch::operator==(const Latch& o) const {
+  return std::tie(job_id, window, generation, first_micro_batch, n, kv_mode, no_sync, reason) ==
+         std::tie(o.job_id, o.window, o.generation, o.first_micro_batch, o.n, o.kv_mode, o.no_sync,
+                  o.reason);
+}
+
+}  // namespace latchkey

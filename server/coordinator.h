@@ -1,0 +1,266 @@
+// The coordinator's core: job registry, rank assignment, job lifecycle with liveness deadlines,
+// and the latch authority. Plain C++ and absl::Status only; the gRPC services (job_service.h,
+// worker_service.h) are thin adapters over this class.
+//
+// Latch authority (DESIGN.md "Terms"): latch(s) = DecideLatch(spec, policy, s, M_s), published in
+// window order while the job runs, at most `latch_lookahead` windows beyond the slowest rank's
+// current window (its reported steps), persisted (JobStore::AppendLatches) before any caller can
+// see it, and never changed afterwards. A policy update applies from the first unpublished window,
+// for every rank alike. M_s advances by each published n_s, so a change of accumulation steps
+// keeps the data order.
+//
+// Errors follow the table: unknown job NOT_FOUND; bad join token UNAUTHENTICATED; wrong
+// state FAILED_PRECONDITION; stale generation or rank conflict ABORTED; bad input
+// INVALID_ARGUMENT naming the field; after Shutdown() UNAVAILABLE.
+//
+// Thread-safety: every public method is thread-safe. The Wait* methods block (up to their
+// deadline) without holding the lock.
+#ifndef LATCHKEY_SERVER_COORDINATOR_H_
+#define LATCHKEY_SERVER_COORDINATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/job_spec.h"
+#include "common/latch.h"
+#include "server/store.h"
+
+namespace latchkey {
+
+struct CoordinatorOptions {
+  // Windows published beyond the window the slowest rank is running, so a short coordinator
+  // pause does not stall training. 0: only the current window.
+  int latch_lookahead = 2;
+  // A worker unseen (Join, Heartbeat, ReportStep, WatchLatches) for this long fails its job.
+  absl::Duration liveness_timeout = absl::Seconds(30);
+  // Told to workers at Join; a third of the timeout leaves room for two lost heartbeats.
+  absl::Duration heartbeat_interval = absl::Seconds(10);
+  // Rendezvous ports handed out at submit when the submitter names none (inclusive range).
+  int rendezvous_port_first = 29500;
+  int rendezvous_port_last = 29999;
+  size_t max_spec_bytes = 256 * 1024;
+  size_t recent_steps = 64;  // completed step summaries kept in memory per job for watchers
+};
+
+// Receives counts for metrics. Called with the coordinator's lock held: must not call back.
+class CoordinatorObserver {
+ public:
+  virtual ~CoordinatorObserver() = default;
+  virtual void AddJobs(JobState state, int delta) = 0;
+  virtual void AddWorkers(WorkerState state, int delta) = 0;
+  virtual void LatchPublished(KvMode mode) = 0;
+};
+
+struct WorkerView {
+  int rank = 0;
+  std::string worker_id;  // empty: rank not taken yet
+  WorkerState state = WorkerState::kJoined;
+  int tp_rank = 0;
+  int dp_rank = 0;
+  std::string host;
+  absl::Time last_seen = absl::UnixEpoch();
+  int64_t steps_reported = 0;  // highest reported step + 1
+};
+
+struct StepSummary {
+  int64_t step = 0;
+  int micro_batches = 0;
+  double loss = 0;  // rank 0's
+  double grad_norm = 0;
+  KvMode kv_mode = KvMode::kPerMicroBatch;
+  int64_t kv_allreduce_calls = 0;  // rank 0's
+  double step_seconds = 0;         // slowest rank's
+  int64_t tokens = 0;
+  int ranks_reported = 0;
+};
+
+struct JobView {
+  JobRecord record;  // join_token cleared
+  int world_size = 0;
+  int tp = 0;
+  int dp = 0;
+  int64_t steps = 0;
+  int workers_joined = 0;
+  std::vector<WorkerView> workers;  // only where asked for; rank order, joined ranks only
+  int64_t steps_completed = 0;
+  std::optional<StepSummary> last_step;
+};
+
+struct SubmitArgs {
+  std::string spec_json;
+  std::string base_dir;
+  std::string rendezvous_host;  // empty: rank 0's
+  int rendezvous_port = 0;      // 0: from the configured range
+};
+struct SubmitResult {
+  JobView job;
+  std::string join_token;
+};
+
+struct PolicyUpdate {
+  std::string job_id;
+  std::optional<KvReducePolicy> kv_reduce;
+  std::optional<int> gradient_accumulation_steps;
+  std::optional<int64_t> expected_generation;
+};
+struct PolicyUpdateResult {
+  LatchPolicy policy;
+  int64_t first_window = 0;
+};
+
+struct JobWatchUpdate {
+  uint64_t version = 0;  // pass back as after_version
+  JobView job;
+  std::vector<StepSummary> steps;  // completed steps after `after_step`, in order
+};
+
+struct LatchAudit {
+  std::vector<PublishedLatch> latches;
+  std::vector<PolicyChangeRecord> policy_changes;
+  int64_t next_start_window = 0;  // 0: no more
+};
+
+// Who a worker call comes from.
+struct WorkerCall {
+  std::string job_id;
+  std::string join_token;
+  std::string worker_id;
+  int rank = -1;  // not used by Join
+};
+
+struct JoinArgs {
+  WorkerCall call;
+  std::optional<int> requested_rank;
+  std::string advertise_host;
+  std::string peer_host;  // the host part of the caller's address, as the transport saw it
+};
+struct JoinResult {
+  int rank = 0;
+  int world_size = 0;
+  int tp = 0;
+  int dp = 0;
+  std::string spec_json;
+  std::string base_dir;
+  std::string rendezvous_host;
+  int rendezvous_port = 0;
+  JobState state = JobState::kPending;
+  absl::Duration heartbeat_interval;
+  absl::Duration liveness_timeout;
+  int64_t steps = 0;
+};
+
+struct LatchBatch {
+  std::vector<PublishedLatch> latches;  // consecutive, from the requested window
+  bool job_ended = false;               // no further latch will come
+  JobState state = JobState::kPending;
+  std::string reason;
+};
+
+struct WorkerStatus {
+  JobState state = JobState::kPending;
+  std::string reason;
+  bool duplicate = false;  // ReportStep only
+};
+
+class Coordinator {
+ public:
+  // Loads every job from `store` and resumes them (workers get a fresh liveness deadline).
+  // `observer` may be null; when set it must outlive the coordinator.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(std::unique_ptr<JobStore> store,
+                                                             CoordinatorOptions options,
+                                                             CoordinatorObserver* observer);
+  ~Coordinator();  // calls Shutdown()
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Starts the liveness checker thread (tests may call CheckLiveness() themselves instead).
+  void StartLivenessChecker();
+  // Wakes every waiter and refuses further calls with UNAVAILABLE. Idempotent.
+  void Shutdown();
+
+  // --- JobService ---
+  absl::StatusOr<SubmitResult> SubmitJob(const SubmitArgs& args);
+  absl::StatusOr<JobView> GetJob(const std::string& job_id, bool with_workers);
+  absl::StatusOr<std::vector<JobView>> ListJobs(const std::vector<JobState>& states, int limit);
+  absl::StatusOr<JobView> CancelJob(const std::string& job_id, const std::string& reason);
+  absl::StatusOr<PolicyUpdateResult> UpdateJobPolicy(const PolicyUpdate& update);
+  // Returns once the job changed after `after_version` (immediately for 0) or at `deadline`
+  // (DEADLINE_EXCEEDED).
+  absl::StatusOr<JobWatchUpdate> WaitJobChange(const std::string& job_id, uint64_t after_version,
+                                               int64_t after_step, absl::Time deadline);
+  absl::StatusOr<LatchAudit> ListLatches(const std::string& job_id, int64_t start_window,
+                                         int limit);
+
+  // --- WorkerService ---
+  absl::StatusOr<JoinResult> Join(const JoinArgs& args);
+  // Returns the published latches from `window` on (at most `max`), or job_ended, waiting up to
+  // `deadline` (DEADLINE_EXCEEDED) while there is neither.
+  absl::StatusOr<LatchBatch> WaitLatches(const WorkerCall& call, int64_t window, int max,
+                                         absl::Time deadline);
+  absl::StatusOr<WorkerStatus> ReportStep(const WorkerCall& call, StepReportRecord report);
+  absl::StatusOr<WorkerStatus> Heartbeat(const WorkerCall& call);
+  absl::StatusOr<WorkerStatus> ReportFailure(const WorkerCall& call, const std::string& message);
+
+  // Fails every live job with a worker past its liveness deadline.
+  void CheckLiveness();
+
+  const CoordinatorOptions& options() const { return options_; }
+
+ private:
+  struct Rank;
+  struct PartialStep;
+  struct Job;
+
+  Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions options,
+              CoordinatorObserver* observer);
+  absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoadJobSteps(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::StatusOr<Job*> FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FindJob + token check (+ rank ownership when call.rank >= 0).
+  absl::StatusOr<Job*> FindForWorker(const WorkerCall& call, bool check_rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobView View(const Job& job, bool with_workers) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // State changes keep the observer's counts right; both persist and wake the job's waiters.
+  absl::Status SetJobState(Job& job, JobState state, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SetWorkerState(Job& job, Rank& rank, WorkerState state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the job: every rank still joined/active becomes `worker_state`.
+  absl::Status EndJob(Job& job, JobState state, const std::string& reason,
+                      WorkerState worker_state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Publishes latches up to the lookahead frontier of a RUNNING job.
+  absl::Status Publish(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Touch(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // version++, wake waiters
+  int PickRendezvousPort() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddStepReport(Job& job, const StepReportRecord& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RecomputeProgress(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CoordinatorOptions options_;
+  CoordinatorObserver* const observer_;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<JobStore> store_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  int64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+
+  absl::Mutex liveness_mu_;
+  absl::CondVar liveness_cv_;
+  bool liveness_stop_ ABSL_GUARDED_BY(liveness_mu_) = false;
+  std::thread liveness_thread_;
+};
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_SERVER_COORDINATOR_H_

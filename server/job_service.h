@@ -1,0 +1,41 @@
+// gRPC adapter: latchkey.v1.JobService over Coordinator. Converts messages and statuses only.
+// Thread-safety: as Coordinator (the gRPC sync server calls it from many threads).
+#ifndef LATCHKEY_SERVER_JOB_SERVICE_H_
+#define LATCHKEY_SERVER_JOB_SERVICE_H_
+
+#include "absl/time/time.h"
+#include "latchkey/v1/job_service.grpc.pb.h"
+#include "server/coordinator.h"
+
+namespace latchkey {
+
+class JobServiceImpl final : public latchkey::v1::JobService::Service {
+ public:
+  // `core` must outlive the service. `poll` bounds how long a stream handler waits before it
+  // looks at the client's cancellation again.
+  explicit JobServiceImpl(Coordinator* core, absl::Duration poll = absl::Milliseconds(200))
+      : core_(core), poll_(poll) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
+                         v1::SubmitJobResponse* resp) override;
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
+                      v1::GetJobResponse* resp) override;
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
+                        v1::ListJobsResponse* resp) override;
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
+                         v1::CancelJobResponse* resp) override;
+  grpc::Status UpdateJobPolicy(grpc::ServerContext* ctx, const v1::UpdateJobPolicyRequest* req,
+                               v1::UpdateJobPolicyResponse* resp) override;
+  grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+                        grpc::ServerWriter<v1::WatchJobResponse>* writer) override;
+  grpc::Status ListLatches(grpc::ServerContext* ctx, const v1::ListLatchesRequest* req,
+                           v1::ListLatchesResponse* resp) override;
+
+ private:
+  Coordinator* const core_;
+  const absl::Duration poll_;
+};
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_SERVER_JOB_SERVICE_H_

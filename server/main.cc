@@ -1,0 +1,151 @@
+// latchkey-coordinator: the control plane. See README/--help for the flags.
+//
+//   latchkey-coordinator --listen 0.0.0.0:50051 --db /var/lib/latchkey/coord.db --metrics-port 9464
+//
+// Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown; 2 bad flags; 1 cannot start
+// (database, ports).
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "server/coordinator.h"
+#include "server/metrics.h"
+#include "server/server.h"
+#include "server/sqlite_store.h"
+
+namespace {
+
+bool ParsePortRange(const std::string& text, int* first, int* last) {
+  std::vector<std::string> parts = absl::StrSplit(text, '-');
+  return parts.size() == 2 && absl::SimpleAtoi(parts[0], first) &&
+         absl::SimpleAtoi(parts[1], last);
+}
+
+// Written after every port is bound, so a launcher or test can wait for it and read the ports.
+bool WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << "{\"grpc_port\": " << grpc_port << ", \"metrics_port\": " << metrics_port << "}\n";
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "latchkey-coordinator: " << message << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"latchkey-coordinator: jobs, rank assignment and the window latch authority"};
+  std::string listen = "0.0.0.0:50051";
+  std::string db;
+  std::string db_sync = "normal";
+  int metrics_port = 9464;
+  std::string metrics_host = "0.0.0.0";
+  int lookahead = 2;
+  double liveness_s = 30;
+  double heartbeat_s = 0;
+  std::string rendezvous_ports = "29500-29999";
+  std::string port_file;
+  double grace_s = 5;
+  app.add_option("--listen", listen, "gRPC address HOST:PORT (port 0: any free port)")
+      ->capture_default_str();
+  app.add_option("--db", db, "SQLite database file (created if missing)")->required();
+  app.add_option("--db-sync", db_sync,
+                 "normal: survives a process crash; full: also power loss (fsync per commit)")
+      ->check(CLI::IsMember({"normal", "full"}))
+      ->capture_default_str();
+  app.add_option("--metrics-port", metrics_port,
+                 "Prometheus /metrics port (0: any free port, -1: off)")
+      ->capture_default_str();
+  app.add_option("--metrics-host", metrics_host, "address the metrics endpoint binds")
+      ->capture_default_str();
+  app.add_option("--latch-lookahead", lookahead,
+                 "windows published beyond the slowest rank's current one")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--liveness-timeout", liveness_s,
+                 "seconds a worker may go unseen before its job fails")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--heartbeat-interval", heartbeat_s,
+                 "seconds between worker heartbeats (default: liveness timeout / 3)");
+  app.add_option("--rendezvous-ports", rendezvous_ports,
+                 "FIRST-LAST: ports handed to jobs whose submitter names none")
+      ->capture_default_str();
+  app.add_option("--port-file", port_file,
+                 "write {\"grpc_port\":N,\"metrics_port\":M} here once serving");
+  app.add_option("--shutdown-grace", grace_s, "seconds in-flight calls get on SIGTERM")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  latchkey::CoordinatorOptions options;
+  options.latch_lookahead = lookahead;
+  options.liveness_timeout = absl::Seconds(liveness_s);
+  options.heartbeat_interval =
+      heartbeat_s > 0 ? absl::Seconds(heartbeat_s) : options.liveness_timeout / 3;
+  if (!ParsePortRange(rendezvous_ports, &options.rendezvous_port_first,
+                      &options.rendezvous_port_last)) {
+    std::cerr << "latchkey-coordinator: --rendezvous-ports: expected FIRST-LAST, got "
+              << rendezvous_ports << "\n";
+    return 2;
+  }
+
+  // Block the stop signals in every thread; the main thread takes them with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto store = latchkey::SqliteStore::Open(
+      db, db_sync == "full" ? latchkey::SqliteSync::kFull : latchkey::SqliteSync::kNormal);
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+  latchkey::CoordinatorMetrics metrics;
+  auto core = latchkey::Coordinator::Create(*std::move(store), options, &metrics);
+  if (!core.ok()) return Fail(std::string(core.status().message()));
+  (*core)->StartLivenessChecker();
+
+  std::unique_ptr<latchkey::MetricsEndpoint> endpoint;
+  if (metrics_port >= 0) {
+    auto ep = latchkey::MetricsEndpoint::Start(metrics_host, metrics_port, metrics.registry());
+    if (!ep.ok()) return Fail(std::string(ep.status().message()));
+    endpoint = *std::move(ep);
+  }
+  latchkey::ServerOptions server_options;
+  server_options.listen = listen;
+  auto server = latchkey::CoordinatorServer::Start(core->get(), server_options);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+  const int bound_metrics = endpoint ? endpoint->port() : -1;
+  std::cerr << "latchkey-coordinator: serving gRPC on port " << (*server)->port()
+            << ", metrics on " << (endpoint ? std::to_string(bound_metrics) : "(off)")
+            << ", db " << db << std::endl;
+  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port(), bound_metrics)) {
+    return Fail("--port-file " + port_file + ": cannot write");
+  }
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::cerr << "latchkey-coordinator: signal " << sig << ", shutting down" << std::endl;
+  (*server)->Shutdown(absl::Seconds(grace_s));
+  (*server)->Wait();
+  server->reset();
+  core->reset();  // after the server: handlers hold the core
+  return 0;
+}

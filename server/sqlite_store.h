@@ -1,0 +1,68 @@
+// JobStore on SQLite (WAL journal). One connection, owned by the store.
+//
+// Schema (version 1) — see sqlite_store.cc for the DDL:
+//   jobs, workers, latches (append-only: triggers refuse UPDATE and DELETE),
+//   policy_changes (append-only), step_reports (primary key (job_id, rank, step)).
+//
+// Durability: `sync` kNormal survives a crash of the process (kill -9): a committed transaction
+// is in the WAL file. kFull also fsyncs every commit, surviving power loss, at ~1 fsync per
+// call.
+//
+// Thread-safety: none; the Coordinator serialises calls.
+#ifndef LATCHKEY_SERVER_SQLITE_STORE_H_
+#define LATCHKEY_SERVER_SQLITE_STORE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/store.h"
+
+struct sqlite3;
+
+namespace latchkey {
+
+enum class SqliteSync { kNormal, kFull };
+
+class SqliteStore : public JobStore {
+ public:
+  // Opens (creating if needed) the database at `path`; ":memory:" for tests.
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,
+                                                           SqliteSync sync = SqliteSync::kNormal);
+  ~SqliteStore() override;
+  SqliteStore(const SqliteStore&) = delete;
+  SqliteStore& operator=(const SqliteStore&) = delete;
+
+  absl::Status CreateJob(const JobRecord& job) override;
+  absl::Status UpdateJob(const JobRecord& job) override;
+  absl::Status PutWorker(const WorkerRecord& worker) override;
+  absl::Status AppendLatches(const std::string& job_id, const std::vector<PublishedLatch>& latches,
+                             int64_t next_window, int64_t next_first_micro_batch) override;
+  absl::Status AppendPolicyChange(const PolicyChangeRecord& change) override;
+  absl::StatusOr<bool> InsertStepReport(const StepReportRecord& report) override;
+
+  absl::StatusOr<std::vector<JobRecord>> LoadJobs() override;
+  absl::StatusOr<std::vector<WorkerRecord>> LoadWorkers() override;
+  absl::StatusOr<std::vector<RankProgress>> LoadProgress() override;
+  absl::StatusOr<std::vector<PublishedLatch>> LoadLatches(const std::string& job_id,
+                                                          int64_t start_window,
+                                                          int64_t limit) override;
+  absl::StatusOr<std::vector<PolicyChangeRecord>> LoadPolicyChanges(
+      const std::string& job_id) override;
+  absl::StatusOr<std::vector<StepReportRecord>> LoadStepReports(const std::string& job_id,
+                                                                int64_t from_step) override;
+
+ private:
+  class Stmt;
+  explicit SqliteStore(sqlite3* db);
+  absl::Status Exec(const char* sql);
+  absl::StatusOr<Stmt*> Prepared(const char* sql);  // cached by the sql text's address
+
+  sqlite3* db_;
+  struct StmtCache;
+  std::unique_ptr<StmtCache> cache_;
+};
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_SERVER_SQLITE_STORE_H_

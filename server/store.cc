@@ -1,0 +1,37 @@
+#include "server/store.h"
+
+namespace latchkey {
+
+const char* JobStateName(JobState s) {
+  switch (s) {
+    case JobState::kPending:
+      return "pending";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kSucceeded:
+      return "succeeded";
+    case JobState::kFailed:
+      return "failed";
+    case JobState::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+const char* WorkerStateName(WorkerState s) {
+  switch (s) {
+    case WorkerState::kJoined:
+      return "joined";
+    case WorkerState::kActive:
+      return "active";
+    case WorkerState::kDone:
+      return "done";
+    case WorkerState::kLost:
+      return "lost";
+    case WorkerState::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+}  // namespace latchkey

@@ -1,0 +1,133 @@
+// Durable state of the coordinator: jobs, workers, the append-only audit of published latches,
+// policy changes and step reports (DESIGN.md; issue 4 "Persistence").
+//
+// Contract: every mutating call is durable when it returns OK (against a process crash; against
+// power loss too when the implementation syncs fully). AppendLatches is the only way latches
+// enter the store and it never overwrites one: published latches are immutable.
+//
+// Thread-safety: implementations need not be thread-safe; the Coordinator serialises calls.
+#ifndef LATCHKEY_SERVER_STORE_H_
+#define LATCHKEY_SERVER_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/latch.h"
+
+namespace latchkey {
+
+// Values equal latchkey.v1.JobState / WorkerState (stored as integers; never renumber).
+enum class JobState { kPending = 1, kRunning = 2, kSucceeded = 3, kFailed = 4, kCancelled = 5 };
+enum class WorkerState { kJoined = 1, kActive = 2, kDone = 3, kLost = 4, kFailed = 5 };
+
+const char* JobStateName(JobState s);        // "pending", "running", ...
+const char* WorkerStateName(WorkerState s);  // "joined", "active", ...
+inline bool IsTerminal(JobState s) {
+  return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
+}
+
+struct JobRecord {
+  std::string job_id;
+  int64_t seq = 0;  // submission order, 1-based
+  JobState state = JobState::kPending;
+  std::string spec_json;  // canonical (JobSpecToJson): paths absolute
+  std::string base_dir;
+  std::string join_token;
+  std::string rendezvous_host;  // empty until known
+  int rendezvous_port = 0;
+  bool rendezvous_host_fixed = false;  // set by the submitter (else: rank 0's host)
+  LatchPolicy policy;  // no_sync is not persisted (not user-settable yet)
+  int64_t next_window = 0;            // first unpublished window
+  int64_t next_first_micro_batch = 0;  // M of next_window
+  std::string failure_reason;
+  std::vector<std::string> warnings;
+  absl::Time create_time = absl::UnixEpoch();
+  absl::Time update_time = absl::UnixEpoch();
+};
+
+struct WorkerRecord {
+  std::string job_id;
+  int rank = 0;
+  std::string worker_id;
+  std::string host;
+  WorkerState state = WorkerState::kJoined;
+  absl::Time join_time = absl::UnixEpoch();
+};
+
+struct PublishedLatch {
+  Latch latch;
+  absl::Time publish_time = absl::UnixEpoch();
+};
+
+struct PolicyChangeRecord {
+  std::string job_id;
+  LatchPolicy policy;
+  int64_t first_window = 0;
+  absl::Time change_time = absl::UnixEpoch();
+};
+
+struct StepReportRecord {
+  std::string job_id;
+  int rank = 0;
+  int64_t step = 0;
+  int micro_batches = 0;
+  double loss = 0;
+  double grad_norm = 0;
+  KvMode kv_mode = KvMode::kPerMicroBatch;
+  int64_t kv_allreduce_calls = 0;
+  std::map<std::string, int64_t> collective_calls;  // "op/group" -> count
+  double step_seconds = 0;
+  int64_t tokens = 0;
+  int64_t latch_generation = 0;
+  absl::Time report_time = absl::UnixEpoch();
+};
+
+// Highest step a rank has reported.
+struct RankProgress {
+  std::string job_id;
+  int rank = 0;
+  int64_t max_step = -1;
+};
+
+class JobStore {
+ public:
+  virtual ~JobStore() = default;
+
+  virtual absl::Status CreateJob(const JobRecord& job) = 0;
+  // Writes state, rendezvous, failure_reason and update_time (not the latch position or the
+  // policy: those move only with AppendLatches / AppendPolicyChange).
+  virtual absl::Status UpdateJob(const JobRecord& job) = 0;
+  // Inserts or replaces the worker holding (job_id, rank).
+  virtual absl::Status PutWorker(const WorkerRecord& worker) = 0;
+  // Appends consecutive latches and moves the job's next window / next M to follow the last,
+  // atomically. FAILED_PRECONDITION if a window is already stored (latches never change).
+  virtual absl::Status AppendLatches(const std::string& job_id,
+                                     const std::vector<PublishedLatch>& latches,
+                                     int64_t next_window, int64_t next_first_micro_batch) = 0;
+  // Records a policy change and makes it the job's current policy, atomically.
+  virtual absl::Status AppendPolicyChange(const PolicyChangeRecord& change) = 0;
+  // true if stored; false if (job, rank, step) was already there (the first report is kept).
+  virtual absl::StatusOr<bool> InsertStepReport(const StepReportRecord& report) = 0;
+
+  virtual absl::StatusOr<std::vector<JobRecord>> LoadJobs() = 0;  // seq order
+  virtual absl::StatusOr<std::vector<WorkerRecord>> LoadWorkers() = 0;
+  virtual absl::StatusOr<std::vector<RankProgress>> LoadProgress() = 0;
+  // Latches of one job with window >= start_window, window order, at most `limit`.
+  virtual absl::StatusOr<std::vector<PublishedLatch>> LoadLatches(const std::string& job_id,
+                                                                  int64_t start_window,
+                                                                  int64_t limit) = 0;
+  virtual absl::StatusOr<std::vector<PolicyChangeRecord>> LoadPolicyChanges(
+      const std::string& job_id) = 0;
+  // Step reports of one job with step >= from_step, (step, rank) order.
+  virtual absl::StatusOr<std::vector<StepReportRecord>> LoadStepReports(const std::string& job_id,
+                                                                        int64_t from_step) = 0;
+};
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_SERVER_STORE_H_

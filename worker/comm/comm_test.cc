@@ -1,0 +1,142 @@
+// Gloo groups with ranks as threads in one process (gloo's own testing style).
+#include "worker/comm/comm.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "tests/support/free_port.h"
+#include "worker/comm/gloo/gloo_groups.h"
+
+namespace latchkey::comm {
+namespace {
+
+// Runs fn(groups) on `world` threads forming a world/tp grid.
+void RunRanks(int world, int tp, const std::function<void(ProcessGroups&)>& fn) {
+  const int port = testing::FreePort();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      RendezvousConfig c;
+      c.port = port;
+      c.rank = r;
+      c.world_size = world;
+      c.tp = tp;
+      c.rendezvous_timeout = std::chrono::seconds(30);
+      auto g = CreateGlooProcessGroups(c);
+      ASSERT_TRUE(g.ok()) << g.status();
+      fn(*g);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(GlooGroups, GridCoordinatesAndCollectives) {
+  RunRanks(4, 2, [](ProcessGroups& g) {
+    EXPECT_EQ(g.tp_rank, g.rank % 2);
+    EXPECT_EQ(g.dp_rank, g.rank / 2);
+    EXPECT_EQ(g.tp_group->size(), 2);
+    EXPECT_EQ(g.dp_group->size(), 2);
+
+    // all-reduce over TP: ranks {0,1} and {2,3}.
+    std::vector<float> x = {static_cast<float>(g.rank), 1.0f};
+    ASSERT_TRUE(g.tp_group->AllReduceSum(x.data(), 2, DataType::kFloat32).ok());
+    const float expect = g.dp_rank == 0 ? 0 + 1 : 2 + 3;
+    EXPECT_EQ(x[0], expect);
+    EXPECT_EQ(x[1], 2.0f);
+
+    // all-reduce over DP in fp64: ranks {0,2} and {1,3}.
+    double d = g.rank;
+    ASSERT_TRUE(g.dp_group->AllReduceSum(&d, 1, DataType::kFloat64).ok());
+    EXPECT_EQ(d, g.tp_rank == 0 ? 2.0 : 4.0);
+
+    // all-gather over the world.
+    float mine = 10.0f * g.rank;
+    std::vector<float> all(4);
+    ASSERT_TRUE(g.world->AllGather(&mine, all.data(), 1, DataType::kFloat32).ok());
+    EXPECT_EQ(all, (std::vector<float>{0, 10, 20, 30}));
+
+    // reduce-scatter over the world: chunk c of rank r holds r*100 + c.
+    std::vector<float> in(8);
+    for (int c = 0; c < 4; ++c) {
+      in[2 * c] = g.rank * 100.0f + c;
+      in[2 * c + 1] = 1.0f;
+    }
+    std::vector<float> out(2);
+    ASSERT_TRUE(g.world->ReduceScatterSum(in.data(), out.data(), 2, DataType::kFloat32).ok());
+    EXPECT_EQ(out[0], 600.0f + 4 * g.rank);  // (0+100+200+300) + 4 * chunk index
+    EXPECT_EQ(out[1], 4.0f);
+
+    // broadcast from TP rank 1.
+    float b = g.tp_rank == 1 ? 42.0f + g.dp_rank : -1.0f;
+    ASSERT_TRUE(g.tp_group->Broadcast(&b, 1, DataType::kFloat32, 1).ok());
+    EXPECT_EQ(b, 42.0f + g.dp_rank);
+    ASSERT_TRUE(g.world->Barrier().ok());
+
+    const auto counts = g.stats->Snapshot();
+    EXPECT_EQ(counts.at("all_reduce/tp").calls, 1);
+    EXPECT_EQ(counts.at("all_reduce/tp").bytes, 8);
+    EXPECT_EQ(counts.at("all_reduce/dp").calls, 1);
+    EXPECT_EQ(counts.at("all_gather/world").calls, 1);
+    EXPECT_EQ(counts.at("reduce_scatter/world").calls, 1);
+    EXPECT_EQ(counts.at("broadcast/tp").calls, 1);
+    EXPECT_EQ(counts.at("barrier/world").calls, 1);
+  });
+}
+
+TEST(GlooGroups, TaggedCallsCountedSeparately) {
+  RunRanks(2, 2, [](ProcessGroups& g) {
+    float x = 1.0f;
+    CollectiveOptions kv;
+    kv.tag = kKvTag;
+    ASSERT_TRUE(g.tp_group->AllReduceSum(&x, 1, DataType::kFloat32, kv).ok());
+    ASSERT_TRUE(g.tp_group->AllReduceSum(&x, 1, DataType::kFloat32).ok());
+    EXPECT_EQ(x, 4.0f);
+    EXPECT_EQ(g.stats->TaggedCalls(kKvTag), 1);
+    EXPECT_EQ(g.stats->Snapshot().at("all_reduce/tp").calls, 2);
+    EXPECT_FALSE(is_parallel(g.dp_group));  // DP = 1
+  });
+}
+
+TEST(GlooGroups, SingleRankGroupsIssueAndCountNothing) {
+  ProcessGroups g = MakeSingleProcessGroups();
+  EXPECT_FALSE(is_parallel(g.tp_group));
+  EXPECT_FALSE(is_parallel(nullptr));
+  float x = 3.0f;
+  ASSERT_TRUE(g.tp_group->AllReduceSum(&x, 1, DataType::kFloat32).ok());
+  ASSERT_TRUE(g.dp_group->Barrier().ok());
+  EXPECT_EQ(x, 3.0f);
+  EXPECT_EQ(g.stats->TotalCalls(), 0);
+}
+
+TEST(GlooGroups, CollectiveTimesOutInsteadOfHanging) {
+  RunRanks(2, 2, [](ProcessGroups& g) {
+    if (g.rank == 0) {
+      float x = 1.0f;
+      CollectiveOptions opts;
+      opts.timeout = std::chrono::milliseconds(300);
+      const auto start = std::chrono::steady_clock::now();
+      absl::Status st = g.tp_group->AllReduceSum(&x, 1, DataType::kFloat32, opts);
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_FALSE(st.ok());
+      EXPECT_LT(secs, 10.0);
+      EXPECT_NE(st.message().find("all_reduce on group 'tp'"), std::string::npos) << st;
+      EXPECT_EQ(g.stats->TotalCalls(), 0);  // failed collectives are not counted
+    }
+    // Rank 1 never joins the all-reduce; it waits until rank 0 has given up.
+    std::this_thread::sleep_for(std::chrono::milliseconds(g.rank == 1 ? 1500 : 0));
+  });
+}
+
+TEST(GlooGroups, RejectsBadGrid) {
+  RendezvousConfig c;
+  c.world_size = 3;
+  c.tp = 2;
+  EXPECT_EQ(CreateGlooProcessGroups(c).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace latchkey::comm

@@ -1,0 +1,143 @@
+#include "worker/model/gpt_bigcode.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace latchkey {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+comm::Group* GroupFrom(AutogradContext* ctx) {
+  return reinterpret_cast<comm::Group*>(ctx->saved_data["group"].toInt());
+}
+
+void AllReduceInPlace(comm::Group* g, at::Tensor& t) {
+  absl::Status st = g->AllReduceSum(t.data_ptr<float>(), static_cast<size_t>(t.numel()),
+                                    comm::DataType::kFloat32);
+  if (!st.ok()) throw std::runtime_error(std::string(st.message()));
+}
+
+// Megatron's "f": identity forward, all-reduce of the input gradient backward.
+struct CopyToTp : public torch::autograd::Function<CopyToTp> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, comm::Group* g) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(g);
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor g = grads[0].contiguous().clone();
+    AllReduceInPlace(GroupFrom(ctx), g);
+    return {g, at::Tensor()};
+  }
+};
+
+// Megatron's "g": all-reduce forward, identity backward.
+struct ReduceFromTp : public torch::autograd::Function<ReduceFromTp> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, comm::Group* g) {
+    (void)ctx;
+    at::Tensor out = x.contiguous().clone();
+    AllReduceInPlace(g, out);
+    return out;
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) {
+    return {grads[0], at::Tensor()};
+  }
+};
+
+}  // namespace
+
+GptBigCode::GptBigCode(const ModelConfig& config, ParamStore* store, comm::Group* tp_group,
+                       uint64_t dropout_seed, int dp_rank)
+    : cfg_(config),
+      store_(store),
+      tp_(tp_group),
+      local_heads_(config.n_head / (tp_group ? tp_group->size() : 1)) {
+  const int tp_rank = tp_group ? tp_group->rank() : 0;
+  replicated_gen_ = at::detail::createCPUGenerator(dropout_seed * 1000003ULL + dp_rank);
+  local_gen_ = at::detail::createCPUGenerator(dropout_seed * 7919ULL + 104729ULL * (dp_rank + 1) +
+                                              tp_rank);
+}
+
+at::Tensor GptBigCode::Dropout(const at::Tensor& x, double p, at::Generator& gen) {
+  if (!training_ || p <= 0.0) return x;
+  at::Tensor keep = at::empty_like(x).bernoulli_(1.0 - p, gen);
+  return x * keep / (1.0 - p);
+}
+
+const at::Tensor& GptBigCode::causal_mask(int64_t S) {
+  if (!mask_.defined() || mask_.size(0) != S) {
+    mask_ = at::ones({S, S}, at::kBool).tril();
+  }
+  return mask_;
+}
+
+at::Tensor GptBigCode::Attention(const at::Tensor& qkv, int64_t B, int64_t S) {
+  const int64_t D = cfg_.head_dim();
+  const int64_t Hl = local_heads_;
+  at::Tensor q, k, v;
+  if (cfg_.multi_query) {
+    // [B,S,Hl*D | D | D]: one K/V head shared by every query head.
+    q = qkv.narrow(-1, 0, Hl * D).view({B, S, Hl, D}).transpose(1, 2);  // [B,Hl,S,D]
+    k = qkv.narrow(-1, Hl * D, D).unsqueeze(1);                            // [B,1,S,D]
+    v = qkv.narrow(-1, Hl * D + D, D).unsqueeze(1);
+  } else {
+    at::Tensor blocks = qkv.view({B, S, Hl, 3 * D}).transpose(1, 2);  // [B,Hl,S,3D]
+    q = blocks.narrow(-1, 0, D);
+    k = blocks.narrow(-1, D, D);
+    v = blocks.narrow(-1, 2 * D, D);
+  }
+  const double scale = cfg_.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
+  at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) * scale;  // [B,Hl,S,S]
+  scores = scores.to(at::kFloat).masked_fill(causal_mask(S).logical_not(),
+                                             -std::numeric_limits<float>::infinity());
+  at::Tensor probs = at::softmax(scores, -1).to(qkv.scalar_type());
+  probs = Dropout(probs, cfg_.attn_pdrop, local_gen_);
+  at::Tensor out = at::matmul(probs, v);  // [B,Hl,S,D]
+  return out.transpose(1, 2).reshape({B, S, Hl * D});
+}
+
+at::Tensor GptBigCode::Logits(const at::Tensor& ids) {
+  const int64_t B = ids.size(0), S = ids.size(1);
+  const int64_t E = cfg_.n_embd;
+  const double eps = cfg_.layer_norm_epsilon;
+  const bool tp = comm::is_parallel(tp_);
+  const auto& P = [&](const std::string& n) -> const at::Tensor& { return store_->param(n); };
+
+  at::Tensor pos = at::arange(S, at::kLong);
+  at::Tensor x = at::embedding(P("transformer.wte.weight"), ids) +
+                 at::embedding(P("transformer.wpe.weight"), pos).unsqueeze(0);
+  x = Dropout(x, cfg_.embd_pdrop, replicated_gen_);
+  for (int i = 0; i < cfg_.n_layer; ++i) {
+    const std::string pre = "transformer.h." + std::to_string(i) + ".";
+    at::Tensor h = at::layer_norm(x, {E}, P(pre + "ln_1.weight"), P(pre + "ln_1.bias"), eps);
+    if (tp) h = CopyToTp::apply(h, tp_);
+    at::Tensor qkv = at::linear(h, P(pre + "attn.c_attn.weight"), P(pre + "attn.c_attn.bias"));
+    at::Tensor a = at::linear(Attention(qkv, B, S), P(pre + "attn.c_proj.weight"));
+    if (tp) a = ReduceFromTp::apply(a, tp_);
+    a = a + P(pre + "attn.c_proj.bias");
+    x = x + Dropout(a, cfg_.resid_pdrop, replicated_gen_);
+
+    at::Tensor h2 = at::layer_norm(x, {E}, P(pre + "ln_2.weight"), P(pre + "ln_2.bias"), eps);
+    if (tp) h2 = CopyToTp::apply(h2, tp_);
+    at::Tensor f = at::gelu(at::linear(h2, P(pre + "mlp.c_fc.weight"), P(pre + "mlp.c_fc.bias")),
+                            "tanh");
+    at::Tensor m = at::linear(f, P(pre + "mlp.c_proj.weight"));
+    if (tp) m = ReduceFromTp::apply(m, tp_);
+    m = m + P(pre + "mlp.c_proj.bias");
+    x = x + Dropout(m, cfg_.resid_pdrop, replicated_gen_);
+  }
+  x = at::layer_norm(x, {E}, P("transformer.ln_f.weight"), P("transformer.ln_f.bias"), eps);
+  return at::matmul(x, P("transformer.wte.weight").t());
+}
+
+at::Tensor GptBigCode::Loss(const at::Tensor& ids, const at::Tensor& labels) {
+  at::Tensor logits = Logits(ids);
+  return at::cross_entropy_loss(logits.reshape({-1, cfg_.vocab_size}).to(at::kFloat),
+                                labels.reshape({-1}));
+}
+
+}  // namespace latchkey

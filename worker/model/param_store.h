@@ -1,0 +1,74 @@
+// The parameters and gradients of one rank's model shard, each in ONE flat fp32 buffer.
+//
+// Every parameter tensor is a view into `params()` and its .grad a view into `grads()`, so the
+// DP reduction, ZeRO-1 partitioning, the norm and the optimizer work on plain contiguous memory,
+// and autograd accumulates micro-batch gradients in place (the grads are pre-set views; call
+// ZeroGrads(), never reset them to undefined).
+// Segments describe which stretches are sharded over TP and which are replicated on every TP
+// rank (counted once in the global norm).
+// Thread-safety: not thread-safe; owned by the training thread.
+#ifndef LATCHKEY_WORKER_MODEL_PARAM_STORE_H_
+#define LATCHKEY_WORKER_MODEL_PARAM_STORE_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/status/statusor.h"
+#include "worker/model/tp_layout.h"
+
+namespace latchkey {
+
+class ParamStore {
+ public:
+  // The flat buffers hold padded_numel() = roundup(numel() + 1, pad_multiple) elements: the
+  // tail [numel(), padded_numel()) is zero padding (ZeRO-1 partitions need equal chunks), and
+  // element numel() is a spare slot the engine uses to carry the loss in the DP all-reduce.
+  ParamStore(std::vector<ParamLayout> layout, int pad_multiple);
+
+  const std::vector<ParamLayout>& layout() const { return layout_; }
+  const std::vector<FlatSegment>& segments() const { return segments_; }
+  int64_t numel() const { return numel_; }
+  int64_t padded_numel() const { return padded_numel_; }
+
+  at::Tensor& flat_params() { return flat_params_; }
+  at::Tensor& flat_grads() { return flat_grads_; }
+  // The parameter (a leaf requiring grad, viewing flat_params) by HF name. Aborts on a name that
+  // is not in the layout (a programming error).
+  const at::Tensor& param(const std::string& name) const;
+  const std::vector<at::Tensor>& params() const { return params_; }
+  int64_t offset(size_t i) const { return offsets_[i]; }
+
+  void ZeroGrads();
+
+  // Copies this rank's shard of every parameter out of full (unsharded) fp32 tensors.
+  // INVALID_ARGUMENT naming the tensor when one is missing or has the wrong shape.
+  absl::Status LoadFromFull(const std::map<std::string, at::Tensor>& full, int tp_rank);
+
+ private:
+  std::vector<ParamLayout> layout_;
+  std::vector<FlatSegment> segments_;
+  std::vector<int64_t> offsets_;
+  std::map<std::string, size_t> index_;
+  int64_t numel_ = 0;
+  int64_t padded_numel_ = 0;
+  at::Tensor flat_params_;
+  at::Tensor flat_grads_;
+  std::vector<at::Tensor> params_;
+};
+
+// HF initialisation of the FULL model from a seed (identical on every rank): Linear weights and
+// embeddings N(0, initializer_range), both c_proj weights N(0, initializer_range/sqrt(2 n_layer)),
+// biases 0, LayerNorm weight 1 / bias 0.
+std::map<std::string, at::Tensor> InitFullWeights(const ModelConfig& model, uint64_t seed);
+
+// Reassembles full tensors from the flat parameter buffers of every TP rank (index = tp_rank),
+// all laid out as `layouts[r]`.
+std::map<std::string, at::Tensor> AssembleFull(const std::vector<std::vector<ParamLayout>>& layouts,
+                                               const std::vector<at::Tensor>& flats);
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_WORKER_MODEL_PARAM_STORE_H_

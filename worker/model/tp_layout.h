@@ -1,0 +1,55 @@
+// How GPTBigCode's HF parameters are laid out on one tensor-parallel rank (DESIGN.md "TP
+// sharding"). Torch-free: shapes, shard kinds and which rows are replicated.
+#ifndef LATCHKEY_WORKER_MODEL_TP_LAYOUT_H_
+#define LATCHKEY_WORKER_MODEL_TP_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/job_spec.h"
+
+namespace latchkey {
+
+enum class ShardKind {
+  kReplicated,  // whole tensor on every TP rank (embeddings, LayerNorms, row-parallel biases)
+  kRows,        // dim 0 block [r*n/tp, (r+1)*n/tp) (mlp.c_fc, MHA c_attn head blocks)
+  kCols,        // dim 1 block (attn.c_proj and mlp.c_proj weights)
+  kCAttnMqa,    // this rank's query rows, then the 2*D K/V rows replicated on every rank
+};
+
+struct ParamLayout {
+  std::string name;  // HF name, e.g. "transformer.h.0.attn.c_attn.weight"
+  std::vector<int64_t> full_shape;
+  std::vector<int64_t> local_shape;
+  ShardKind kind = ShardKind::kReplicated;
+  // kCAttnMqa: the local tensor's dim-0 rows [kv_row_begin, kv_row_begin + kv_rows) are the K/V
+  // rows (replicated values after the K/V reduction; partial gradients before it).
+  int64_t kv_row_begin = 0;
+  int64_t kv_rows = 0;
+  // kRows / kCAttnMqa (query part) / kCols: the block [shard_begin, shard_begin + shard_len)
+  // of the sharded dimension in the full tensor.
+  int64_t shard_begin = 0;
+  int64_t shard_len = 0;
+
+  int64_t local_numel() const;
+  int64_t full_numel() const;
+  bool has_kv_rows() const { return kind == ShardKind::kCAttnMqa; }
+};
+
+struct FlatSegment {
+  int64_t offset = 0;  // elements into the flat buffer
+  int64_t length = 0;
+  bool replicated = false;  // identical on every TP rank (after the K/V reduction)
+  bool kv = false;          // the replicated K/V rows of an MQA c_attn weight or bias
+};
+
+// Every parameter of the model in HF order (wte, wpe, h.0..h.L-1 in module order, ln_f).
+// lm_head is tied to wte and not listed. Validates the TP rules (ValidateModelForTp).
+absl::StatusOr<std::vector<ParamLayout>> BuildTpLayout(const ModelConfig& model, int tp,
+                                                       int tp_rank);
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_WORKER_MODEL_TP_LAYOUT_H_

@@ -1,0 +1,327 @@
+#include "worker/train/engine.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include <ATen/ATen.h>
+
+#include "worker/checkpoint/hf_checkpoint.h"
+#include "worker/data/token_source.h"
+#include "worker/model/gpt_bigcode.h"
+#include "worker/model/param_store.h"
+#include "worker/train/grad_norm.h"
+#include "worker/train/kv_reducer.h"
+#include "worker/train/optimizer.h"
+
+namespace latchkey {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+absl::StatusOr<at::Tensor> ToFloatTensor(const StTensor& t) {
+  at::ScalarType type;
+  switch (t.dtype) {
+    case StDtype::kF32:
+      type = at::kFloat;
+      break;
+    case StDtype::kF64:
+      type = at::kDouble;
+      break;
+    case StDtype::kBF16:
+      type = at::kBFloat16;
+      break;
+    case StDtype::kF16:
+      type = at::kHalf;
+      break;
+    default:
+      return absl::InvalidArgumentError("tensor " + t.name + " has non-float dtype " +
+                                        StDtypeName(t.dtype));
+  }
+  at::Tensor view = at::from_blob(const_cast<char*>(t.data.data()), t.shape, type);
+  return view.to(at::kFloat).clone();
+}
+
+StTensor ToStTensor(const std::string& name, const at::Tensor& t) {
+  StTensor out;
+  out.name = name;
+  out.dtype = StDtype::kF32;
+  out.shape = t.sizes().vec();
+  at::Tensor c = t.to(at::kFloat).contiguous();
+  out.data.assign(static_cast<const char*>(c.data_ptr()), c.numel() * sizeof(float));
+  return out;
+}
+
+absl::Status Collective(absl::Status st) { return st; }
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(const JobSpec& spec, comm::ProcessGroups* g, const EngineOptions& opts)
+      : spec_(spec), g_(g), opts_(opts) {}
+
+  absl::Status Init() {
+    auto layout = BuildTpLayout(spec_.model, g_->tp, g_->tp_rank);
+    if (!layout.ok()) return layout.status();
+    const bool zero1 = spec_.zero_stage == 1 && comm::is_parallel(g_->dp_group);
+    store_ = std::make_unique<ParamStore>(*std::move(layout), zero1 ? g_->dp : 1);
+    std::map<std::string, at::Tensor> full;
+    if (!spec_.init_from.empty()) {
+      auto ckpt = ReadHfCheckpoint(spec_.init_from);
+      if (!ckpt.ok()) {
+        return absl::Status(ckpt.status().code(),
+                            "latchkey.init_from: " + std::string(ckpt.status().message()));
+      }
+      if (absl::Status st = CheckConfigAgrees(spec_.model, ckpt->config, "latchkey.init_from");
+          !st.ok()) {
+        return st;
+      }
+      for (const StTensor& t : ckpt->weights.tensors) {
+        if (t.name == "lm_head.weight") continue;  // tied to wte
+        auto tensor = ToFloatTensor(t);
+        if (!tensor.ok()) return tensor.status();
+        full[t.name] = *tensor;
+      }
+    } else {
+      full = InitFullWeights(spec_.model, spec_.seed);
+    }
+    if (absl::Status st = store_->LoadFromFull(full, g_->tp_rank); !st.ok()) {
+      return absl::InvalidArgumentError("latchkey.init_from: " + std::string(st.message()));
+    }
+    model_ = std::make_unique<GptBigCode>(spec_.model, store_.get(), g_->tp_group.get(),
+                                          spec_.seed, g_->dp_rank);
+    kv_ = std::make_unique<KvReducer>(store_->segments(), g_->tp_group.get());
+    kv_->set_enabled_for_testing(!opts_.skip_kv_reduction_for_testing);
+    auto data = OpenDataSource(spec_);
+    if (!data.ok()) return data.status();
+    data_ = *std::move(data);
+    if (zero1) {
+      const int64_t chunk = store_->padded_numel() / g_->dp;
+      part_begin_ = g_->dp_rank * chunk;
+      part_end_ = part_begin_ + chunk;
+    } else {
+      part_begin_ = 0;
+      part_end_ = store_->numel();
+    }
+    zero1_ = zero1;
+    optimizer_ = MakeOptimizer(spec_.optimizer, part_end_ - part_begin_);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<StepReport> RunWindow(const Latch& latch) override {
+    if (latch.n < 1 || static_cast<int>(latch.no_sync.size()) != latch.n) {
+      return absl::InvalidArgumentError("latch for window " + std::to_string(latch.window) +
+                                        ": no_sync mask has " +
+                                        std::to_string(latch.no_sync.size()) + " entries for n=" +
+                                        std::to_string(latch.n));
+    }
+    if (latch.kv_mode != KvMode::kPerMicroBatch && !BoundaryReductionAllowed(spec_.zero_stage)) {
+      return absl::FailedPreconditionError(
+          "latch for window " + std::to_string(latch.window) + " asks for " +
+          KvModeName(latch.kv_mode) + " K/V reduction, which ZeRO stage " +
+          std::to_string(spec_.zero_stage) + " cannot execute");
+    }
+    const auto start = Clock::now();
+    const auto stats_before = g_->stats->Snapshot();
+    const int64_t kv_before = g_->stats->TaggedCalls(comm::kKvTag);
+    try {
+      absl::StatusOr<double> loss = Window(latch);
+      if (!loss.ok()) return loss.status();
+      StepReport r;
+      r.step = latch.window;
+      r.micro_batches = latch.n;
+      r.loss = *loss;
+      r.grad_norm = last_norm_;
+      r.kv_mode = latch.kv_mode;
+      r.kv_allreduce_calls = g_->stats->TaggedCalls(comm::kKvTag) - kv_before;
+      for (const auto& [key, c] : comm::CollectiveStats::Delta(g_->stats->Snapshot(), stats_before)) {
+        r.collective_calls[key] = c.calls;
+      }
+      r.tokens = static_cast<int64_t>(latch.n) * spec_.micro_batch_size * g_->dp * spec_.seq_len;
+      r.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      return r;
+    } catch (const std::exception& e) {
+      // Collective failures inside autograd arrive as exceptions (c10::Error wraps them).
+      std::string what = e.what();
+      if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+      return absl::UnavailableError("window " + std::to_string(latch.window) + ": " + what);
+    }
+  }
+
+  absl::Status SaveCheckpoint(const std::string& dir) override {
+    const int64_t n = store_->numel();
+    at::Tensor local = store_->flat_params().narrow(0, 0, n).contiguous();
+    at::Tensor gathered = at::empty({g_->tp * n}, at::kFloat);
+    if (absl::Status st = g_->tp_group->AllGather(local.data_ptr<float>(),
+                                                  gathered.data_ptr<float>(),
+                                                  static_cast<size_t>(n), comm::DataType::kFloat32);
+        !st.ok()) {
+      return st;
+    }
+    if (g_->rank != 0) return absl::OkStatus();
+    std::vector<std::vector<ParamLayout>> layouts;
+    std::vector<at::Tensor> flats;
+    for (int r = 0; r < g_->tp; ++r) {
+      layouts.push_back(*BuildTpLayout(spec_.model, g_->tp, r));
+      flats.push_back(gathered.narrow(0, r * n, n));
+    }
+    StFile file;
+    for (const auto& [name, t] : AssembleFull(layouts, flats)) {
+      file.tensors.push_back(ToStTensor(name, t));
+    }
+    return WriteHfCheckpoint(dir, spec_.model, std::move(file));
+  }
+
+  int64_t optimizer_state_bytes() const override { return optimizer_->state_bytes(); }
+
+ private:
+  absl::StatusOr<double> Window(const Latch& latch) {
+    float* grads = store_->flat_grads().data_ptr<float>();
+    float* params = store_->flat_params().data_ptr<float>();
+    const int64_t numel = store_->numel();
+    const int mb = spec_.micro_batch_size;
+    const int S = spec_.seq_len;
+    store_->ZeroGrads();
+    kv_->BeginWindow();
+    double loss_sum = 0.0;
+    at::Tensor tokens = at::empty({mb, S + 1}, at::kLong);
+    for (int m = 0; m < latch.n; ++m) {
+      int64_t* t = tokens.data_ptr<int64_t>();
+      for (int b = 0; b < mb; ++b) {
+        data_->Sample(SampleIndex(latch.first_micro_batch, m, g_->dp, g_->dp_rank, mb, b),
+                      t + b * (S + 1));
+      }
+      at::Tensor ids = tokens.narrow(1, 0, S);
+      at::Tensor labels = tokens.narrow(1, 1, S);
+      at::Tensor loss = model_->Loss(ids, labels);
+      loss_sum += loss.item<double>();
+      (loss / static_cast<double>(latch.n)).backward();
+      kv_->NoteBackward();
+      if (latch.kv_mode == KvMode::kPerMicroBatch) {
+        if (absl::Status st = kv_->ReducePending(grads, /*coalesced=*/false); !st.ok()) return st;
+      }
+      const bool last = m == latch.n - 1;
+      if (!last && !latch.no_sync[m] && comm::is_parallel(g_->dp_group)) {
+        // DDP semantics: the mean of the accumulated gradient (idempotent).
+        if (absl::Status st = DpMeanAllReduce(grads, numel); !st.ok()) return st;
+        if (absl::Status st = kv_->OnGradsReplaced(grads); !st.ok()) return st;
+      }
+    }
+    // Boundary: K/V over TP -> DP -> norm -> clip -> step -> all-gather.
+    if (latch.kv_mode != KvMode::kPerMicroBatch) {
+      const bool coalesced = latch.kv_mode == KvMode::kCoalesced;
+      if (absl::Status st = kv_->ReducePending(grads, coalesced); !st.ok()) return st;
+    }
+    double loss = loss_sum / latch.n;
+    double norm_sq = 0.0;
+    const bool count_replicated = g_->tp_rank == 0;
+    if (zero1_) {
+      const int64_t chunk = part_end_ - part_begin_;
+      if (absl::Status st = g_->dp_group->ReduceScatterSum(grads, grads + part_begin_, chunk,
+                                                           comm::DataType::kFloat32);
+          !st.ok()) {
+        return st;
+      }
+      Scale(grads + part_begin_, chunk, 1.0f / g_->dp);
+      double both[2] = {LocalGradNormSq(grads, store_->segments(), part_begin_, part_end_,
+                                        count_replicated),
+                        loss};
+      if (absl::Status st = g_->world->AllReduceSum(both, 2, comm::DataType::kFloat64); !st.ok()) {
+        return st;
+      }
+      norm_sq = both[0];
+      loss = both[1] / g_->world_size;
+    } else {
+      if (comm::is_parallel(g_->dp_group)) {
+        grads[numel] = static_cast<float>(loss);  // the loss rides in the spare slot
+        if (absl::Status st = DpMeanAllReduce(grads, numel + 1); !st.ok()) return st;
+        loss = grads[numel];
+        grads[numel] = 0.0f;
+      }
+      norm_sq = LocalGradNormSq(grads, store_->segments(), 0, numel, count_replicated);
+      if (comm::is_parallel(g_->tp_group)) {
+        if (absl::Status st = g_->tp_group->AllReduceSum(&norm_sq, 1, comm::DataType::kFloat64);
+            !st.ok()) {
+          return st;
+        }
+      }
+    }
+    last_norm_ = std::sqrt(norm_sq);
+    if (latch.window == opts_.dump_grads_step && !opts_.dump_grads_dir.empty()) {
+      if (absl::Status st = DumpGrads(); !st.ok()) return st;
+    }
+    const double coef = ClipCoefficient(last_norm_, spec_.gradient_clipping);
+    if (coef < 1.0) Scale(grads + part_begin_, part_end_ - part_begin_, static_cast<float>(coef));
+    {
+      at::NoGradGuard no_grad;
+      optimizer_->Step(params + part_begin_, grads + part_begin_);
+    }
+    if (zero1_) {
+      const int64_t chunk = part_end_ - part_begin_;
+      std::vector<float> mine(params + part_begin_, params + part_end_);
+      if (absl::Status st = g_->dp_group->AllGather(mine.data(), params, chunk,
+                                                    comm::DataType::kFloat32);
+          !st.ok()) {
+        return st;
+      }
+    }
+    return loss;
+  }
+
+  absl::Status DpMeanAllReduce(float* grads, int64_t count) {
+    if (absl::Status st = g_->dp_group->AllReduceSum(grads, count, comm::DataType::kFloat32);
+        !st.ok()) {
+      return st;
+    }
+    Scale(grads, count, 1.0f / g_->dp);
+    return absl::OkStatus();
+  }
+
+  static void Scale(float* x, int64_t n, float s) {
+    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  }
+
+  absl::Status DumpGrads() {
+    StFile file;
+    const auto& layout = store_->layout();
+    for (size_t i = 0; i < layout.size(); ++i) {
+      file.tensors.push_back(ToStTensor(layout[i].name, store_->params()[i].grad()));
+    }
+    std::sort(file.tensors.begin(), file.tensors.end(),
+              [](const StTensor& a, const StTensor& b) { return a.name < b.name; });
+    std::filesystem::create_directories(opts_.dump_grads_dir);
+    return WriteSafetensorsFile(
+        opts_.dump_grads_dir + "/grads-rank" + std::to_string(g_->rank) + ".safetensors", file);
+  }
+
+  JobSpec spec_;
+  comm::ProcessGroups* g_;
+  EngineOptions opts_;
+  std::unique_ptr<ParamStore> store_;
+  std::unique_ptr<GptBigCode> model_;
+  std::unique_ptr<KvReducer> kv_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<TokenSource> data_;
+  int64_t part_begin_ = 0;
+  int64_t part_end_ = 0;
+  bool zero1_ = false;
+  double last_norm_ = 0.0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const JobSpec& spec,
+                                                     comm::ProcessGroups* groups,
+                                                     const EngineOptions& options) {
+  if (groups->tp != spec.tp || groups->world_size != spec.world_size) {
+    return absl::InvalidArgumentError(
+        "latchkey.world_size: the process group (world " + std::to_string(groups->world_size) +
+        ", tp " + std::to_string(groups->tp) + ") does not match the spec (world " +
+        std::to_string(spec.world_size) + ", tp " + std::to_string(spec.tp) + ")");
+  }
+  auto engine = std::make_unique<EngineImpl>(spec, groups, options);
+  if (absl::Status st = engine->Init(); !st.ok()) return st;
+  return std::unique_ptr<Engine>(std::move(engine));
+}
+
+}  // namespace latchkey

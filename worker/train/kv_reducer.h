@@ -1,0 +1,69 @@
+// KvReducer: sums the replicated K/V gradient rows of an MQA model over the TP group.
+//
+// Every TP rank holds the whole K/V block but computes its gradient only through its own query
+// heads, so the K/V gradient is partial and must be summed over TP. Modes (DESIGN.md kv_mode):
+//  - per_micro_batch: after each backward, one all-reduce per K/V tensor (2 per layer);
+//  - deferred: once at the boundary, one all-reduce per K/V tensor (2 per layer per step);
+//  - coalesced: once at the boundary, every K/V row staged into one buffer (1 per step).
+// A sum is not idempotent, so every reduction sums only what was added since the previous one
+// (grad - snapshot): a reentrant boundary reduces only new rows, and with nothing added
+// (no NoteBackward since the last reduction) it issues no collective at all. Whether anything was
+// added is decided from the backward count, identical on every rank, never from the values.
+//
+// Usage per window: BeginWindow(); { backward; NoteBackward(); [ReducePending(per_tensor)] }*;
+// ReducePending(mode) at the boundary; after a DP reduction call OnGradsReplaced().
+// Thread-safety: one thread. Lifetime: `tp` outlives the reducer.
+#ifndef LATCHKEY_WORKER_TRAIN_KV_REDUCER_H_
+#define LATCHKEY_WORKER_TRAIN_KV_REDUCER_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/job_spec.h"
+#include "worker/comm/comm.h"
+#include "worker/model/tp_layout.h"
+
+namespace latchkey {
+
+class KvReducer {
+ public:
+  // `segments`: the whole ParamStore segment list; only those with kv=true are used.
+  KvReducer(const std::vector<FlatSegment>& segments, comm::Group* tp);
+
+  // True when there is anything to reduce at all (MQA model and a parallel TP group).
+  bool active() const { return active_; }
+  int64_t kv_elements() const { return total_; }
+
+  void BeginWindow();
+  void NoteBackward() { ++pending_backwards_; }
+  int pending_backwards() const { return pending_backwards_; }
+
+  // Sums (grad - snapshot) of every K/V row over TP and adds it back; `coalesced` picks one
+  // collective for all rows instead of one per tensor. No-op (no collective) when inactive or
+  // when nothing was added since the previous reduction.
+  absl::Status ReducePending(float* grads, bool coalesced);
+
+  // The gradient buffer was changed by something other than a backward (a DP mean): the K/V
+  // rows must be fully reduced (nothing pending) or untouched since BeginWindow.
+  // FAILED_PRECONDITION on a partially reduced window, which the engine never produces.
+  absl::Status OnGradsReplaced(const float* grads);
+
+  // Test-only switch: when disabled, ReducePending does nothing (proves the parity tests catch
+  // a missing reduction).
+  void set_enabled_for_testing(bool enabled) { enabled_ = enabled; }
+
+ private:
+  std::vector<FlatSegment> kv_;
+  comm::Group* tp_;
+  bool active_ = false;
+  bool enabled_ = true;
+  int64_t total_ = 0;
+  int pending_backwards_ = 0;
+  bool reduced_in_window_ = false;
+  std::vector<float> snapshot_;  // the K/V rows right after the previous reduction
+  std::vector<float> stage_;     // contiguous staging of (grad - snapshot)
+};
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_WORKER_TRAIN_KV_REDUCER_H_

@@ -1,0 +1,24 @@
+#include "worker/train/step_jsonl.h"
+
+#include <nlohmann/json.hpp>
+
+namespace latchkey {
+
+std::string StepReportJson(int rank, const StepReport& r) {
+  nlohmann::ordered_json j;
+  j["rank"] = rank;
+  j["step"] = r.step;
+  j["micro_batches"] = r.micro_batches;
+  j["loss"] = r.loss;
+  j["grad_norm"] = r.grad_norm;
+  j["kv_mode"] = KvModeName(r.kv_mode);
+  j["kv_allreduce_calls"] = r.kv_allreduce_calls;
+  nlohmann::ordered_json calls = nlohmann::ordered_json::object();
+  for (const auto& [key, n] : r.collective_calls) calls[key] = n;
+  j["collective_calls"] = calls;
+  j["step_seconds"] = r.step_seconds;
+  j["tokens"] = r.tokens;
+  return j.dump();
+}
+
+}  // namespace latchkey

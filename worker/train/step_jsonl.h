@@ -1,0 +1,17 @@
+// The per-step JSONL record of DESIGN.md "Observability contract".
+#ifndef LATCHKEY_WORKER_TRAIN_STEP_JSONL_H_
+#define LATCHKEY_WORKER_TRAIN_STEP_JSONL_H_
+
+#include <string>
+
+#include "worker/train/engine.h"
+
+namespace latchkey {
+
+// One JSON object (no trailing newline) with the fields rank, step, micro_batches, loss,
+// grad_norm, kv_mode, kv_allreduce_calls, collective_calls, step_seconds, tokens.
+std::string StepReportJson(int rank, const StepReport& r);
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_WORKER_TRAIN_STEP_JSONL_H_
