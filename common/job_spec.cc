@@ -341,6 +341,18 @@ absl::Status ParseLatchkey(const json& obj, const std::string& base_dir, JobSpec
       spec->window_schedule.push_back(e.get<int>());
     }
   }
+  if (const json* mask = s.Get("no_sync"); mask != nullptr) {
+    if (!mask->is_array() || mask->empty()) {
+      return Err("latchkey.no_sync", "must be a non-empty array of booleans, got " + Describe(*mask));
+    }
+    for (size_t i = 0; i < mask->size(); ++i) {
+      if (!(*mask)[i].is_boolean()) {
+        return Err(absl::StrCat("latchkey.no_sync[", i, "]"),
+                   "must be a boolean, got " + Describe((*mask)[i]));
+      }
+      spec->no_sync.push_back((*mask)[i].get<bool>());
+    }
+  }
   LK_RETURN_IF_ERROR(s.String("init_from", &spec->init_from));
   if (s.Get("init_from") != nullptr) {
     LK_RETURN_IF_ERROR(ResolvePath("latchkey.init_from", base_dir, &spec->init_from));
@@ -430,6 +442,21 @@ absl::Status ParseTop(const json& root, const std::string& base_dir, JobSpec* sp
     return Err("latchkey.window_schedule",
                "only valid with managed_gradient_accumulation: false (managed windows use "
                "gradient_accumulation_steps)");
+  }
+  if (!spec->no_sync.empty()) {
+    if (!spec->managed_gradient_accumulation) {
+      return Err("latchkey.no_sync", "only valid with managed windows (one mask for every window)");
+    }
+    if (static_cast<int>(spec->no_sync.size()) != spec->gradient_accumulation_steps) {
+      return Err("latchkey.no_sync",
+                 absl::StrCat("has ", spec->no_sync.size(),
+                              " entries; gradient_accumulation_steps is ",
+                              spec->gradient_accumulation_steps));
+    }
+    if (spec->no_sync.back()) {
+      return Err(absl::StrCat("latchkey.no_sync[", spec->no_sync.size() - 1, "]"),
+                 "the boundary micro-batch always synchronizes and cannot be no_sync");
+    }
   }
   if (!spec->managed_gradient_accumulation && spec->window_schedule.empty()) {
     return Err("latchkey.window_schedule",

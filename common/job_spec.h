@@ -77,6 +77,9 @@ struct JobSpec {
   bool has_partition_config = false;          // tensor_parallel.partition_config present
   bool managed_gradient_accumulation = true;  // false: windows from window_schedule
   std::vector<int> window_schedule;           // latchkey.window_schedule (last one repeats)
+  // latchkey.no_sync: the no_sync mask of every window (managed windows; one entry per
+  // micro-batch, the last false). Empty = default (all but the boundary micro-batch no_sync).
+  std::vector<bool> no_sync;
 
   // latchkey.* keys
   int seq_len = 64;

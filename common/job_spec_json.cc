@@ -98,6 +98,7 @@ std::string JobSpecToJson(const JobSpec& spec) {
   // A schedule is only accepted for unmanaged windows.
   if (!spec.managed_gradient_accumulation) latchkey["window_schedule"] = spec.window_schedule;
   if (!spec.init_from.empty()) latchkey["init_from"] = spec.init_from;
+  if (!spec.no_sync.empty()) latchkey["no_sync"] = spec.no_sync;
 
   json root = {{"model", model},
                {"train_micro_batch_size_per_gpu", spec.micro_batch_size},
@@ -137,7 +138,7 @@ bool operator==(const JobSpec& a, const JobSpec& b) {
   auto t = [](const JobSpec& s) {
     return std::tie(s.model, s.micro_batch_size, s.gradient_accumulation_steps, s.gradient_clipping,
                     s.zero_stage, s.bf16, s.optimizer, s.tp, s.has_partition_config,
-                    s.managed_gradient_accumulation, s.window_schedule, s.seq_len, s.steps, s.seed,
+                    s.managed_gradient_accumulation, s.window_schedule, s.no_sync, s.seq_len, s.steps, s.seed,
                     s.world_size, s.kv_reduce, s.data, s.init_from, s.warnings);
   };
   return t(a) == t(b);

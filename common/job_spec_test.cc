@@ -1,4 +1,5 @@
 #include "common/job_spec.h"
+#include "common/latch.h"
 
 #include <filesystem>
 #include <fstream>
@@ -508,6 +509,47 @@ TEST(JobSpecTest, JsonRoundTripDropsWarnings) {
   EXPECT_NE(*a, *b);
   a->warnings.clear();
   EXPECT_EQ(*a, *b);
+}
+
+}  // namespace
+}  // namespace latchkey
+
+namespace latchkey {
+namespace {
+
+nlohmann::json MaskSpec() {
+  return nlohmann::json::parse(R"({
+    "model": {"model_type": "gpt_bigcode", "n_layer": 2, "n_embd": 64, "n_head": 8,
+              "vocab_size": 256, "n_positions": 64},
+    "gradient_accumulation_steps": 3,
+    "latchkey": {"seq_len": 16, "steps": 2, "data": {"synthetic": {"seed": 1}}}})");
+}
+
+TEST(NoSyncMask, ParsedAndUsedByTheGate) {
+  nlohmann::json j = MaskSpec();
+  j["latchkey"]["no_sync"] = {false, true, false};
+  auto spec = ParseJobSpec(j.dump(), "/tmp");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->no_sync, (std::vector<bool>{false, true, false}));
+  const Latch latch = DecideLatch(*spec, InitialPolicy(*spec), 0, 0);
+  EXPECT_EQ(latch.no_sync, (std::vector<bool>{false, true, false}));
+  auto back = ParseJobSpec(JobSpecToJson(*spec), "/");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->no_sync, spec->no_sync);
+}
+
+TEST(NoSyncMask, Refusals) {
+  for (const auto& [mask, field] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {{true, true}, "latchkey.no_sync"},
+           {{true, true, true}, "latchkey.no_sync[2]"},
+           {{true, 1, false}, "latchkey.no_sync[1]"},
+           {nlohmann::json::array(), "latchkey.no_sync"}}) {
+    nlohmann::json j = MaskSpec();
+    j["latchkey"]["no_sync"] = mask;
+    auto spec = ParseJobSpec(j.dump(), "/tmp");
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << mask.dump();
+    EXPECT_EQ(spec.status().message().rfind(field + ":", 0), 0u) << spec.status();
+  }
 }
 
 }  // namespace

@@ -63,6 +63,7 @@ bool BoundaryReductionAllowed(int zero_stage) { return zero_stage == 0 || zero_s
 LatchPolicy InitialPolicy(const JobSpec& spec) {
   LatchPolicy policy;
   policy.kv_reduce = spec.kv_reduce;
+  policy.no_sync = spec.no_sync;
   return policy;
 }
 

@@ -49,7 +49,8 @@ absl::Status CheckConfigAgrees(const ModelConfig& spec_model, const ModelConfig&
 // Checks that `weights` holds exactly the GPTBigCodeForCausalLM tensors for `config` with HF
 // shapes (c_attn.weight [n_embd + 2*kv, n_embd], kv = head_dim for MQA, n_embd for MHA; Linear
 // weights [out, in]) in a floating dtype (F32/F64/F16/BF16). "lm_head.weight" [vocab, n_embd] is
-// allowed but optional (tied). INVALID_ARGUMENT naming `source` and the first offending tensor.
+// allowed but optional (tied). INVALID_ARGUMENT naming `source` and the first offending tensor,
+// or an invalid config (non-positive sizes, n_embd not divisible by n_head).
 absl::Status CheckWeightsMatchConfig(const ModelConfig& config, const StFile& weights,
                                      absl::string_view source);
 

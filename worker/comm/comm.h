@@ -115,6 +115,9 @@ struct ProcessGroups {
   std::shared_ptr<Group> tp_group;
   std::shared_ptr<Group> dp_group;
   std::shared_ptr<CollectiveStats> stats;
+  // Keeps the backend's rendezvous store alive (rank 0 hosts it: ranks still connecting need it
+  // after this rank has finished).
+  std::shared_ptr<void> rendezvous;
 };
 
 // Single-process groups (world size 1): nothing is ever issued.

@@ -16,10 +16,13 @@ comm::Group* GroupFrom(AutogradContext* ctx) {
   return reinterpret_cast<comm::Group*>(ctx->saved_data["group"].toInt());
 }
 
+// Sums a contiguous tensor over the group in place; bf16 activations travel (and sum) in fp32.
 void AllReduceInPlace(comm::Group* g, at::Tensor& t) {
-  absl::Status st = g->AllReduceSum(t.data_ptr<float>(), static_cast<size_t>(t.numel()),
+  at::Tensor buf = t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+  absl::Status st = g->AllReduceSum(buf.data_ptr<float>(), static_cast<size_t>(buf.numel()),
                                     comm::DataType::kFloat32);
   if (!st.ok()) throw std::runtime_error(std::string(st.message()));
+  if (!buf.is_same(t)) t.copy_(buf);
 }
 
 // Megatron's "f": identity forward, all-reduce of the input gradient backward.

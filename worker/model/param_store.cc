@@ -44,7 +44,34 @@ const at::Tensor& ParamStore::param(const std::string& name) const {
     std::cerr << "latchkey: internal error: no parameter named " << name << "\n";
     std::abort();
   }
-  return params_[it->second];
+  return bf16_ ? compute_params_[it->second] : params_[it->second];
+}
+
+void ParamStore::EnableBf16Compute() {
+  bf16_ = true;
+  compute_params_.clear();
+  for (const at::Tensor& p : params_) {
+    at::Tensor c = p.detach().to(at::kBFloat16);
+    c.set_requires_grad(true);
+    compute_params_.push_back(c);
+  }
+}
+
+void ParamStore::SyncComputeParams() {
+  if (!bf16_) return;
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) compute_params_[i].copy_(params_[i]);
+}
+
+void ParamStore::AccumulateComputeGrads() {
+  if (!bf16_) return;
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& g = compute_params_[i].mutable_grad();
+    if (!g.defined()) continue;
+    params_[i].mutable_grad().add_(g.to(at::kFloat));
+    g.zero_();
+  }
 }
 
 void ParamStore::ZeroGrads() { flat_grads_.zero_(); }
@@ -83,6 +110,7 @@ absl::Status ParamStore::LoadFromFull(const std::map<std::string, at::Tensor>& f
     (void)r;
     params_[i].copy_(local);
   }
+  SyncComputeParams();
   return absl::OkStatus();
 }
 

@@ -35,9 +35,20 @@ class ParamStore {
 
   at::Tensor& flat_params() { return flat_params_; }
   at::Tensor& flat_grads() { return flat_grads_; }
-  // The parameter (a leaf requiring grad, viewing flat_params) by HF name. Aborts on a name that
-  // is not in the layout (a programming error).
+  // The parameter the model computes with, by HF name: in fp32 mode the leaf viewing
+  // flat_params (its .grad views flat_grads); in bf16 mode a bf16 copy (its own leaf, whose
+  // gradient AccumulateComputeGrads folds into the fp32 flat_grads). Aborts on a name that is
+  // not in the layout (a programming error).
   const at::Tensor& param(const std::string& name) const;
+
+  // Mixed precision: bf16 compute parameters over fp32 master weights and fp32 gradient
+  // accumulation. Call before LoadFromFull.
+  void EnableBf16Compute();
+  bool bf16() const { return bf16_; }
+  // bf16 mode: refresh the bf16 copies from the fp32 master (after every optimizer step).
+  void SyncComputeParams();
+  // bf16 mode: flat_grads += the bf16 gradients of the last backward (in fp32), then clears them.
+  void AccumulateComputeGrads();
   const std::vector<at::Tensor>& params() const { return params_; }
   int64_t offset(size_t i) const { return offsets_[i]; }
 
@@ -57,6 +68,8 @@ class ParamStore {
   at::Tensor flat_params_;
   at::Tensor flat_grads_;
   std::vector<at::Tensor> params_;
+  bool bf16_ = false;
+  std::vector<at::Tensor> compute_params_;  // bf16 leaves (bf16 mode only)
 };
 
 // HF initialisation of the FULL model from a seed (identical on every rank): Linear weights and

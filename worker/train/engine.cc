@@ -53,8 +53,6 @@ StTensor ToStTensor(const std::string& name, const at::Tensor& t) {
   return out;
 }
 
-absl::Status Collective(absl::Status st) { return st; }
-
 class EngineImpl final : public Engine {
  public:
   EngineImpl(const JobSpec& spec, comm::ProcessGroups* g, const EngineOptions& opts)
@@ -65,6 +63,7 @@ class EngineImpl final : public Engine {
     if (!layout.ok()) return layout.status();
     const bool zero1 = spec_.zero_stage == 1 && comm::is_parallel(g_->dp_group);
     store_ = std::make_unique<ParamStore>(*std::move(layout), zero1 ? g_->dp : 1);
+    if (spec_.bf16) store_->EnableBf16Compute();
     std::map<std::string, at::Tensor> full;
     if (!spec_.init_from.empty()) {
       auto ckpt = ReadHfCheckpoint(spec_.init_from);
@@ -138,6 +137,7 @@ class EngineImpl final : public Engine {
         r.collective_calls[key] = c.calls;
       }
       r.tokens = static_cast<int64_t>(latch.n) * spec_.micro_batch_size * g_->dp * spec_.seq_len;
+      r.optimizer_state_bytes = optimizer_->state_bytes();
       r.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
       return r;
     } catch (const std::exception& e) {
@@ -196,6 +196,7 @@ class EngineImpl final : public Engine {
       at::Tensor loss = model_->Loss(ids, labels);
       loss_sum += loss.item<double>();
       (loss / static_cast<double>(latch.n)).backward();
+      store_->AccumulateComputeGrads();  // bf16: fold into the fp32 accumulation buffer
       kv_->NoteBackward();
       if (latch.kv_mode == KvMode::kPerMicroBatch) {
         if (absl::Status st = kv_->ReducePending(grads, /*coalesced=*/false); !st.ok()) return st;
@@ -265,6 +266,7 @@ class EngineImpl final : public Engine {
         return st;
       }
     }
+    store_->SyncComputeParams();  // bf16: the next window computes with the updated master
     return loss;
   }
 

@@ -34,6 +34,7 @@ struct StepReport {
   std::map<std::string, int64_t> collective_calls;  // "op/group" -> count (observed)
   double step_seconds = 0.0;
   int64_t tokens = 0;  // whole job, this step: n_s * MB * DP * S
+  int64_t optimizer_state_bytes = 0;  // this rank's optimizer state (ZeRO-1: its partition)
 };
 
 struct EngineOptions {

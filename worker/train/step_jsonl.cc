@@ -18,6 +18,7 @@ std::string StepReportJson(int rank, const StepReport& r) {
   j["collective_calls"] = calls;
   j["step_seconds"] = r.step_seconds;
   j["tokens"] = r.tokens;
+  j["optimizer_state_bytes"] = r.optimizer_state_bytes;
   return j.dump();
 }
 

@@ -226,7 +226,9 @@ absl::StatusOr<ProcessGroups> CreateGlooProcessGroups(const RendezvousConfig& co
     opts.waitWorkers = false;
     opts.timeout = config.rendezvous_timeout;
     auto tcp = c10::make_intrusive<c10d::TCPStore>(config.host, opts);
-    TcpStoreAdapter store(tcp, config.rendezvous_timeout);
+    auto store_holder = std::make_shared<TcpStoreAdapter>(tcp, config.rendezvous_timeout);
+    TcpStoreAdapter& store = *store_holder;
+    g.rendezvous = store_holder;
 
     gloo::transport::tcp::attr attr;
     attr.hostname = LocalAddress(config);
@@ -256,7 +258,9 @@ absl::StatusOr<ProcessGroups> CreateGlooProcessGroups(const RendezvousConfig& co
     }
   } catch (const std::exception& e) {
     std::string what = e.what();
-    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    if (std::getenv("LATCHKEY_DEBUG") == nullptr) {
+      if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    }
     return absl::UnavailableError("rendezvous at " + config.host + ":" +
                                   std::to_string(config.port) + " (rank " +
                                   std::to_string(config.rank) + "): " + what);

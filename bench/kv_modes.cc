@@ -1,0 +1,182 @@
+// K/V reduction modes side by side: per_micro_batch vs deferred vs coalesced on one TP group.
+//
+//   bench_kv_modes [--gas 8,32] [--steps N] [--layers 24] [--embd 256] [--heads 8] [--seq 128]
+//                  [--tp 2]
+//
+// Started without RANK it launches itself once per rank (RANK/WORLD_SIZE/MASTER_PORT env) and
+// rank 0 prints the table. One engine per GAS; the modes are interleaved window by window
+// (window s runs mode s % 3), so machine noise hits every mode alike. The first round is warm-up.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/latch.h"
+#include "worker/comm/gloo/gloo_groups.h"
+#include "worker/train/engine.h"
+#include "worker/train/threads.h"
+
+extern char** environ;
+
+namespace {
+
+struct Args {
+  std::vector<int> gas = {8, 32};
+  int steps = 4;  // measured windows per mode and GAS (after one warm-up round)
+  int layers = 24, embd = 256, heads = 8, seq = 128, tp = 2;
+};
+
+std::vector<int> ParseList(const std::string& s) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    size_t comma = s.find(',', at);
+    if (comma == std::string::npos) comma = s.size();
+    out.push_back(std::atoi(s.substr(at, comma - at).c_str()));
+    at = comma + 1;
+  }
+  return out;
+}
+
+int Launch(int argc, char** argv, int tp) {
+  std::mt19937 rng(static_cast<unsigned>(getpid()));
+  const int port = 30000 + static_cast<int>(rng() % 20000);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < tp; ++r) {
+    std::vector<std::string> env = {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(tp),
+                                    "MASTER_PORT=" + std::to_string(port)};
+    for (char** e = environ; *e; ++e) env.push_back(*e);
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_t pid;
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) != 0) return 1;
+    pids.push_back(pid);
+  }
+  int rc = 0;
+  for (pid_t p : pids) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+  }
+  (void)argc;
+  return rc;
+}
+
+latchkey::JobSpec Spec(const Args& a, int gas) {
+  latchkey::JobSpec s;
+  s.model.n_layer = a.layers;
+  s.model.n_embd = a.embd;
+  s.model.n_head = a.heads;
+  s.model.vocab_size = 256;
+  s.model.n_positions = a.seq;
+  s.model.multi_query = true;
+  s.micro_batch_size = 1;
+  s.gradient_accumulation_steps = gas;
+  s.optimizer.type = latchkey::OptimizerType::kSgd;
+  s.optimizer.lr = 0.01;
+  s.tp = a.tp;
+  s.world_size = a.tp;
+  s.seq_len = a.seq;
+  s.steps = 1000;
+  s.data.synthetic_seed = 1;
+  return s;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--gas") a.gas = ParseList(v);
+    else if (k == "--steps") a.steps = std::atoi(v.c_str());
+    else if (k == "--layers") a.layers = std::atoi(v.c_str());
+    else if (k == "--embd") a.embd = std::atoi(v.c_str());
+    else if (k == "--heads") a.heads = std::atoi(v.c_str());
+    else if (k == "--seq") a.seq = std::atoi(v.c_str());
+    else if (k == "--tp") a.tp = std::atoi(v.c_str());
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (std::getenv("RANK") == nullptr) return Launch(argc, argv, a.tp);
+  const int rank = std::atoi(std::getenv("RANK"));
+  latchkey::ConfigureComputeThreads(a.tp);
+  latchkey::comm::RendezvousConfig rdv;
+  rdv.port = std::atoi(std::getenv("MASTER_PORT"));
+  rdv.rank = rank;
+  rdv.world_size = a.tp;
+  rdv.tp = a.tp;
+  auto groups = latchkey::comm::CreateGlooProcessGroups(rdv);
+  if (!groups.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(groups.status().message()).c_str());
+    return 1;
+  }
+  const latchkey::KvMode modes[3] = {latchkey::KvMode::kPerMicroBatch, latchkey::KvMode::kDeferred,
+                                     latchkey::KvMode::kCoalesced};
+  if (rank == 0) {
+    std::printf("K/V modes: %d layers, n_embd %d, n_head %d (MQA), seq %d, micro-batch 1, TP %d, "
+                "%d measured windows per cell (median), modes interleaved\n\n",
+                a.layers, a.embd, a.heads, a.seq, a.tp, a.steps);
+    std::printf("| GAS | kv_mode | step s (median) | tokens/s | K/V all-reduces/step | "
+                "all collectives/step | step time vs per_micro_batch |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
+  }
+  for (int gas : a.gas) {
+    latchkey::JobSpec spec = Spec(a, gas);
+    auto engine = latchkey::CreateEngine(spec, &*groups);
+    if (!engine.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(engine.status().message()).c_str());
+      return 1;
+    }
+    std::map<int, std::vector<double>> secs;
+    std::map<int, int64_t> kv_calls, all_calls;
+    int64_t m = 0;
+    for (int round = 0; round <= a.steps; ++round) {
+      for (int k = 0; k < 3; ++k) {
+        latchkey::LatchPolicy policy = latchkey::InitialPolicy(spec);
+        latchkey::Latch latch = latchkey::DecideLatch(spec, policy, round * 3 + k, m);
+        latch.kv_mode = modes[k];  // the bench pins each window's mode
+        auto r = (*engine)->RunWindow(latch);
+        if (!r.ok()) {
+          std::fprintf(stderr, "%s\n", std::string(r.status().message()).c_str());
+          return 1;
+        }
+        m += latch.n;
+        if (round == 0) continue;  // warm-up
+        secs[k].push_back(r->step_seconds);
+        kv_calls[k] = r->kv_allreduce_calls;
+        int64_t total = 0;
+        for (const auto& [key, n] : r->collective_calls) total += n;
+        all_calls[k] = total;
+      }
+    }
+    const double base = Median(secs[0]);
+    for (int k = 0; k < 3; ++k) {
+      const double t = Median(secs[k]);
+      if (rank == 0) {
+        std::printf("| %d | %s | %.3f | %.0f | %lld | %lld | %.3f |\n", gas,
+                    latchkey::KvModeName(modes[k]), t, gas * a.seq / t,
+                    static_cast<long long>(kv_calls[k]), static_cast<long long>(all_calls[k]),
+                    t / base);
+      }
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}

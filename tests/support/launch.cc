@@ -1,0 +1,162 @@
+#include "tests/support/launch.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/support/free_port.h"
+
+extern char** environ;
+
+namespace latchkey::testing {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Replace(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
+    s.replace(at, from.size(), to);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string SourceDir() { return LATCHKEY_SOURCE_DIR; }
+std::string FixtureDir() { return SourceDir() + "/testdata/gptbigcode-tiny"; }
+
+bool WorkerRun::ok() const {
+  for (int c : exit_codes) {
+    if (c != 0) return false;
+  }
+  return !exit_codes.empty();
+}
+
+std::string WorkerRun::Describe() const {
+  std::string out = "run in " + dir + ":";
+  for (size_t r = 0; r < exit_codes.size(); ++r) {
+    out += "\n  rank " + std::to_string(r) + " exit " + std::to_string(exit_codes[r]) + ": " +
+           stderr_text[r];
+  }
+  return out;
+}
+
+WorkerRun RunWorkers(const nlohmann::json& spec, int world,
+                     const std::vector<std::string>& extra_args, std::chrono::seconds deadline) {
+  static std::atomic<int> counter{0};
+  WorkerRun run;
+  run.dir = std::filesystem::temp_directory_path().string() + "/latchkey-test-" +
+            std::to_string(getpid()) + "-" + std::to_string(counter++);
+  std::filesystem::remove_all(run.dir);
+  std::filesystem::create_directories(run.dir);
+  std::ofstream(run.dir + "/spec.json") << spec.dump(2);
+  const int port = FreePort();
+
+  std::vector<pid_t> pids(world, -1);
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> args = {LATCHKEY_WORKER_BIN, "--standalone",
+                                      "--spec",           run.dir + "/spec.json",
+                                      "--metrics-jsonl",  run.dir + "/steps-{rank}.jsonl",
+                                      "--quiet"};
+    for (const std::string& a : extra_args) args.push_back(Replace(a, "{dir}", run.dir));
+    std::vector<std::string> env = {
+        "RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world),
+        "LOCAL_WORLD_SIZE=" + std::to_string(world), "MASTER_ADDR=127.0.0.1",
+        "MASTER_PORT=" + std::to_string(port)};
+    for (char** e = environ; *e; ++e) {
+      const std::string kv = *e;
+      if (kv.rfind("RANK=", 0) == 0 || kv.rfind("WORLD_SIZE=", 0) == 0 ||
+          kv.rfind("MASTER_", 0) == 0 || kv.rfind("LOCAL_WORLD_SIZE=", 0) == 0) {
+        continue;
+      }
+      env.push_back(kv);
+    }
+    std::vector<char*> argv, envp;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    const std::string err = run.dir + "/stderr-" + std::to_string(r) + ".txt";
+    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn(&pids[r], argv[0], &fa, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  run.exit_codes.assign(world, -1);
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  int remaining = world;
+  while (remaining > 0) {
+    for (int r = 0; r < world; ++r) {
+      if (pids[r] <= 0) continue;
+      int status = 0;
+      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        run.exit_codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        pids[r] = 0;
+        --remaining;
+      }
+    }
+    if (remaining == 0) break;
+    if (std::chrono::steady_clock::now() > until) {
+      for (int r = 0; r < world; ++r) {
+        if (pids[r] > 0) {
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], nullptr, 0);
+          run.exit_codes[r] = -1;
+        }
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  run.steps.resize(world);
+  run.stderr_text.resize(world);
+  for (int r = 0; r < world; ++r) {
+    run.stderr_text[r] = ReadFile(run.dir + "/stderr-" + std::to_string(r) + ".txt");
+    std::ifstream in(run.dir + "/steps-" + std::to_string(r) + ".jsonl");
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty()) run.steps[r].push_back(nlohmann::json::parse(line));
+    }
+  }
+  return run;
+}
+
+std::vector<double> TensorValues(const StTensor& t) {
+  std::vector<double> out(t.data.size() / 4);
+  for (size_t i = 0; i < out.size(); ++i) {
+    float f;
+    std::memcpy(&f, t.data.data() + 4 * i, 4);
+    out[i] = f;
+  }
+  return out;
+}
+
+std::map<std::string, double> TensorNorms(const std::string& path) {
+  std::map<std::string, double> out;
+  auto file = ReadSafetensorsFile(path);
+  if (!file.ok()) return out;
+  for (const StTensor& t : file->tensors) {
+    double sq = 0.0;
+    for (double v : TensorValues(t)) sq += v * v;
+    out[t.name] = std::sqrt(sq);
+  }
+  return out;
+}
+
+}  // namespace latchkey::testing

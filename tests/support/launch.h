@@ -1,0 +1,43 @@
+// Starts N real latchkey-worker processes (torchrun-style env) for multi-process tests and
+// collects what they wrote. Every run has a deadline; stragglers are killed.
+#ifndef LATCHKEY_TESTS_SUPPORT_LAUNCH_H_
+#define LATCHKEY_TESTS_SUPPORT_LAUNCH_H_
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/checkpoint/safetensors.h"
+
+namespace latchkey::testing {
+
+struct WorkerRun {
+  std::string dir;                               // scratch folder of this run
+  std::vector<int> exit_codes;                   // per rank (-1: killed at the deadline)
+  std::vector<std::vector<nlohmann::json>> steps;  // per rank, the JSONL records
+  std::vector<std::string> stderr_text;          // per rank
+  bool ok() const;
+  std::string Describe() const;  // exit codes and stderr, for assertion messages
+};
+
+// Writes `spec` to <dir>/spec.json and runs `world` ranks of
+//   latchkey-worker --standalone --spec spec.json --metrics-jsonl steps-{rank}.jsonl --quiet ARGS
+// `extra_args` may contain "{dir}" (replaced by the run folder).
+WorkerRun RunWorkers(const nlohmann::json& spec, int world,
+                     const std::vector<std::string>& extra_args = {},
+                     std::chrono::seconds deadline = std::chrono::seconds(300));
+
+// L2 norm (fp64) of every tensor of a safetensors file of F32 tensors.
+std::map<std::string, double> TensorNorms(const std::string& safetensors_path);
+// F32 tensor data as doubles.
+std::vector<double> TensorValues(const StTensor& t);
+
+std::string SourceDir();
+std::string FixtureDir();  // testdata/gptbigcode-tiny
+
+}  // namespace latchkey::testing
+
+#endif  // LATCHKEY_TESTS_SUPPORT_LAUNCH_H_

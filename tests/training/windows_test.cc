@@ -1,0 +1,294 @@
+// Accumulation windows, DP x TP, ZeRO 0/1, no_sync masks, exact clipping, bf16 and unmanaged
+// windows, each against the unsharded single-process reference run of the same data.
+//
+// Reference trick (DESIGN.md data order): sample k = ((M_s + m) * DP + d) * MB + b, so DP ranks
+// with micro-batch MB see exactly the samples one rank with micro-batch DP * MB sees, and the
+// window mean over all tokens is the same. DP 2 x MB 1 is therefore checked against DP 1 x MB 2.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/training/specs.h"
+#include "worker/checkpoint/hf_checkpoint.h"
+
+namespace latchkey::testing {
+namespace {
+
+double MaxLossDiff(const WorkerRun& ref, const WorkerRun& run) {
+  double d = 0.0;
+  for (size_t r = 0; r < run.steps.size(); ++r) {
+    if (run.steps[r].size() != ref.steps[0].size()) return INFINITY;
+    for (size_t s = 0; s < ref.steps[0].size(); ++s) {
+      d = std::max(d, std::abs(ref.steps[0][s]["loss"].get<double>() -
+                               run.steps[r][s]["loss"].get<double>()));
+    }
+  }
+  return d;
+}
+
+double MaxRelNormDiff(const WorkerRun& ref, const WorkerRun& run) {
+  double d = 0.0;
+  for (size_t r = 0; r < run.steps.size(); ++r) {
+    for (size_t s = 0; s < ref.steps[0].size(); ++s) {
+      const double want = ref.steps[0][s]["grad_norm"].get<double>();
+      d = std::max(d, std::abs(want - run.steps[r][s]["grad_norm"].get<double>()) / want);
+    }
+  }
+  return d;
+}
+
+// Largest absolute difference between the final weights of two runs (--save).
+double MaxParamDiff(const WorkerRun& a, const WorkerRun& b) {
+  auto fa = ReadSafetensorsFile(a.dir + "/final/model.safetensors");
+  auto fb = ReadSafetensorsFile(b.dir + "/final/model.safetensors");
+  if (!fa.ok() || !fb.ok()) return INFINITY;
+  double d = 0.0;
+  for (const StTensor& t : fa->tensors) {
+    const StTensor* u = fb->Find(t.name);
+    if (u == nullptr) return INFINITY;
+    const auto x = TensorValues(t), y = TensorValues(*u);
+    for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
+  }
+  return d;
+}
+
+WorkerRun Run(const RunShape& s, const nlohmann::json& extra_latchkey = {}) {
+  nlohmann::json spec = FixtureSpec(s);
+  for (auto it = extra_latchkey.begin(); it != extra_latchkey.end(); ++it) {
+    spec["latchkey"][it.key()] = it.value();
+  }
+  return RunWorkers(spec, s.dp * s.tp, {"--save", "{dir}/final"});
+}
+
+// The unsharded reference of a DP x TP shape: one rank, MB * DP.
+RunShape Reference(RunShape s) {
+  s.mb *= s.dp;
+  s.dp = 1;
+  s.tp = 1;
+  s.zero = 0;
+  s.kv_reduce = "auto";
+  return s;
+}
+
+struct DpCase {
+  int zero;
+  int gas;
+  std::string kv;
+};
+
+class DpTpParity : public ::testing::TestWithParam<DpCase> {};
+
+TEST_P(DpTpParity, Dp2Tp2MatchesUnsharded) {
+  const DpCase& c = GetParam();
+  RunShape s;
+  s.mb = 1;
+  s.dp = 2;
+  s.tp = 2;
+  s.gas = c.gas;
+  s.zero = c.zero;
+  s.kv_reduce = c.kv;
+  WorkerRun ref = Run(Reference(s));
+  ASSERT_TRUE(ref.ok()) << ref.Describe();
+  WorkerRun run = Run(s);
+  ASSERT_TRUE(run.ok()) << run.Describe();
+  EXPECT_LE(MaxLossDiff(ref, run), 1e-5);
+  EXPECT_LE(MaxRelNormDiff(ref, run), 1e-5);
+  EXPECT_LE(MaxParamDiff(ref, run), 1e-5);
+  const int64_t want_kv = c.kv == "per_micro_batch" ? 2 * 2 * c.gas : c.kv == "deferred" ? 4 : 1;
+  for (const auto& rank : run.steps) {
+    for (const auto& step : rank) {
+      EXPECT_EQ(step["kv_allreduce_calls"].get<int64_t>(), want_kv);
+      const auto& calls = step["collective_calls"];
+      // Default mask: one DP reduction per window (ZeRO-0 all-reduce; ZeRO-1 reduce-scatter and
+      // the parameter all-gather).
+      if (c.zero == 0) {
+        EXPECT_EQ(calls["all_reduce/dp"].get<int64_t>(), 1) << calls.dump();
+      } else {
+        EXPECT_EQ(calls["reduce_scatter/dp"].get<int64_t>(), 1) << calls.dump();
+        EXPECT_EQ(calls["all_gather/dp"].get<int64_t>(), 1) << calls.dump();
+      }
+    }
+  }
+}
+
+void PrintTo(const DpCase& c, std::ostream* os) {
+  *os << "zero " << c.zero << " gas " << c.gas << " " << c.kv;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Windows, DpTpParity,
+    ::testing::Values(DpCase{0, 1, "per_micro_batch"}, DpCase{0, 2, "deferred"},
+                      DpCase{0, 4, "coalesced"}, DpCase{0, 4, "per_micro_batch"},
+                      DpCase{1, 1, "coalesced"}, DpCase{1, 2, "per_micro_batch"},
+                      DpCase{1, 4, "deferred"}, DpCase{1, 4, "coalesced"}),
+    [](const ::testing::TestParamInfo<DpCase>& i) {
+      return "zero" + std::to_string(i.param.zero) + "_gas" + std::to_string(i.param.gas) + "_" +
+             i.param.kv;
+    });
+
+// Any no_sync mask gives the same result; the count of DP reductions follows the mask.
+TEST(NoSyncMasks, AnyMaskSameResult) {
+  RunShape s;
+  s.mb = 1;
+  s.dp = 2;
+  s.tp = 2;
+  s.gas = 4;
+  s.steps = 3;
+  WorkerRun ref = Run(Reference(s));
+  ASSERT_TRUE(ref.ok()) << ref.Describe();
+  for (int zero : {0, 1}) {
+    for (const char* kv : {"per_micro_batch", "coalesced"}) {
+      for (const std::vector<bool>& mask :
+           {std::vector<bool>{false, false, false, false}, std::vector<bool>{true, false, true, false},
+            std::vector<bool>{false, true, true, false}}) {
+        s.zero = zero;
+        s.kv_reduce = kv;
+        WorkerRun run = Run(s, {{"no_sync", mask}});
+        ASSERT_TRUE(run.ok()) << run.Describe();
+        EXPECT_LE(MaxLossDiff(ref, run), 1e-5) << "zero " << zero << " " << kv;
+        EXPECT_LE(MaxParamDiff(ref, run), 1e-5) << "zero " << zero << " " << kv;
+        int64_t synced = 0;
+        for (bool b : mask) synced += b ? 0 : 1;
+        const auto& calls = run.steps[0][0]["collective_calls"];
+        const int64_t dp_reductions =
+            (zero == 0 ? calls["all_reduce/dp"].get<int64_t>()
+                       : calls.value("all_reduce/dp", 0) + calls["reduce_scatter/dp"].get<int64_t>());
+        EXPECT_EQ(dp_reductions, synced) << calls.dump();
+      }
+    }
+  }
+}
+
+// Clipping active every step (max norm far below the norm): SGD, where a wrong coefficient
+// shows directly, and AdamW; at TP 2 and 4, DP 1 and 2.
+TEST(Clipping, ClippedRunsMatchUnsharded) {
+  for (const char* opt : {"SGD", "AdamW"}) {
+    for (auto [dp, tp] : std::vector<std::pair<int, int>>{{1, 2}, {1, 4}, {2, 2}}) {
+      RunShape s;
+      s.optimizer = opt;
+      s.lr = std::string(opt) == "SGD" ? 0.5 : 0.01;
+      s.clip = 0.05;
+      s.mb = 1;
+      s.dp = dp;
+      s.tp = tp;
+      s.gas = 2;
+      s.steps = 4;
+      s.kv_reduce = "coalesced";
+      s.zero = dp > 1 ? 1 : 0;
+      WorkerRun ref = Run(Reference(s));
+      ASSERT_TRUE(ref.ok()) << ref.Describe();
+      WorkerRun run = Run(s);
+      ASSERT_TRUE(run.ok()) << run.Describe();
+      for (const auto& step : ref.steps[0]) ASSERT_GT(step["grad_norm"].get<double>(), 0.05);
+      EXPECT_LE(MaxLossDiff(ref, run), 1e-5) << opt << " dp " << dp << " tp " << tp;
+      EXPECT_LE(MaxRelNormDiff(ref, run), 1e-5) << opt << " dp " << dp << " tp " << tp;
+      EXPECT_LE(MaxParamDiff(ref, run), 1e-5) << opt << " dp " << dp << " tp " << tp;
+    }
+  }
+}
+
+// After clipping the SGD update is exactly max/(norm + 1e-6) times the unclipped one.
+TEST(Clipping, UpdateIsScaledByTheClipCoefficient) {
+  RunShape s;
+  s.tp = 2;
+  s.steps = 1;
+  s.kv_reduce = "coalesced";
+  WorkerRun plain = Run(s);
+  s.clip = 0.1;
+  WorkerRun clipped = Run(s);
+  ASSERT_TRUE(plain.ok() && clipped.ok()) << plain.Describe() << clipped.Describe();
+  const double norm = clipped.steps[0][0]["grad_norm"].get<double>();
+  const double coef = 0.1 / (norm + 1e-6);
+  ASSERT_LT(coef, 1.0);
+  auto init = ReadHfCheckpoint(FixtureDir() + "/mqa");
+  auto a = ReadSafetensorsFile(plain.dir + "/final/model.safetensors");
+  auto b = ReadSafetensorsFile(clipped.dir + "/final/model.safetensors");
+  ASSERT_TRUE(init.ok() && a.ok() && b.ok());
+  double max_err = 0.0, max_update = 0.0;
+  for (const StTensor& t : init->weights.tensors) {
+    const auto p0 = TensorValues(t), pa = TensorValues(*a->Find(t.name)),
+               pb = TensorValues(*b->Find(t.name));
+    for (size_t i = 0; i < p0.size(); ++i) {
+      max_err = std::max(max_err, std::abs((pb[i] - p0[i]) - coef * (pa[i] - p0[i])));
+      max_update = std::max(max_update, std::abs(pa[i] - p0[i]));
+    }
+  }
+  EXPECT_GT(max_update, 1e-3);
+  EXPECT_LE(max_err, 1e-6);
+}
+
+// ZeRO-1 holds AdamW state only for this rank's partition: about 1/DP of stage 0's bytes.
+TEST(Zero1, OptimizerStateIsPartitioned) {
+  RunShape s;
+  s.optimizer = "AdamW";
+  s.lr = 0.001;
+  s.dp = 2;
+  s.tp = 2;
+  s.mb = 1;
+  s.steps = 1;
+  s.zero = 0;
+  WorkerRun z0 = Run(s);
+  s.zero = 1;
+  WorkerRun z1 = Run(s);
+  ASSERT_TRUE(z0.ok() && z1.ok()) << z0.Describe() << z1.Describe();
+  for (int r = 0; r < 4; ++r) {
+    const double b0 = z0.steps[r][0]["optimizer_state_bytes"].get<double>();
+    const double b1 = z1.steps[r][0]["optimizer_state_bytes"].get<double>();
+    EXPECT_GT(b0, 0);
+    EXPECT_NEAR(b1 / b0, 0.5, 0.01) << "rank " << r;
+  }
+}
+
+// Caller-owned windows: a 1,2,4 schedule (the last repeating) at TP 2 trains exactly like the
+// unsharded reference on the same windows (M_s = 0,1,3,7,11).
+TEST(UnmanagedWindows, ScheduleMatchesUnsharded) {
+  RunShape s;
+  s.tp = 2;
+  s.steps = 5;
+  s.kv_reduce = "deferred";
+  auto with_schedule = [](const RunShape& shape) {
+    nlohmann::json spec = FixtureSpec(shape);
+    spec["managed_gradient_accumulation"] = false;
+    spec["latchkey"]["window_schedule"] = {1, 2, 4};
+    return RunWorkers(spec, shape.dp * shape.tp, {"--save", "{dir}/final"});
+  };
+  WorkerRun ref = with_schedule(Reference(s));
+  WorkerRun run = with_schedule(s);
+  ASSERT_TRUE(ref.ok() && run.ok()) << ref.Describe() << run.Describe();
+  const std::vector<int> n = {1, 2, 4, 4, 4};
+  for (int step = 0; step < 5; ++step) {
+    EXPECT_EQ(run.steps[0][step]["micro_batches"].get<int>(), n[step]);
+    EXPECT_EQ(run.steps[0][step]["kv_allreduce_calls"].get<int>(), 4);  // deferred: 2 * L
+  }
+  EXPECT_LE(MaxLossDiff(ref, run), 1e-5);
+  EXPECT_LE(MaxParamDiff(ref, run), 1e-5);
+}
+
+// bf16 compute with fp32 master weights: losses within 1e-2 relative of fp32 over 6 steps, and
+// the saved (master) weights are F32.
+TEST(Bf16, TracksFp32AndKeepsFp32Master) {
+  RunShape s;
+  s.tp = 2;
+  s.gas = 2;
+  s.optimizer = "AdamW";
+  s.lr = 0.003;
+  s.kv_reduce = "coalesced";
+  WorkerRun fp32 = Run(s);
+  nlohmann::json spec = FixtureSpec(s);
+  spec["bf16"] = {{"enabled", true}};
+  WorkerRun bf16 = RunWorkers(spec, 2, {"--save", "{dir}/final"});
+  ASSERT_TRUE(fp32.ok() && bf16.ok()) << fp32.Describe() << bf16.Describe();
+  for (size_t st = 0; st < 6; ++st) {
+    const double a = fp32.steps[0][st]["loss"].get<double>();
+    const double b = bf16.steps[0][st]["loss"].get<double>();
+    EXPECT_LE(std::abs(a - b) / a, 1e-2) << "step " << st;
+  }
+  auto saved = ReadSafetensorsFile(bf16.dir + "/final/model.safetensors");
+  ASSERT_TRUE(saved.ok());
+  for (const StTensor& t : saved->tensors) EXPECT_EQ(t.dtype, StDtype::kF32) << t.name;
+  // The master moved by the fp32 updates, not by bf16 rounding alone.
+  EXPECT_GT(MaxParamDiff(fp32, bf16), 0.0);
+}
+
+}  // namespace
+}  // namespace latchkey::testing
