@@ -58,8 +58,18 @@ std::string WorkerRun::Describe() const {
 
 WorkerRun RunWorkers(const nlohmann::json& spec, int world,
                      const std::vector<std::string>& extra_args, std::chrono::seconds deadline) {
+  return WaitWorkers(StartWorkers(spec, world, extra_args), deadline);
+}
+
+std::string RankStderr(const WorkerGroup& group, int rank) {
+  return ReadFile(group.run.dir + "/stderr-" + std::to_string(rank) + ".txt");
+}
+
+WorkerGroup StartWorkers(const nlohmann::json& spec, int world,
+                         const std::vector<std::string>& extra_args) {
   static std::atomic<int> counter{0};
-  WorkerRun run;
+  WorkerGroup group;
+  WorkerRun& run = group.run;
   run.dir = std::filesystem::temp_directory_path().string() + "/latchkey-test-" +
             std::to_string(getpid()) + "-" + std::to_string(counter++);
   std::filesystem::remove_all(run.dir);
@@ -99,6 +109,14 @@ WorkerRun RunWorkers(const nlohmann::json& spec, int world,
     posix_spawn(&pids[r], argv[0], &fa, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
   }
+  group.pids.assign(pids.begin(), pids.end());
+  return group;
+}
+
+WorkerRun WaitWorkers(WorkerGroup group, std::chrono::seconds deadline) {
+  WorkerRun run = std::move(group.run);
+  std::vector<pid_t> pids(group.pids.begin(), group.pids.end());
+  const int world = static_cast<int>(pids.size());
   run.exit_codes.assign(world, -1);
   const auto until = std::chrono::steady_clock::now() + deadline;
   int remaining = world;

@@ -30,6 +30,18 @@ WorkerRun RunWorkers(const nlohmann::json& spec, int world,
                      const std::vector<std::string>& extra_args = {},
                      std::chrono::seconds deadline = std::chrono::seconds(300));
 
+// The same in two halves, for tests that talk to the ranks while they run.
+struct WorkerGroup {
+  WorkerRun run;
+  std::vector<int> pids;
+};
+WorkerGroup StartWorkers(const nlohmann::json& spec, int world,
+                         const std::vector<std::string>& extra_args = {});
+// Waits for every rank (killing stragglers at the deadline) and collects the outputs.
+WorkerRun WaitWorkers(WorkerGroup group, std::chrono::seconds deadline = std::chrono::seconds(300));
+// The stderr a rank has written so far.
+std::string RankStderr(const WorkerGroup& group, int rank);
+
 // L2 norm (fp64) of every tensor of a safetensors file of F32 tensors.
 std::map<std::string, double> TensorNorms(const std::string& safetensors_path);
 // F32 tensor data as doubles.

@@ -19,6 +19,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: latchkey-worker --standalone --spec SPEC.json [--metrics-jsonl FILE] [--save DIR]\n"
+    "                       [--metrics-port N [--metrics-host ADDR] [--linger-seconds S]]\n"
     "                       [--dump-grads DIR --dump-grads-step N]\n"
     "       latchkey-worker tokenize TEXT_FILE OUT.bin\n";
 
@@ -70,6 +71,14 @@ int main(int argc, char** argv) {
       opts.engine.dump_grads_step = std::atoll(v.c_str());
     } else if (a == "--test-skip-kv-reduce") {
       opts.engine.skip_kv_reduction_for_testing = true;
+    } else if (a == "--metrics-port") {
+      if (!value(&v)) return UsageError("--metrics-port needs a port (0 = any free one)");
+      opts.metrics_port = std::atoi(v.c_str());
+    } else if (a == "--metrics-host") {
+      if (!value(&opts.metrics_host)) return UsageError("--metrics-host needs an address");
+    } else if (a == "--linger-seconds") {
+      if (!value(&v)) return UsageError("--linger-seconds needs a number");
+      opts.linger_seconds = std::atof(v.c_str());
     } else if (a == "--quiet") {
       opts.quiet = true;
     } else {

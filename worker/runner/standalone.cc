@@ -5,7 +5,13 @@
 #include <fstream>
 #include <iostream>
 
+#include <chrono>
+#include <thread>
+
 #include "absl/strings/str_replace.h"
+#ifdef LATCHKEY_WITH_METRICS
+#include "worker/metrics/worker_metrics.h"
+#endif
 #include "common/latch.h"
 #include "worker/comm/gloo/gloo_groups.h"
 #include "worker/train/step_jsonl.h"
@@ -60,6 +66,27 @@ absl::Status RunStandalone(const StandaloneOptions& options) {
   auto engine = CreateEngine(*spec, &*groups, options.engine);
   if (!engine.ok()) return engine.status();
 
+#ifdef LATCHKEY_WITH_METRICS
+  WorkerMetrics metrics;
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  if (options.metrics_port >= 0) {
+    auto started = MetricsEndpoint::Start(options.metrics_host, options.metrics_port, &metrics);
+    if (!started.ok()) return started.status();
+    endpoint = *std::move(started);
+    // One line per rank that scripts can parse.
+    std::fprintf(stderr, "rank %d metrics: http://%s:%d/metrics\n", *rank,
+                 options.metrics_host.c_str(), endpoint->port());
+    groups->stats->SetListener([&metrics](const std::string& op, const std::string& group,
+                                          const std::string& tag, int64_t bytes, double secs) {
+      metrics.ObserveCollective(op, group, tag, bytes, secs);
+    });
+  }
+#else
+  if (options.metrics_port >= 0) {
+    return absl::UnimplementedError("--metrics-port: this build has no metrics (LATCHKEY_CORE_ONLY)");
+  }
+#endif
+
   std::ofstream jsonl;
   if (!options.metrics_jsonl.empty()) {
     const std::string path =
@@ -74,6 +101,11 @@ absl::Status RunStandalone(const StandaloneOptions& options) {
     auto report = (*engine)->RunWindow(latch);
     if (!report.ok()) return report.status();
     first_micro_batch += latch.n;
+#ifdef LATCHKEY_WITH_METRICS
+    metrics.ObserveLatchWait(0.0);  // standalone: every rank decides its latch locally
+    metrics.ObserveStep(*report, static_cast<int64_t>(latch.n) * spec->micro_batch_size *
+                                     spec->seq_len);
+#endif
     if (jsonl.is_open()) {
       jsonl << StepReportJson(*rank, *report) << "\n";
       jsonl.flush();
@@ -91,6 +123,12 @@ absl::Status RunStandalone(const StandaloneOptions& options) {
     }
     if (*rank == 0 && !options.quiet) std::cerr << "saved " << options.save_dir << "\n";
   }
+#ifdef LATCHKEY_WITH_METRICS
+  if (endpoint && options.linger_seconds > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(options.linger_seconds));
+  }
+  groups->stats->SetListener(nullptr);
+#endif
   return absl::OkStatus();
 }
 

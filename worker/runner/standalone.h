@@ -16,6 +16,10 @@ struct StandaloneOptions {
   std::string metrics_jsonl;  // "{rank}" replaced by the rank
   std::string save_dir;
   bool quiet = false;
+  // Prometheus endpoint (builds with metrics only): port -1 = off, 0 = pick a free one.
+  std::string metrics_host = "0.0.0.0";
+  int metrics_port = -1;
+  double linger_seconds = 0;  // keep serving metrics this long after the last step
   EngineOptions engine;
 };
 

@@ -1,0 +1,73 @@
+// Test harness for the coordinator's end-to-end tests: an in-process server on loopback, an
+// out-of-process latchkey-coordinator, simple HTTP and subprocess helpers. Test-only.
+#ifndef LATCHKEY_TESTS_COORDINATOR_HARNESS_H_
+#define LATCHKEY_TESTS_COORDINATOR_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/coordinator.h"
+#include "server/metrics.h"
+#include "server/server.h"
+
+namespace latchkey::testing {
+
+// Coordinator (SQLite ":memory:" unless `db` names a file) + gRPC server on 127.0.0.1:0.
+class InProcessCoordinator {
+ public:
+  explicit InProcessCoordinator(CoordinatorOptions options = {}, const std::string& db = ":memory:");
+  ~InProcessCoordinator();
+  std::string address() const;  // "127.0.0.1:PORT"
+  Coordinator& core() { return *core_; }
+  CoordinatorMetrics& metrics() { return metrics_; }
+
+ private:
+  CoordinatorMetrics metrics_;
+  std::unique_ptr<Coordinator> core_;
+  std::unique_ptr<CoordinatorServer> server_;
+};
+
+// latchkey-coordinator as a child process. Start() waits for its port file.
+class CoordinatorProcess {
+ public:
+  // `grpc_port` 0: any free port (a restart can pass the previous one).
+  CoordinatorProcess(std::string db_path, int grpc_port = 0,
+                     std::vector<std::string> extra_args = {});
+  ~CoordinatorProcess();  // SIGKILL if still running
+  bool Start();
+  void Kill9();
+  int Terminate();  // SIGTERM, then the exit status (-1 if it had to be killed)
+  int grpc_port() const { return grpc_port_; }
+  int metrics_port() const { return metrics_port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string db_path_;
+  int grpc_port_;
+  int metrics_port_ = -1;
+  std::vector<std::string> extra_args_;
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
+std::string TempDir();  // a fresh folder under /tmp
+// GET http://127.0.0.1:port/path; the body ("" on failure).
+std::string HttpGet(int port, const std::string& path);
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+// Runs argv (no shell) with a deadline; output captured.
+CommandResult RunCommand(const std::vector<std::string>& argv, int timeout_s = 60);
+
+std::string CoordinatorBinary();
+std::string CliBinary();
+
+}  // namespace latchkey::testing
+
+#endif  // LATCHKEY_TESTS_COORDINATOR_HARNESS_H_

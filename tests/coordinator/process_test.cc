@@ -1,0 +1,301 @@
+// latchkey-coordinator as a separate process: kill -9 and restart on the same SQLite file while
+// workers stream latches; the metrics endpoint under promtool; the CLI's exit codes; SIGTERM.
+#include <signal.h>
+
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "client/job_client.h"
+#include "client/worker_session.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/test_specs.h"
+#include "tests/coordinator/harness.h"
+
+namespace latchkey::testing {
+namespace {
+
+v1::SubmitJobResponse SubmitOrDie(JobClient& client, const SpecParams& p) {
+  v1::SubmitJobRequest req;
+  req.set_spec_json(SpecJson(p));
+  auto r = client.SubmitJob(req);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : v1::SubmitJobResponse();
+}
+
+std::vector<v1::Latch> Audit(JobClient& client, const std::string& job_id) {
+  v1::ListLatchesRequest req;
+  req.set_job_id(job_id);
+  auto r = client.ListLatches(req);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? std::vector<v1::Latch>(r->latches().begin(), r->latches().end())
+                : std::vector<v1::Latch>();
+}
+
+TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
+  constexpr int kWorld = 4;
+  constexpr int kSteps = 30;
+  const std::string db = TempDir() + "/coord.db";
+  const std::vector<std::string> args = {"--latch-lookahead", "2", "--liveness-timeout", "60"};
+  auto first = std::make_unique<CoordinatorProcess>(db, 0, args);
+  ASSERT_TRUE(first->Start());
+  const int port = first->grpc_port();
+  const std::string address = first->address();
+  JobClient client({address, absl::Seconds(5)});
+  SpecParams p;
+  p.world_size = kWorld;
+  p.tp = 2;
+  p.steps = kSteps;
+  const v1::SubmitJobResponse job = SubmitOrDie(client, p);
+
+  absl::Mutex mu;
+  std::vector<int64_t> acked(kWorld, -1);  // highest step whose report the coordinator acked
+  std::vector<std::vector<Latch>> received(kWorld);
+  std::vector<absl::Status> status(kWorld);
+  std::vector<std::thread> workers;
+  for (int i = 0; i < kWorld; ++i) {
+    workers.emplace_back([&, i] {
+      WorkerSessionOptions o;
+      o.coordinator = address;
+      o.job_id = job.job_id();
+      o.join_token = job.join_token();
+      o.worker_id = "proc-worker-" + std::to_string(i);
+      o.requested_rank = i;
+      o.retry_max = absl::Milliseconds(300);
+      o.reconnect_timeout = absl::Seconds(60);
+      auto session = WorkerSession::Join(o);
+      if (!session.ok()) {
+        status[i] = session.status();
+        return;
+      }
+      (*session)->StartLatches(0);
+      for (int64_t s = 0; s < kSteps; ++s) {
+        auto latch = (*session)->AwaitLatch(s, absl::Seconds(60));
+        if (!latch.ok()) {
+          status[i] = latch.status();
+          return;
+        }
+        absl::SleepFor(absl::Milliseconds(30));  // "training"
+        StepMetrics m;
+        m.step = s;
+        m.micro_batches = latch->latch.n;
+        m.kv_mode = latch->latch.kv_mode;
+        m.latch_generation = latch->latch.generation;
+        m.loss = 1.0 + s;
+        absl::Status st = (*session)->ReportStep(m);
+        absl::MutexLock lock(&mu);
+        received[i].push_back(latch->latch);
+        if (!st.ok()) {
+          status[i] = st;
+          return;
+        }
+        acked[i] = s;
+      }
+    });
+  }
+  // Let the job get going, then kill the coordinator without warning.
+  for (int i = 0; i < 300; ++i) {
+    auto j = client.GetJob(job.job_id());
+    if (j.ok() && j->steps_completed() >= 8) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const std::vector<v1::Latch> before = Audit(client, job.job_id());
+  ASSERT_GE(before.size(), 9u);
+  first->Kill9();
+  std::vector<int64_t> acked_at_kill;
+  {
+    absl::MutexLock lock(&mu);
+    acked_at_kill = acked;
+  }
+  absl::SleepFor(absl::Milliseconds(700));  // workers are now retrying
+
+  CoordinatorProcess second(db, port, args);
+  ASSERT_TRUE(second.Start());
+  auto restarted = client.GetJob(job.job_id());
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_NE(restarted->state(), v1::JOB_STATE_FAILED) << restarted->failure_reason();
+  for (const v1::WorkerInfo& w : restarted->workers()) {
+    // Nothing acknowledged before the kill is lost.
+    EXPECT_GE(w.steps_reported(), acked_at_kill[static_cast<size_t>(w.rank())] + 1)
+        << "rank " << w.rank();
+  }
+  const std::vector<v1::Latch> after_restart = Audit(client, job.job_id());
+  ASSERT_GE(after_restart.size(), before.size());
+  for (size_t w = 0; w < before.size(); ++w) {
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(before[w], after_restart[w]))
+        << "latch " << w << " changed across the restart:\n"
+        << before[w].DebugString() << "vs\n"
+        << after_restart[w].DebugString();
+  }
+
+  for (auto& t : workers) t.join();
+  for (int i = 0; i < kWorld; ++i) {
+    EXPECT_TRUE(status[i].ok()) << "worker " << i << ": " << status[i];
+    EXPECT_EQ(received[i].size(), static_cast<size_t>(kSteps)) << "worker " << i;
+    EXPECT_EQ(received[i], received[0]) << "worker " << i;
+  }
+  auto done = client.GetJob(job.job_id());
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->failure_reason();
+  EXPECT_EQ(done->steps_completed(), kSteps);
+  const std::vector<v1::Latch> final_audit = Audit(client, job.job_id());
+  ASSERT_EQ(final_audit.size(), static_cast<size_t>(kSteps));
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_EQ(final_audit[s].first_micro_batch(), received[0][s].first_micro_batch);
+    EXPECT_EQ(final_audit[s].generation(), received[0][s].generation);
+  }
+  EXPECT_EQ(second.Terminate(), 0);
+}
+
+TEST(ProcessTest, MetricsEndpointPassesPromtoolAndSigtermExitsCleanly) {
+  CoordinatorProcess proc(TempDir() + "/coord.db");
+  ASSERT_TRUE(proc.Start());
+  ASSERT_GT(proc.metrics_port(), 0);
+  JobClient client({proc.address(), absl::Seconds(5)});
+  SpecParams p;
+  p.world_size = 1;
+  p.tp = 1;
+  p.steps = 3;
+  const v1::SubmitJobResponse job = SubmitOrDie(client, p);
+  SubmitOrDie(client, SpecParams());  // stays pending
+  WorkerSessionOptions o;
+  o.coordinator = proc.address();
+  o.job_id = job.job_id();
+  o.join_token = job.join_token();
+  auto session = WorkerSession::Join(o);
+  ASSERT_TRUE(session.ok()) << session.status();
+  (*session)->StartLatches(0);
+  for (int64_t s = 0; s < 3; ++s) {
+    auto latch = (*session)->AwaitLatch(s, absl::Seconds(10));
+    ASSERT_TRUE(latch.ok()) << latch.status();
+    StepMetrics m;
+    m.step = s;
+    m.kv_mode = latch->latch.kv_mode;
+    ASSERT_TRUE((*session)->ReportStep(m).ok());
+  }
+  (*session)->Close();
+
+  const std::string text = HttpGet(proc.metrics_port(), "/metrics");
+  EXPECT_NE(text.find("latchkey_jobs{state=\"succeeded\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("latchkey_jobs{state=\"pending\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("latchkey_workers{state=\"done\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("latchkey_latches_published_total{kv_mode=\"coalesced\"} 3"),
+            std::string::npos)
+      << text;
+  const std::string file = TempDir() + "/metrics.txt";
+  std::ofstream(file) << text;
+  CommandResult lint = RunCommand({"/bin/sh", "-c", "promtool check metrics < " + file});
+  EXPECT_EQ(lint.exit_code, 0) << lint.output;
+  EXPECT_EQ(proc.Terminate(), 0);
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    proc_ = std::make_unique<CoordinatorProcess>(TempDir() + "/coord.db");
+    ASSERT_TRUE(proc_->Start());
+    dir_ = TempDir();
+  }
+  CommandResult Cli(std::vector<std::string> args, int timeout_s = 30) {
+    args.insert(args.begin(), {CliBinary(), "--coordinator", proc_->address(), "--timeout", "5"});
+    return RunCommand(args, timeout_s);
+  }
+  std::string WriteFile(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::unique_ptr<CoordinatorProcess> proc_;
+  std::string dir_;
+};
+
+TEST_F(CliTest, ExitCodesScriptsCanRelyOn) {
+  const std::string spec = WriteFile("spec.json", SpecJson());
+  CommandResult r = Cli({"submit", spec});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("job_id: job-000001"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("join_token: "), std::string::npos);
+
+  SpecParams bad;
+  bad.zero_stage = 2;
+  r = Cli({"submit", WriteFile("bad.json", SpecJson(bad))});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("zero_optimization.stage"), std::string::npos) << r.output;
+  EXPECT_EQ(Cli({"submit", dir_ + "/missing.json"}).exit_code, 2);
+  EXPECT_EQ(Cli({"status", "job-424242"}).exit_code, 4);
+  EXPECT_EQ(Cli({"frobnicate"}).exit_code, 2);
+  EXPECT_EQ(Cli({"update", "job-000001"}).exit_code, 2);
+  EXPECT_EQ(Cli({"update", "job-000001", "--kv-reduce", "sideways"}).exit_code, 2);
+  EXPECT_EQ(Cli({"update", "job-000001", "--gas", "0"}).exit_code, 3);
+  r = Cli({"update", "job-000001", "--gas", "2", "--expected-generation", "0"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("from window 0"), std::string::npos) << r.output;
+  EXPECT_EQ(Cli({"update", "job-000001", "--gas", "3", "--expected-generation", "0"}).exit_code,
+            5);  // stale generation: ABORTED
+
+  r = Cli({"status", "job-000001"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PENDING"), std::string::npos) << r.output;
+  r = Cli({"--json", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto listed = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_TRUE(listed.is_object()) << r.output;
+  EXPECT_EQ(listed["jobs"][0]["job_id"], "job-000001");
+  EXPECT_EQ(Cli({"latches", "job-000001"}).exit_code, 0);
+
+  // submit --watch on a job nobody runs: the watch deadline passes.
+  r = Cli({"submit", spec, "--watch", "--watch-timeout", "1"});
+  EXPECT_EQ(r.exit_code, 6) << r.output;
+
+  EXPECT_EQ(Cli({"cancel", "job-000001"}).exit_code, 0);
+  EXPECT_EQ(Cli({"cancel", "job-000001"}).exit_code, 5);
+  r = Cli({"watch", "job-000001"});
+  EXPECT_EQ(r.exit_code, 11) << r.output;
+
+  // Unreachable coordinator.
+  CommandResult down =
+      RunCommand({CliBinary(), "--coordinator", "127.0.0.1:1", "--timeout", "1", "list"});
+  EXPECT_EQ(down.exit_code, 6) << down.output;
+}
+
+TEST_F(CliTest, WatchFollowsAJobToSuccess) {
+  JobClient client({proc_->address(), absl::Seconds(5)});
+  SpecParams p;
+  p.world_size = 1;
+  p.tp = 1;
+  p.steps = 5;
+  const v1::SubmitJobResponse job = SubmitOrDie(client, p);
+  CommandResult watch;
+  std::thread watcher([&] { watch = Cli({"watch", job.job_id()}, 60); });
+  WorkerSessionOptions o;
+  o.coordinator = proc_->address();
+  o.job_id = job.job_id();
+  o.join_token = job.join_token();
+  auto session = WorkerSession::Join(o);
+  ASSERT_TRUE(session.ok()) << session.status();
+  (*session)->StartLatches(0);
+  for (int64_t s = 0; s < 5; ++s) {
+    auto latch = (*session)->AwaitLatch(s, absl::Seconds(10));
+    ASSERT_TRUE(latch.ok()) << latch.status();
+    absl::SleepFor(absl::Milliseconds(100));
+    StepMetrics m;
+    m.step = s;
+    m.kv_mode = latch->latch.kv_mode;
+    m.loss = 2.5;
+    m.tokens = 1000;
+    m.step_seconds = 0.1;
+    ASSERT_TRUE((*session)->ReportStep(m).ok());
+  }
+  watcher.join();
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;
+  EXPECT_NE(watch.output.find("step 5/5"), std::string::npos) << watch.output;
+  EXPECT_NE(watch.output.find("loss 2.5000"), std::string::npos) << watch.output;
+  EXPECT_NE(watch.output.find("tok/s 10000"), std::string::npos) << watch.output;
+  EXPECT_NE(watch.output.find("SUCCEEDED"), std::string::npos) << watch.output;
+}
+
+}  // namespace
+}  // namespace latchkey::testing

@@ -1,0 +1,166 @@
+// The metrics endpoint inside the real latchkey-worker binary (which links libtorch + OpenBLAS:
+// the civetweb TLS pitfall), checked with promtool and scraped by a real Prometheus server.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "tests/support/free_port.h"
+#include "tests/training/specs.h"
+
+extern char** environ;
+
+namespace latchkey::testing {
+namespace {
+
+// Waits until rank `r` printed its metrics address; returns the port (0 on timeout).
+int WaitForMetricsPort(const WorkerGroup& g, int r) {
+  const std::regex re("rank " + std::to_string(r) + " metrics: http://[^:]+:([0-9]+)/metrics");
+  for (int i = 0; i < 600; ++i) {
+    std::smatch m;
+    const std::string err = RankStderr(g, r);
+    if (std::regex_search(err, m, re)) return std::stoi(m[1]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return 0;
+}
+
+std::string Scrape(int port) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(5);
+  c.set_read_timeout(5);
+  auto res = c.Get("/metrics");
+  return res && res->status == 200 ? res->body : "";
+}
+
+// Value of a sample line "name{labels} value" in an exposition (NaN when absent).
+double Sample(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return NAN;
+}
+
+int RunCommand(const std::vector<std::string>& args, const std::string& stdin_file = "") {
+  std::vector<char*> argv;
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (!stdin_file.empty()) posix_spawn_file_actions_addopen(&fa, 0, stdin_file.c_str(), O_RDONLY, 0);
+  pid_t pid;
+  if (posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) return -1;
+  posix_spawn_file_actions_destroy(&fa);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+nlohmann::json MetricsSpec() {
+  RunShape s;
+  s.tp = 2;
+  s.gas = 2;
+  s.steps = 4;
+  s.kv_reduce = "coalesced";
+  return FixtureSpec(s);
+}
+
+TEST(WorkerMetrics, EndpointCountsMatchJsonlAndPassPromtool) {
+  WorkerGroup g = StartWorkers(MetricsSpec(), 2,
+                               {"--metrics-port", "0", "--metrics-host", "127.0.0.1",
+                                "--linger-seconds", "60"});
+  const int port = WaitForMetricsPort(g, 0);
+  ASSERT_GT(port, 0) << RankStderr(g, 0);
+  // Wait for the 4 steps to be reported.
+  std::string text;
+  for (int i = 0; i < 600; ++i) {
+    text = Scrape(port);
+    if (Sample(text, "latchkey_optimizer_steps_total") == 4) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(Sample(text, "latchkey_optimizer_steps_total"), 4) << text;
+  const std::string path = g.run.dir + "/metrics.txt";
+  std::ofstream(path) << text;
+  EXPECT_EQ(RunCommand({"promtool", "check", "metrics"}, path), 0) << text;
+
+  for (int pid : g.pids) kill(pid, SIGTERM);
+  WorkerRun run = WaitWorkers(std::move(g), std::chrono::seconds(30));
+  ASSERT_EQ(run.steps[0].size(), 4u);
+  double kv = 0, tp_calls = 0;
+  for (const auto& step : run.steps[0]) {
+    kv += step["kv_allreduce_calls"].get<double>();
+    tp_calls += step["collective_calls"]["all_reduce/tp"].get<double>();
+  }
+  EXPECT_EQ(kv, 4.0);  // coalesced: 1 per step
+  EXPECT_EQ(Sample(text, "latchkey_kv_allreduce_total{mode=\"coalesced\"}"), kv);
+  EXPECT_EQ(Sample(text, "latchkey_kv_allreduce_total{mode=\"per_micro_batch\"}"), 0);
+  EXPECT_EQ(Sample(text, "latchkey_collective_calls_total{group=\"tp\",op=\"all_reduce\"}"),
+            tp_calls);
+  EXPECT_EQ(Sample(text, "latchkey_tokens_total"), 4 * 2 * 2 * 32);  // steps * GAS * MB * S
+  EXPECT_NEAR(Sample(text, "latchkey_loss"), run.steps[0][3]["loss"].get<double>(), 1e-6);
+  EXPECT_EQ(Sample(text, "latchkey_step_seconds_count"), 4);
+}
+
+TEST(WorkerMetrics, RealPrometheusScrapesTheWorker) {
+  WorkerGroup g = StartWorkers(MetricsSpec(), 2,
+                               {"--metrics-port", "0", "--metrics-host", "127.0.0.1",
+                                "--linger-seconds", "120"});
+  const int port = WaitForMetricsPort(g, 0);
+  ASSERT_GT(port, 0) << RankStderr(g, 0);
+  std::string text;
+  for (int i = 0; i < 600 && Sample(text, "latchkey_optimizer_steps_total") != 4; ++i) {
+    text = Scrape(port);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const double endpoint_value = Sample(text, "latchkey_kv_allreduce_total{mode=\"coalesced\"}");
+  ASSERT_EQ(endpoint_value, 4.0) << text;
+
+  const std::string dir = g.run.dir + "/prometheus";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/prometheus.yml")
+      << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: latchkey-worker\n"
+      << "    static_configs:\n      - targets: ['127.0.0.1:" << port << "']\n";
+  const int prom_port = FreePort();
+  std::vector<std::string> args = {"prometheus", "--config.file=" + dir + "/prometheus.yml",
+                                   "--storage.tsdb.path=" + dir + "/data",
+                                   "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  const std::string log = dir + "/prometheus.log";
+  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t prom = 0;
+  ASSERT_EQ(posix_spawnp(&prom, "prometheus", &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+
+  double scraped = NAN;
+  httplib::Client c("127.0.0.1", prom_port);
+  c.set_read_timeout(5);
+  for (int i = 0; i < 120 && std::isnan(scraped); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    auto res = c.Get("/api/v1/query?query=latchkey_kv_allreduce_total%7Bmode%3D%22coalesced%22%7D");
+    if (!res || res->status != 200) continue;
+    const auto body = nlohmann::json::parse(res->body, nullptr, false);
+    if (body.is_discarded() || body["data"]["result"].empty()) continue;
+    scraped = std::stod(body["data"]["result"][0]["value"][1].get<std::string>());
+  }
+  kill(prom, SIGTERM);
+  waitpid(prom, nullptr, 0);
+  for (int pid : g.pids) kill(pid, SIGTERM);
+  WaitWorkers(std::move(g), std::chrono::seconds(30));
+  EXPECT_EQ(scraped, endpoint_value);
+}
+
+}  // namespace
+}  // namespace latchkey::testing

@@ -1,0 +1,154 @@
+#include "worker/metrics/worker_metrics.h"
+
+#include <httplib.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+namespace latchkey {
+
+namespace {
+// Collectives here take ~0.1 ms .. seconds; steps ~10 ms .. minutes.
+const prometheus::Histogram::BucketBoundaries kCollectiveBuckets = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5};
+const prometheus::Histogram::BucketBoundaries kStepBuckets = {
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
+const prometheus::Histogram::BucketBoundaries kWaitBuckets = {
+    0.00001, 0.0001, 0.001, 0.01, 0.1, 1, 10};
+}  // namespace
+
+struct WorkerMetrics::Families {
+  prometheus::Family<prometheus::Counter>* kv_allreduce;
+  prometheus::Family<prometheus::Counter>* collective_calls;
+  prometheus::Family<prometheus::Counter>* collective_bytes;
+  prometheus::Family<prometheus::Histogram>* collective_seconds;
+  prometheus::Histogram* step_seconds;
+  prometheus::Counter* optimizer_steps;
+  prometheus::Counter* tokens;
+  prometheus::Gauge* loss;
+  prometheus::Gauge* grad_norm;
+  prometheus::Gauge* optimizer_state_bytes;
+  prometheus::Histogram* latch_wait;
+};
+
+WorkerMetrics::WorkerMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()), f_(std::make_unique<Families>()) {
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+  f_->kv_allreduce = &BuildCounter()
+                          .Name("latchkey_kv_allreduce_total")
+                          .Help("Replicated K/V gradient all-reduces issued over TP, by kv_mode")
+                          .Register(*registry_);
+  for (const char* mode : {"per_micro_batch", "deferred", "coalesced"}) {
+    f_->kv_allreduce->Add({{"mode", mode}});  // present (0) before the first step
+  }
+  f_->collective_calls = &BuildCounter()
+                              .Name("latchkey_collective_calls_total")
+                              .Help("Collectives issued by this rank, by op and group")
+                              .Register(*registry_);
+  f_->collective_bytes = &BuildCounter()
+                              .Name("latchkey_collective_bytes_total")
+                              .Help("Payload bytes of the collectives issued by this rank")
+                              .Register(*registry_);
+  f_->collective_seconds = &BuildHistogram()
+                                .Name("latchkey_collective_seconds")
+                                .Help("Wall time of one collective")
+                                .Register(*registry_);
+  f_->step_seconds = &BuildHistogram()
+                          .Name("latchkey_step_seconds")
+                          .Help("Wall time of one optimizer step (window) on this rank")
+                          .Register(*registry_)
+                          .Add({}, kStepBuckets);
+  f_->optimizer_steps = &BuildCounter()
+                             .Name("latchkey_optimizer_steps_total")
+                             .Help("Optimizer steps completed")
+                             .Register(*registry_)
+                             .Add({});
+  f_->tokens = &BuildCounter()
+                    .Name("latchkey_tokens_total")
+                    .Help("Tokens this rank consumed")
+                    .Register(*registry_)
+                    .Add({});
+  f_->loss = &BuildGauge()
+                  .Name("latchkey_loss")
+                  .Help("Mean loss of the last window across DP")
+                  .Register(*registry_)
+                  .Add({});
+  f_->grad_norm = &BuildGauge()
+                       .Name("latchkey_grad_norm")
+                       .Help("Global gradient norm of the last window, before clipping")
+                       .Register(*registry_)
+                       .Add({});
+  f_->optimizer_state_bytes = &BuildGauge()
+                                   .Name("latchkey_optimizer_state_bytes")
+                                   .Help("Optimizer state held by this rank (ZeRO-1: partition)")
+                                   .Register(*registry_)
+                                   .Add({});
+  f_->latch_wait = &BuildHistogram()
+                        .Name("latchkey_latch_wait_seconds")
+                        .Help("Time a window waited for its latch")
+                        .Register(*registry_)
+                        .Add({}, kWaitBuckets);
+}
+
+WorkerMetrics::~WorkerMetrics() = default;
+
+void WorkerMetrics::ObserveCollective(const std::string& op, const std::string& group,
+                                      const std::string& tag, int64_t bytes, double seconds) {
+  (void)tag;
+  const prometheus::Labels labels = {{"op", op}, {"group", group}};
+  f_->collective_calls->Add(labels).Increment();
+  f_->collective_bytes->Add(labels).Increment(static_cast<double>(bytes));
+  f_->collective_seconds->Add(labels, kCollectiveBuckets).Observe(seconds);
+}
+
+void WorkerMetrics::ObserveStep(const StepReport& r, int64_t rank_tokens) {
+  f_->kv_allreduce->Add({{"mode", KvModeName(r.kv_mode)}})
+      .Increment(static_cast<double>(r.kv_allreduce_calls));
+  f_->step_seconds->Observe(r.step_seconds);
+  f_->optimizer_steps->Increment();
+  f_->tokens->Increment(static_cast<double>(rank_tokens));
+  f_->loss->Set(r.loss);
+  f_->grad_norm->Set(r.grad_norm);
+  f_->optimizer_state_bytes->Set(static_cast<double>(r.optimizer_state_bytes));
+}
+
+void WorkerMetrics::ObserveLatchWait(double seconds) { f_->latch_wait->Observe(seconds); }
+
+std::string WorkerMetrics::Serialize() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
+    const std::string& host, int port, const WorkerMetrics* metrics) {
+  std::unique_ptr<MetricsEndpoint> e(new MetricsEndpoint());
+  e->server_ = std::make_unique<httplib::Server>();
+  e->server_->Get("/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics->Serialize(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  e->server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("latchkey-worker: metrics at /metrics\n", "text/plain");
+  });
+  if (port == 0) {
+    e->port_ = e->server_->bind_to_any_port(host);
+  } else {
+    e->port_ = e->server_->bind_to_port(host, port) ? port : -1;
+  }
+  if (e->port_ <= 0) {
+    return absl::UnavailableError("--metrics-port: cannot listen on " + host + ":" +
+                                  std::to_string(port));
+  }
+  httplib::Server* server = e->server_.get();
+  e->thread_ = std::thread([server] { server->listen_after_bind(); });
+  return e;
+}
+
+MetricsEndpoint::~MetricsEndpoint() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace latchkey
