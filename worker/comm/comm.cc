@@ -17,6 +17,10 @@ size_t DataTypeSize(DataType t) {
 Group::Group(std::string name, int rank, int size, std::shared_ptr<CollectiveStats> stats)
     : name_(std::move(name)), rank_(rank), size_(size), stats_(std::move(stats)) {}
 
+std::chrono::milliseconds Group::Timeout(const CollectiveOptions& opts) const {
+  return opts.timeout.count() > 0 ? opts.timeout : default_timeout_;
+}
+
 template <typename Fn>
 absl::Status Group::Run(const char* op, size_t bytes, const CollectiveOptions& opts, Fn&& fn) {
   const auto start = std::chrono::steady_clock::now();
@@ -36,7 +40,7 @@ absl::Status Group::AllReduceSum(void* data, size_t count, DataType type,
                                  const CollectiveOptions& opts) {
   if (size_ <= 1 || count == 0) return absl::OkStatus();
   return Run("all_reduce", count * DataTypeSize(type), opts,
-             [&] { return DoAllReduceSum(data, count, type, opts.timeout); });
+             [&] { return DoAllReduceSum(data, count, type, Timeout(opts)); });
 }
 
 absl::Status Group::AllGather(const void* in, void* out, size_t count, DataType type,
@@ -47,7 +51,7 @@ absl::Status Group::AllGather(const void* in, void* out, size_t count, DataType 
   }
   if (count == 0) return absl::OkStatus();
   return Run("all_gather", count * DataTypeSize(type), opts,
-             [&] { return DoAllGather(in, out, count, type, opts.timeout); });
+             [&] { return DoAllGather(in, out, count, type, Timeout(opts)); });
 }
 
 absl::Status Group::ReduceScatterSum(const void* in, void* out, size_t count, DataType type,
@@ -58,7 +62,7 @@ absl::Status Group::ReduceScatterSum(const void* in, void* out, size_t count, Da
   }
   if (count == 0) return absl::OkStatus();
   return Run("reduce_scatter", count * size_ * DataTypeSize(type), opts,
-             [&] { return DoReduceScatterSum(in, out, count, type, opts.timeout); });
+             [&] { return DoReduceScatterSum(in, out, count, type, Timeout(opts)); });
 }
 
 absl::Status Group::Broadcast(void* data, size_t count, DataType type, int root,
@@ -70,12 +74,12 @@ absl::Status Group::Broadcast(void* data, size_t count, DataType type, int root,
   }
   if (size_ <= 1 || count == 0) return absl::OkStatus();
   return Run("broadcast", count * DataTypeSize(type), opts,
-             [&] { return DoBroadcast(data, count, type, root, opts.timeout); });
+             [&] { return DoBroadcast(data, count, type, root, Timeout(opts)); });
 }
 
 absl::Status Group::Barrier(const CollectiveOptions& opts) {
   if (size_ <= 1) return absl::OkStatus();
-  return Run("barrier", 0, opts, [&] { return DoBarrier(opts.timeout); });
+  return Run("barrier", 0, opts, [&] { return DoBarrier(Timeout(opts)); });
 }
 
 // SingleRankGroup: the public methods already return before reaching these.

@@ -30,7 +30,8 @@ enum class DataType { kFloat32, kFloat64 };
 size_t DataTypeSize(DataType t);
 
 struct CollectiveOptions {
-  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
+  // 0 = the group's default timeout (kDefaultCollectiveTimeout unless set_default_timeout).
+  std::chrono::milliseconds timeout{0};
   // Counted separately under this tag as well (e.g. kKvTag for the replicated K/V reduction).
   const char* tag = nullptr;
 };
@@ -47,6 +48,8 @@ class Group {
   const std::string& name() const { return name_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
+  std::chrono::milliseconds default_timeout() const { return default_timeout_; }
+  void set_default_timeout(std::chrono::milliseconds t) { default_timeout_ = t; }
 
   // In-place sum over the group of data[0, count).
   absl::Status AllReduceSum(void* data, size_t count, DataType type,
@@ -73,6 +76,7 @@ class Group {
   virtual absl::Status DoBarrier(std::chrono::milliseconds timeout) = 0;
 
  private:
+  std::chrono::milliseconds Timeout(const CollectiveOptions& opts) const;
   template <typename Fn>
   absl::Status Run(const char* op, size_t bytes, const CollectiveOptions& opts, Fn&& fn);
 
@@ -80,6 +84,7 @@ class Group {
   int rank_;
   int size_;
   std::shared_ptr<CollectiveStats> stats_;
+  std::chrono::milliseconds default_timeout_ = kDefaultCollectiveTimeout;
 };
 
 // The is_parallel predicate: false for an absent dimension (null) and for a single-rank group.

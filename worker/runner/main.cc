@@ -1,6 +1,9 @@
 // latchkey-worker: one rank of a latchkey job.
 //
-//   latchkey-worker --standalone --spec SPEC.json [--metrics-jsonl FILE] [--save DIR]
+//   latchkey-worker --coordinator HOST:PORT --job JOB_ID --join-token TOKEN [outputs...]
+//       joins a job at the coordinator (flags or LATCHKEY_COORDINATOR, LATCHKEY_JOB_ID,
+//       LATCHKEY_JOIN_TOKEN; RANK, when set, asks for that rank).
+//   latchkey-worker --standalone --spec SPEC.json [outputs...]
 //       torchrun-style env: RANK, WORLD_SIZE (default 0 and 1), MASTER_ADDR (127.0.0.1),
 //       MASTER_PORT (29500), LOCAL_WORLD_SIZE (ranks on this machine; default WORLD_SIZE).
 //   latchkey-worker tokenize TEXT_FILE OUT.bin      byte-level (vocab 256) uint16 tokens
@@ -12,20 +15,31 @@
 #include <string>
 #include <vector>
 
-#include "worker/runner/standalone.h"
 #include "worker/data/token_source.h"
+#include "worker/runner/standalone.h"
+#ifdef LATCHKEY_WITH_COORDINATOR
+#include "worker/runner/coordinated.h"
+#endif
 
 namespace {
 
 constexpr char kUsage[] =
-    "usage: latchkey-worker --standalone --spec SPEC.json [--metrics-jsonl FILE] [--save DIR]\n"
-    "                       [--metrics-port N [--metrics-host ADDR] [--linger-seconds S]]\n"
-    "                       [--dump-grads DIR --dump-grads-step N]\n"
-    "       latchkey-worker tokenize TEXT_FILE OUT.bin\n";
+    "usage: latchkey-worker --coordinator HOST:PORT --job JOB_ID --join-token TOKEN [options]\n"
+    "       latchkey-worker --standalone --spec SPEC.json [options]\n"
+    "       latchkey-worker tokenize TEXT_FILE OUT.bin\n"
+    "options: --metrics-jsonl FILE  --save DIR  --quiet\n"
+    "         --metrics-port N (0 = any free port)  --metrics-host ADDR  --linger-seconds S\n"
+    "         --collective-timeout-seconds S (default 120)  --advertise-host ADDR\n"
+    "         --dump-grads DIR --dump-grads-step N\n";
 
 int UsageError(const std::string& msg) {
   std::cerr << "latchkey-worker: " << msg << "\n" << kUsage;
   return 2;
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
 }
 
 }  // namespace
@@ -46,8 +60,13 @@ int main(int argc, char** argv) {
     std::cout << "wrote " << *n << " tokens (uint16, vocab 256) to " << args[2] << "\n";
     return 0;
   }
-  latchkey::StandaloneOptions opts;
   bool standalone = false;
+  std::string spec_path, save_dir, coordinator = Env("LATCHKEY_COORDINATOR"),
+                                   job = Env("LATCHKEY_JOB_ID"),
+                                   token = Env("LATCHKEY_JOIN_TOKEN"), advertise;
+  int collective_timeout = 120;
+  latchkey::OutputOptions outputs;
+  latchkey::EngineOptions engine;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](std::string* out) -> bool {
@@ -59,37 +78,73 @@ int main(int argc, char** argv) {
     if (a == "--standalone") {
       standalone = true;
     } else if (a == "--spec") {
-      if (!value(&opts.spec_path)) return UsageError("--spec needs a file");
+      if (!value(&spec_path)) return UsageError("--spec needs a file");
+    } else if (a == "--coordinator") {
+      if (!value(&coordinator)) return UsageError("--coordinator needs HOST:PORT");
+    } else if (a == "--job") {
+      if (!value(&job)) return UsageError("--job needs a job id");
+    } else if (a == "--join-token") {
+      if (!value(&token)) return UsageError("--join-token needs a token");
+    } else if (a == "--advertise-host") {
+      if (!value(&advertise)) return UsageError("--advertise-host needs an address");
     } else if (a == "--metrics-jsonl") {
-      if (!value(&opts.metrics_jsonl)) return UsageError("--metrics-jsonl needs a file");
+      if (!value(&outputs.metrics_jsonl)) return UsageError("--metrics-jsonl needs a file");
     } else if (a == "--save") {
-      if (!value(&opts.save_dir)) return UsageError("--save needs a directory");
-    } else if (a == "--dump-grads") {
-      if (!value(&opts.engine.dump_grads_dir)) return UsageError("--dump-grads needs a directory");
-    } else if (a == "--dump-grads-step") {
-      if (!value(&v)) return UsageError("--dump-grads-step needs a number");
-      opts.engine.dump_grads_step = std::atoll(v.c_str());
-    } else if (a == "--test-skip-kv-reduce") {
-      opts.engine.skip_kv_reduction_for_testing = true;
+      if (!value(&save_dir)) return UsageError("--save needs a directory");
     } else if (a == "--metrics-port") {
       if (!value(&v)) return UsageError("--metrics-port needs a port (0 = any free one)");
-      opts.metrics_port = std::atoi(v.c_str());
+      outputs.metrics_port = std::atoi(v.c_str());
     } else if (a == "--metrics-host") {
-      if (!value(&opts.metrics_host)) return UsageError("--metrics-host needs an address");
+      if (!value(&outputs.metrics_host)) return UsageError("--metrics-host needs an address");
     } else if (a == "--linger-seconds") {
       if (!value(&v)) return UsageError("--linger-seconds needs a number");
-      opts.linger_seconds = std::atof(v.c_str());
+      outputs.linger_seconds = std::atof(v.c_str());
+    } else if (a == "--collective-timeout-seconds") {
+      if (!value(&v) || std::atoi(v.c_str()) <= 0) {
+        return UsageError("--collective-timeout-seconds needs a positive number");
+      }
+      collective_timeout = std::atoi(v.c_str());
+    } else if (a == "--dump-grads") {
+      if (!value(&engine.dump_grads_dir)) return UsageError("--dump-grads needs a directory");
+    } else if (a == "--dump-grads-step") {
+      if (!value(&v)) return UsageError("--dump-grads-step needs a number");
+      engine.dump_grads_step = std::atoll(v.c_str());
+    } else if (a == "--test-skip-kv-reduce") {
+      engine.skip_kv_reduction_for_testing = true;
     } else if (a == "--quiet") {
-      opts.quiet = true;
+      outputs.quiet = true;
     } else {
       return UsageError("unknown argument '" + a + "'");
     }
   }
-  if (!standalone) {
-    return UsageError("only --standalone mode is available in this build");
+  absl::Status st;
+  if (standalone) {
+    if (spec_path.empty()) return UsageError("--spec is required with --standalone");
+    latchkey::StandaloneOptions opts;
+    opts.spec_path = spec_path;
+    opts.save_dir = save_dir;
+    opts.outputs = outputs;
+    opts.engine = engine;
+    opts.collective_timeout_seconds = collective_timeout;
+    st = latchkey::RunStandalone(opts);
+  } else {
+#ifdef LATCHKEY_WITH_COORDINATOR
+    if (job.empty()) return UsageError("--job (or LATCHKEY_JOB_ID) is required");
+    latchkey::CoordinatedOptions opts;
+    if (!coordinator.empty()) opts.coordinator = coordinator;
+    opts.job_id = job;
+    opts.join_token = token;
+    opts.advertise_host = advertise;
+    if (const std::string r = Env("RANK"); !r.empty()) opts.requested_rank = std::atoi(r.c_str());
+    opts.save_dir = save_dir;
+    opts.outputs = outputs;
+    opts.engine = engine;
+    opts.collective_timeout_seconds = collective_timeout;
+    st = latchkey::RunCoordinated(opts);
+#else
+    return UsageError("this build has only --standalone mode (built with LATCHKEY_CORE_ONLY)");
+#endif
   }
-  if (opts.spec_path.empty()) return UsageError("--spec is required");
-  absl::Status st = latchkey::RunStandalone(opts);
   if (!st.ok()) {
     std::cerr << "latchkey-worker: " << st.message() << "\n";
     return 1;

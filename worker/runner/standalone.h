@@ -7,20 +7,17 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "worker/runner/rank_outputs.h"
 #include "worker/train/engine.h"
 
 namespace latchkey {
 
 struct StandaloneOptions {
   std::string spec_path;
-  std::string metrics_jsonl;  // "{rank}" replaced by the rank
   std::string save_dir;
-  bool quiet = false;
-  // Prometheus endpoint (builds with metrics only): port -1 = off, 0 = pick a free one.
-  std::string metrics_host = "0.0.0.0";
-  int metrics_port = -1;
-  double linger_seconds = 0;  // keep serving metrics this long after the last step
+  OutputOptions outputs;
   EngineOptions engine;
+  int collective_timeout_seconds = 120;
 };
 
 absl::Status RunStandalone(const StandaloneOptions& options);

@@ -265,6 +265,9 @@ absl::StatusOr<ProcessGroups> CreateGlooProcessGroups(const RendezvousConfig& co
                                   std::to_string(config.port) + " (rank " +
                                   std::to_string(config.rank) + "): " + what);
   }
+  for (Group* grp : {g.world.get(), g.tp_group.get(), g.dp_group.get()}) {
+    grp->set_default_timeout(config.collective_timeout);
+  }
   return g;
 }
 

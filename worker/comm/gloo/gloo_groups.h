@@ -29,6 +29,8 @@ struct RendezvousConfig {
   // address, else $LATCHKEY_GLOO_HOSTNAME or this machine's hostname.
   std::string local_address;
   std::chrono::milliseconds rendezvous_timeout = kDefaultRendezvousTimeout;
+  // Default timeout of every collective on the groups formed.
+  std::chrono::milliseconds collective_timeout = kDefaultCollectiveTimeout;
 };
 
 // Forms the world, TP and DP groups of this rank. Blocks until every rank has joined or the

@@ -1,0 +1,69 @@
+// Shared pieces of the `latchkey` CLI: exit codes, the global options every subcommand sees,
+// and the registration function each subcommand file provides.
+//
+// Adding a subcommand (e.g. `latchkey up`): write up_command.cc with
+//   void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+// declare it here, call it from main.cc, and list the file in client/CMakeLists.txt.
+#ifndef LATCHKEY_CLIENT_CLI_CLI_H_
+#define LATCHKEY_CLIENT_CLI_CLI_H_
+
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "client/job_client.h"
+
+namespace latchkey::cli {
+
+// Exit codes scripts can rely on (also in `latchkey --help`).
+enum ExitCode : int {
+  kOk = 0,               // success; for submit --watch / watch: the job SUCCEEDED
+  kError = 1,            // anything else (internal error, unexpected reply)
+  kUsage = 2,            // bad command line, unreadable spec file
+  kInvalid = 3,          // INVALID_ARGUMENT: spec or argument refused (message names the field)
+  kNotFound = 4,         // NOT_FOUND: no such job
+  kConflict = 5,         // FAILED_PRECONDITION / ABORTED: wrong state, stale generation
+  kUnavailable = 6,      // UNAVAILABLE / DEADLINE_EXCEEDED: coordinator unreachable or slow
+  kUnauthenticated = 7,  // UNAUTHENTICATED / PERMISSION_DENIED
+  kJobFailed = 10,       // watched job ended FAILED
+  kJobCancelled = 11,    // watched job ended CANCELLED
+};
+
+inline constexpr char kExitCodeHelp[] =
+    "Exit codes: 0 ok (watch: job succeeded), 1 error, 2 usage, 3 invalid argument/spec, "
+    "4 job not found, 5 wrong state/conflict, 6 coordinator unreachable/timeout, "
+    "7 unauthenticated, 10 watched job failed, 11 watched job cancelled.";
+
+struct CliContext {
+  std::string coordinator = kDefaultCoordinator;
+  double timeout_s = absl::ToDoubleSeconds(kDefaultRpcTimeout);
+  bool json = false;  // machine-readable output where a command supports it
+
+  ClientOptions client_options() const {
+    ClientOptions o;
+    o.coordinator = coordinator;
+    o.timeout = absl::Seconds(timeout_s);
+    return o;
+  }
+};
+
+// Prints "latchkey: <message>" to stderr and returns the exit code for the status's code.
+int Fail(const absl::Status& status);
+
+// Subcommands. Each registers itself on `app`; when it runs it stores its exit code.
+void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+void AddWatchCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+void AddListCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+void AddStatusCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+void AddCancelCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+void AddUpdateCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+void AddLatchesCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code);  // up_command.cc
+
+// Follows a job until it ends, printing progress (a live bar on a terminal, one line per step
+// otherwise). Returns kOk / kJobFailed / kJobCancelled, or the error's code.
+int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_seconds);
+
+}  // namespace latchkey::cli
+
+#endif  // LATCHKEY_CLIENT_CLI_CLI_H_

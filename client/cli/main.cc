@@ -1,0 +1,42 @@
+// latchkey: the command-line client of latchkey-coordinator.
+//
+//   latchkey [--coordinator HOST:PORT] [--timeout S] [--json] COMMAND ...
+//   submit SPEC.json [--watch] | list | status JOB | watch JOB | cancel JOB |
+//   update JOB --kv-reduce MODE | --gas N | latches JOB | up [--spec SPEC.json]
+#include <cstdlib>
+#include <iostream>
+
+#include "client/cli/cli.h"
+
+int main(int argc, char** argv) {
+  using namespace latchkey::cli;  // NOLINT: the CLI's own namespace
+  CliContext ctx;
+  if (const char* env = std::getenv("LATCHKEY_COORDINATOR"); env && *env) ctx.coordinator = env;
+  CLI::App app{"latchkey: submit and follow latchkey training jobs", "latchkey"};
+  app.footer(std::string(kExitCodeHelp) +
+             "\nThe coordinator defaults to $LATCHKEY_COORDINATOR, else localhost:50051.");
+  app.require_subcommand(1);
+  app.add_option("--coordinator", ctx.coordinator, "coordinator address HOST:PORT")
+      ->capture_default_str();
+  app.add_option("--timeout", ctx.timeout_s, "deadline of each call, seconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--json", ctx.json, "machine-readable output (one JSON object per line)");
+
+  int exit_code = kOk;
+  AddSubmitCommand(app, ctx, &exit_code);
+  AddListCommand(app, ctx, &exit_code);
+  AddStatusCommand(app, ctx, &exit_code);
+  AddWatchCommand(app, ctx, &exit_code);
+  AddCancelCommand(app, ctx, &exit_code);
+  AddUpdateCommand(app, ctx, &exit_code);
+  AddLatchesCommand(app, ctx, &exit_code);
+  AddUpCommand(app, ctx, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kOk : kUsage;
+  }
+  return exit_code;
+}

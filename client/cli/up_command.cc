@@ -1,0 +1,291 @@
+// `latchkey up`: the local launcher. Starts an embedded coordinator (its SQLite file in the run
+// folder), submits the job, starts one latchkey-worker process per rank on this machine (Gloo on
+// CPU), shows live progress, prints where the metrics endpoints are, and ends with a summary
+// table from the ranks' per-step JSONL. Ctrl-C cancels the job and stops everything it started.
+// A crashed worker fails the job (the coordinator names the rank) and `up` exits non-zero.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "client/cli/cli.h"
+
+extern char** environ;
+
+namespace latchkey::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct UpOptions {
+  std::string spec = "examples/demo.json";
+  std::string run_dir;  // default runs/up-<unix time>
+  int workers = 0;      // 0 = the spec's world size
+  double liveness_s = 10;
+  int collective_timeout_s = 30;
+  double max_seconds = 24 * 3600;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The build tree puts the binaries at build/{client,server,worker}/; an install puts them on
+// PATH. Prefer siblings of this executable's folder, then PATH.
+std::string FindBinary(const std::string& name, const std::string& subdir) {
+  const fs::path self = fs::read_symlink("/proc/self/exe");
+  for (const fs::path& p : {self.parent_path() / name, self.parent_path().parent_path() / subdir / name}) {
+    if (fs::exists(p)) return p.string();
+  }
+  return name;  // PATH lookup by posix_spawnp
+}
+
+pid_t Spawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env,
+            const std::string& log) {
+  std::vector<std::string> env = extra_env;
+  for (char** e = environ; *e; ++e) env.push_back(*e);
+  std::vector<char*> argv, envp;
+  std::vector<std::string> a = args;
+  for (auto& s : a) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  for (auto& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);  // children get a normal signal mask back
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = -1;
+  if (posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data()) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  return pid;
+}
+
+// Stops children: SIGTERM, then SIGKILL after `grace`.
+void Stop(const std::vector<pid_t>& pids, std::chrono::seconds grace) {
+  for (pid_t p : pids) {
+    if (p > 0) kill(p, SIGTERM);
+  }
+  const auto until = std::chrono::steady_clock::now() + grace;
+  for (pid_t p : pids) {
+    if (p <= 0) continue;
+    while (waitpid(p, nullptr, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > until) {
+        kill(p, SIGKILL);
+        waitpid(p, nullptr, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void PrintSummary(const std::string& jsonl) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(jsonl);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) rows.push_back(nlohmann::json::parse(line, nullptr, false));
+  }
+  if (rows.empty()) return;
+  std::vector<double> secs;
+  std::map<std::string, std::pair<int64_t, int64_t>> kv;  // mode -> (calls, steps)
+  std::map<std::string, int64_t> calls;
+  int64_t tokens = 0;
+  for (const auto& r : rows) {
+    secs.push_back(r["step_seconds"].get<double>());
+    auto& k = kv[r["kv_mode"].get<std::string>()];
+    k.first += r["kv_allreduce_calls"].get<int64_t>();
+    k.second += 1;
+    for (auto it = r["collective_calls"].begin(); it != r["collective_calls"].end(); ++it) {
+      calls[it.key()] += it.value().get<int64_t>();
+    }
+    tokens += r["tokens"].get<int64_t>();
+  }
+  const double median = Median(secs);
+  std::printf("\nsummary (rank 0)\n");
+  std::printf("  %-30s %zu\n", "steps", rows.size());
+  std::printf("  %-30s %.4f -> %.4f\n", "loss first -> final", rows.front()["loss"].get<double>(),
+              rows.back()["loss"].get<double>());
+  for (const auto& [mode, k] : kv) {
+    std::printf("  %-30s %.1f  (%lld steps)\n", ("K/V all-reduces/step, " + mode).c_str(),
+                static_cast<double>(k.first) / k.second, static_cast<long long>(k.second));
+  }
+  for (const auto& [key, n] : calls) {
+    std::printf("  %-30s %.1f\n", ("collectives/step " + key).c_str(),
+                static_cast<double>(n) / rows.size());
+  }
+  std::printf("  %-30s %.3f s\n", "median step time", median);
+  std::printf("  %-30s %.0f\n", "tokens/s (median step)",
+              rows.back()["tokens"].get<double>() / std::max(median, 1e-9));
+}
+
+int RunUp(const CliContext& ctx_in, const UpOptions& o) {
+  // Signals go to one thread (sigwait) so Ctrl-C can stop the children from anywhere.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGUSR1);  // our own wake-up of the signal thread at the end
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  std::ifstream spec_in(o.spec);
+  if (!spec_in) return Fail(absl::InvalidArgumentError("--spec: cannot read '" + o.spec + "'"));
+  const std::string spec_text = ReadFile(o.spec);
+  const nlohmann::json spec = nlohmann::json::parse(spec_text, nullptr, false);
+  if (spec.is_discarded()) return Fail(absl::InvalidArgumentError("--spec: not valid JSON"));
+  int world = o.workers;
+  if (world == 0) {
+    world = spec.value("latchkey", nlohmann::json::object())
+                .value("world_size",
+                       spec.value("tensor_parallel", nlohmann::json::object()).value("autotp_size", 1));
+  }
+  const std::string run = fs::absolute(o.run_dir.empty()
+                                           ? "runs/up-" + std::to_string(std::time(nullptr))
+                                           : o.run_dir)
+                              .string();
+  fs::create_directories(run);
+
+  std::vector<pid_t> children;
+  const std::string coord_log = run + "/coordinator.log";
+  const pid_t coord = Spawn({FindBinary("latchkey-coordinator", "server"), "--listen",
+                             "127.0.0.1:0", "--db", run + "/coordinator.db", "--metrics-host",
+                             "127.0.0.1", "--metrics-port", "0", "--port-file",
+                             run + "/ports.json", "--liveness-timeout",
+                             std::to_string(o.liveness_s), "--heartbeat-interval",
+                             std::to_string(std::max(0.5, o.liveness_s / 5))},
+                            {}, coord_log);
+  if (coord <= 0) return Fail(absl::UnavailableError("cannot start latchkey-coordinator"));
+  children.push_back(coord);
+  nlohmann::json ports;
+  for (int i = 0; i < 200 && ports.is_null(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto parsed = nlohmann::json::parse(ReadFile(run + "/ports.json"), nullptr, false);
+    if (!parsed.is_discarded() && parsed.contains("grpc_port")) ports = parsed;
+  }
+  if (ports.is_null()) {
+    Stop(children, std::chrono::seconds(2));
+    return Fail(absl::UnavailableError("coordinator did not start; see " + coord_log));
+  }
+  CliContext ctx = ctx_in;
+  ctx.coordinator = "127.0.0.1:" + std::to_string(ports["grpc_port"].get<int>());
+  std::printf("coordinator  %s  (metrics http://127.0.0.1:%d/metrics, db %s/coordinator.db)\n",
+              ctx.coordinator.c_str(), ports.value("metrics_port", 0), run.c_str());
+
+  JobClient client(ctx.client_options());
+  v1::SubmitJobRequest req;
+  req.set_spec_json(spec_text);
+  req.set_base_dir(fs::absolute(o.spec).parent_path().string());
+  req.set_rendezvous_host("127.0.0.1");
+  auto submitted = client.SubmitJob(req);
+  if (!submitted.ok()) {
+    Stop(children, std::chrono::seconds(2));
+    return Fail(submitted.status());
+  }
+  const std::string job = submitted->job_id();
+  std::printf("job          %s  (%d workers, run folder %s)\n", job.c_str(), world, run.c_str());
+
+  std::vector<pid_t> workers;
+  for (int r = 0; r < world; ++r) {
+    const pid_t p = Spawn(
+        {FindBinary("latchkey-worker", "worker"), "--coordinator", ctx.coordinator, "--job", job,
+         "--join-token", submitted->join_token(), "--metrics-host", "127.0.0.1", "--metrics-port",
+         "0", "--metrics-jsonl", run + "/steps-{rank}.jsonl", "--save", run + "/final",
+         "--collective-timeout-seconds", std::to_string(o.collective_timeout_s), "--quiet"},
+        {"RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(world)},
+        run + "/worker-" + std::to_string(r) + ".log");
+    workers.push_back(p);
+    children.push_back(p);
+  }
+  // Where the metrics are: each worker prints "rank R metrics: URL" once it serves.
+  const std::regex re("rank ([0-9]+) metrics: (http://[^ \n]+)");
+  for (int r = 0; r < world; ++r) {
+    std::smatch m;
+    for (int i = 0; i < 600; ++i) {
+      const std::string log = ReadFile(run + "/worker-" + std::to_string(r) + ".log");
+      if (std::regex_search(log, m, re)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!m.empty()) std::printf("worker %d     metrics %s  (log %s/worker-%d.log)\n", r,
+                                m[2].str().c_str(), run.c_str(), r);
+  }
+  std::fflush(stdout);
+
+  std::atomic<bool> interrupted{false};
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (sig == SIGUSR1) return;
+    interrupted = true;
+    std::fprintf(stderr, "\nlatchkey up: interrupted, cancelling job %s\n", job.c_str());
+    (void)client.CancelJob(job, "interrupted by latchkey up");
+    Stop(children, std::chrono::seconds(5));
+  });
+  int code = WatchUntilEnd(ctx, job, o.max_seconds);
+  if (interrupted) code = kJobCancelled;
+  // Workers leave on their own once the job ended; then the coordinator goes.
+  Stop(workers, std::chrono::seconds(o.collective_timeout_s + 5));
+  Stop({coord}, std::chrono::seconds(10));
+  if (!interrupted) {
+    pthread_kill(signals.native_handle(), SIGUSR1);
+  }
+  signals.join();
+  PrintSummary(run + "/steps-0.jsonl");
+  if (code == kOk) {
+    std::printf("weights      %s/final (HF GPTBigCode checkpoint)\n", run.c_str());
+  } else {
+    std::fprintf(stderr, "latchkey up: job %s did not succeed (exit %d); logs in %s\n",
+                 job.c_str(), code, run.c_str());
+  }
+  return code;
+}
+
+}  // namespace
+
+void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
+  auto opts = std::make_shared<UpOptions>();
+  CLI::App* up = app.add_subcommand(
+      "up", "Run a job locally: embedded coordinator + one worker process per rank (Gloo, CPU)");
+  up->add_option("--spec", opts->spec, "job spec JSON")->capture_default_str();
+  up->add_option("--run-dir", opts->run_dir, "folder for the database, logs, JSONL, weights");
+  up->add_option("--workers", opts->workers, "worker processes (default: the spec's world size)");
+  up->add_option("--liveness-timeout", opts->liveness_s,
+                 "seconds without a heartbeat before a worker fails the job")
+      ->capture_default_str();
+  up->add_option("--collective-timeout", opts->collective_timeout_s,
+                 "seconds a collective may block before a worker gives up")
+      ->capture_default_str();
+  up->callback([&ctx, opts, exit_code] { *exit_code = RunUp(ctx, *opts); });
+}
+
+}  // namespace latchkey::cli

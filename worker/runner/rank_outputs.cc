@@ -1,0 +1,86 @@
+#include "worker/runner/rank_outputs.h"
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "absl/strings/str_replace.h"
+#include "worker/train/step_jsonl.h"
+#ifdef LATCHKEY_WITH_METRICS
+#include "worker/metrics/worker_metrics.h"
+#endif
+
+namespace latchkey {
+
+absl::StatusOr<std::unique_ptr<RankOutputs>> RankOutputs::Open(const OutputOptions& options,
+                                                                int rank,
+                                                                comm::CollectiveStats* stats) {
+  std::unique_ptr<RankOutputs> out(new RankOutputs());
+  out->options_ = options;
+  out->rank_ = rank;
+  out->stats_ = stats;
+  if (!options.metrics_jsonl.empty()) {
+    const std::string path =
+        absl::StrReplaceAll(options.metrics_jsonl, {{"{rank}", std::to_string(rank)}});
+    out->jsonl_.open(path, std::ios::trunc);
+    if (!out->jsonl_) {
+      return absl::PermissionDeniedError("--metrics-jsonl: cannot write '" + path + "'");
+    }
+  }
+  if (options.metrics_port >= 0) {
+#ifdef LATCHKEY_WITH_METRICS
+    out->metrics_ = std::make_unique<WorkerMetrics>();
+    auto endpoint = MetricsEndpoint::Start(options.metrics_host, options.metrics_port,
+                                           out->metrics_.get());
+    if (!endpoint.ok()) return endpoint.status();
+    out->endpoint_ = *std::move(endpoint);
+    std::fprintf(stderr, "rank %d metrics: http://%s:%d/metrics\n", rank,
+                 options.metrics_host.c_str(), out->endpoint_->port());
+    WorkerMetrics* m = out->metrics_.get();
+    stats->SetListener([m](const std::string& op, const std::string& group,
+                           const std::string& tag, int64_t bytes, double secs) {
+      m->ObserveCollective(op, group, tag, bytes, secs);
+    });
+#else
+    return absl::UnimplementedError(
+        "--metrics-port: this build has no metrics (built with LATCHKEY_CORE_ONLY)");
+#endif
+  }
+  return out;
+}
+
+RankOutputs::~RankOutputs() {
+  if (stats_ != nullptr) stats_->SetListener(nullptr);
+}
+
+void RankOutputs::OnStep(const JobSpec& spec, const Latch& latch, const StepReport& report,
+                         double latch_wait_seconds) {
+#ifdef LATCHKEY_WITH_METRICS
+  if (metrics_) {
+    metrics_->ObserveLatchWait(latch_wait_seconds);
+    metrics_->ObserveStep(report, static_cast<int64_t>(latch.n) * spec.micro_batch_size *
+                                      spec.seq_len);
+  }
+#else
+  (void)latch_wait_seconds;
+#endif
+  if (jsonl_.is_open()) {
+    jsonl_ << StepReportJson(rank_, report) << "\n";
+    jsonl_.flush();
+  }
+  if (rank_ == 0 && !options_.quiet) {
+    std::fprintf(stderr, "step %lld/%lld  loss %.6f  grad_norm %.4f  kv %s x%lld  %.3fs\n",
+                 static_cast<long long>(report.step + 1), static_cast<long long>(spec.steps),
+                 report.loss, report.grad_norm, KvModeName(report.kv_mode),
+                 static_cast<long long>(report.kv_allreduce_calls), report.step_seconds);
+  }
+  (void)latch;
+}
+
+void RankOutputs::Linger() {
+  if (endpoint_ && options_.linger_seconds > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(options_.linger_seconds));
+  }
+}
+
+}  // namespace latchkey
