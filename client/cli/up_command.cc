@@ -86,8 +86,17 @@ pid_t Spawn(const std::vector<std::string>& args, const std::vector<std::string>
   return pid;
 }
 
-// Stops children: SIGTERM, then SIGKILL after `grace`.
-void Stop(const std::vector<pid_t>& pids, std::chrono::seconds grace) {
+// Waits up to `patience` for children to exit by themselves, then stops the rest: SIGTERM,
+// then SIGKILL after `grace`.
+void Stop(const std::vector<pid_t>& pids, std::chrono::seconds grace,
+          std::chrono::seconds patience = std::chrono::seconds(0)) {
+  const auto patient_until = std::chrono::steady_clock::now() + patience;
+  for (pid_t p : pids) {
+    if (p <= 0) continue;
+    while (std::chrono::steady_clock::now() < patient_until && waitpid(p, nullptr, WNOHANG) == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
   for (pid_t p : pids) {
     if (p > 0) kill(p, SIGTERM);
   }
@@ -236,8 +245,10 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
       if (std::regex_search(log, m, re)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    if (!m.empty()) std::printf("worker %d     metrics %s  (log %s/worker-%d.log)\n", r,
-                                m[2].str().c_str(), run.c_str(), r);
+    if (!m.empty()) {
+      std::printf("worker %d     pid %d  metrics %s  (log %s/worker-%d.log)\n", r,
+                  static_cast<int>(workers[r]), m[2].str().c_str(), run.c_str(), r);
+    }
   }
   std::fflush(stdout);
 
@@ -254,7 +265,7 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   int code = WatchUntilEnd(ctx, job, o.max_seconds);
   if (interrupted) code = kJobCancelled;
   // Workers leave on their own once the job ended; then the coordinator goes.
-  Stop(workers, std::chrono::seconds(o.collective_timeout_s + 5));
+  Stop(workers, std::chrono::seconds(5), std::chrono::seconds(o.collective_timeout_s + 5));
   Stop({coord}, std::chrono::seconds(10));
   if (!interrupted) {
     pthread_kill(signals.native_handle(), SIGUSR1);

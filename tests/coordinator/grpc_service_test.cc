@@ -5,7 +5,6 @@
 #include <string>
 
 #include "absl/synchronization/notification.h"
-
 #include "client/channel.h"
 #include "client/job_client.h"
 #include "gtest/gtest.h"
@@ -124,10 +123,12 @@ TEST_F(GrpcServiceTest, SubmitRefusesBadSpecsNamingTheField) {
       {with([](SpecParams& p) { p.gas = 0; }), "", "gradient_accumulation_steps"},
       {with([](SpecParams& p) { p.world_size = 3; }), "", "latchkey.world_size"},
       {with([](SpecParams& p) { p.extra_latchkey = R"(, "bogus": 1)"; }), "", "latchkey.bogus"},
-      {{}, [] {
+      {{},
+       [] {
          std::string s = SpecJson();
          return s.replace(s.find("\"multi_query\""), 0, "\"wat\": 1, ");
-       }(), "model.wat"},
+       }(),
+       "model.wat"},
       {{}, "not json", ""},
   };
   for (const Case& c : cases) {
@@ -397,8 +398,9 @@ TEST_F(GrpcServiceTest, WatchJobStreamsStateAndSteps) {
   for (const auto& m : seen) steps += m.has_step() ? 1 : 0;
   EXPECT_GE(steps, 1);
   // NOT_FOUND through the stream.
-  auto missing = client.WatchJob("job-555555", [](const v1::WatchJobResponse&) { return true; },
-                                 absl::Now() + absl::Seconds(5));
+  auto missing = client.WatchJob(
+      "job-555555", [](const v1::WatchJobResponse&) { return true; },
+      absl::Now() + absl::Seconds(5));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
 

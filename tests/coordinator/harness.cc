@@ -56,7 +56,9 @@ std::string InProcessCoordinator::address() const {
 
 CoordinatorProcess::CoordinatorProcess(std::string db_path, int grpc_port,
                                        std::vector<std::string> extra_args)
-    : db_path_(std::move(db_path)), grpc_port_(grpc_port), extra_args_(std::move(extra_args)),
+    : db_path_(std::move(db_path)),
+      grpc_port_(grpc_port),
+      extra_args_(std::move(extra_args)),
       dir_(TempDir()) {}
 
 CoordinatorProcess::~CoordinatorProcess() {
@@ -183,10 +185,12 @@ CommandResult RunCommand(const std::vector<std::string>& argv_in, int timeout_s)
   while (!done) {
     char buf[4096];
     ssize_t n;
-    while ((n = read(pipefd[0], buf, sizeof(buf))) > 0) result.output.append(buf, static_cast<size_t>(n));
+    while ((n = read(pipefd[0], buf, sizeof(buf))) > 0)
+      result.output.append(buf, static_cast<size_t>(n));
     if (waitpid(pid, &status, WNOHANG) == pid) {
       done = true;
-      while ((n = read(pipefd[0], buf, sizeof(buf))) > 0) result.output.append(buf, static_cast<size_t>(n));
+      while ((n = read(pipefd[0], buf, sizeof(buf))) > 0)
+        result.output.append(buf, static_cast<size_t>(n));
       break;
     }
     if (std::chrono::steady_clock::now() > deadline) {

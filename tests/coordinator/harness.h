@@ -18,7 +18,8 @@ namespace latchkey::testing {
 // Coordinator (SQLite ":memory:" unless `db` names a file) + gRPC server on 127.0.0.1:0.
 class InProcessCoordinator {
  public:
-  explicit InProcessCoordinator(CoordinatorOptions options = {}, const std::string& db = ":memory:");
+  explicit InProcessCoordinator(CoordinatorOptions options = {},
+                                const std::string& db = ":memory:");
   ~InProcessCoordinator();
   std::string address() const;  // "127.0.0.1:PORT"
   Coordinator& core() { return *core_; }

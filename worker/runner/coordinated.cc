@@ -50,6 +50,27 @@ absl::StatusOr<ReceivedLatch> AwaitLatch(WorkerSession& session, int64_t window)
   }
 }
 
+// A collective that failed because a peer vanished is a symptom; the coordinator's liveness
+// check names the cause (the rank that died). Wait for its verdict for up to the liveness
+// timeout (plus slack) before reporting this rank's own error.
+absl::Status CollectiveFailure(WorkerSession& session, absl::Status st) {
+  const bool peer_trouble = st.code() == absl::StatusCode::kUnavailable ||
+                            st.code() == absl::StatusCode::kDeadlineExceeded;
+  if (peer_trouble) {
+    const absl::Time until = absl::Now() + session.info().liveness_timeout * 1.5 + absl::Seconds(2);
+    while (absl::Now() < until) {
+      if (auto end = session.job_end(); end.has_value()) {
+        return absl::AbortedError("job " + end->state +
+                                  (end->reason.empty() ? "" : ": " + end->reason) +
+                                  " (this rank: " + std::string(st.message()) + ")");
+      }
+      (void)session.Heartbeat();  // also refreshes job_end()
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+  }
+  return Fail(session, st);
+}
+
 }  // namespace
 
 absl::Status RunCoordinated(const CoordinatedOptions& options) {
@@ -103,7 +124,7 @@ absl::Status RunCoordinated(const CoordinatedOptions& options) {
     const double waited = absl::ToDoubleSeconds(absl::Now() - wait_start);
     const Latch& latch = received->latch;
     auto report = (*engine)->RunWindow(latch);
-    if (!report.ok()) return Fail(session, report.status());
+    if (!report.ok()) return CollectiveFailure(session, report.status());
     (*outputs)->OnStep(*spec, latch, *report, waited);
     if (absl::Status st = session.ReportStep(ToStepMetrics(*report, latch.generation)); !st.ok()) {
       return Fail(session, absl::Status(st.code(), "ReportStep: " + std::string(st.message())));

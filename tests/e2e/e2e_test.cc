@@ -1,0 +1,213 @@
+// End to end: a real coordinator process, real worker processes (Gloo, TP 2) and the CLI.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "tests/support/free_port.h"
+#include "tests/support/launch.h"
+#include "tests/support/process.h"
+
+namespace latchkey::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+std::string NewDir(const std::string& name) {
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/latchkey-e2e-" +
+                          name + "-" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::vector<nlohmann::json> Jsonl(const std::string& path) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
+  }
+  return rows;
+}
+
+size_t Lines(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
+
+// Field by proto name or its JSON (lowerCamel) name.
+nlohmann::json Field(const nlohmann::json& j, const std::string& proto, const std::string& camel) {
+  if (j.contains(proto)) return j[proto];
+  if (j.contains(camel)) return j[camel];
+  return nullptr;
+}
+
+// A model big enough that a step takes a visible fraction of a second on 2 cores, so a policy
+// update lands mid-job.
+nlohmann::json E2eSpec(int steps, const std::string& kv) {
+  return {{"model",
+           {{"model_type", "gpt_bigcode"}, {"n_layer", 2}, {"n_embd", 192}, {"n_head", 8},
+            {"vocab_size", 256}, {"n_positions", 128}, {"multi_query", true}}},
+          {"train_micro_batch_size_per_gpu", 2},
+          {"gradient_accumulation_steps", 4},
+          {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 0.1}}}}},
+          {"tensor_parallel", {{"autotp_size", 2}}},
+          {"latchkey",
+           {{"seq_len", 128},
+            {"steps", steps},
+            {"seed", 3},
+            {"world_size", 2},
+            {"kv_reduce", kv},
+            {"data", {{"synthetic", {{"seed", 5}}}}}}}};
+}
+
+class Coordinator {
+ public:
+  explicit Coordinator(const std::string& dir) : dir_(dir) {
+    pid_ = StartProcess({LATCHKEY_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db",
+                         dir + "/coordinator.db", "--port-file", dir + "/ports.json",
+                         "--latch-lookahead", "2", "--metrics-host", "127.0.0.1",
+                         "--metrics-port", "0", "--liveness-timeout", "10"},
+                        {}, dir + "/coordinator.log");
+    const std::string ports = WaitForFile(
+        dir + "/ports.json", [](const std::string& t) { return t.find("grpc_port") != std::string::npos; },
+        seconds(20));
+    auto j = nlohmann::json::parse(ports, nullptr, false);
+    if (!j.is_discarded()) address_ = "127.0.0.1:" + std::to_string(j["grpc_port"].get<int>());
+  }
+  ~Coordinator() {
+    kill(pid_, SIGTERM);
+    WaitProcess(pid_, seconds(15));
+  }
+  const std::string& address() const { return address_; }
+  Captured Cli(std::vector<std::string> args) const {
+    args.insert(args.begin(), {LATCHKEY_CLI_BIN, "--coordinator", address_});
+    return RunAndCapture(args, seconds(120));
+  }
+
+ private:
+  std::string dir_;
+  int pid_ = -1;
+  std::string address_;
+};
+
+TEST(EndToEnd, PolicyUpdateMidJobAndMetrics) {
+  const std::string dir = NewDir("update");
+  const int steps = 10;
+  std::ofstream(dir + "/spec.json") << E2eSpec(steps, "deferred").dump(2);
+  Coordinator coord(dir);
+  ASSERT_FALSE(coord.address().empty()) << ReadText(dir + "/coordinator.log");
+
+  Captured sub = coord.Cli({"--json", "submit", dir + "/spec.json"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  const auto submitted = nlohmann::json::parse(sub.output.substr(sub.output.find('{')));
+  const std::string job = Field(submitted, "job_id", "jobId");
+  const std::string token = Field(submitted, "join_token", "joinToken");
+
+  std::vector<int> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(StartProcess(
+        {LATCHKEY_WORKER_BIN, "--coordinator", coord.address(), "--job", job, "--join-token",
+         token, "--metrics-jsonl", dir + "/steps-{rank}.jsonl", "--metrics-port", "0",
+         "--metrics-host", "127.0.0.1", "--linger-seconds", "60", "--quiet"},
+        {"RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=2"},
+        dir + "/worker-" + std::to_string(r) + ".log"));
+  }
+  // Mid-job: once two steps are in, switch to per_micro_batch.
+  WaitForFile(dir + "/steps-0.jsonl", [](const std::string& t) { return Lines(t) >= 2; },
+              seconds(120));
+  Captured upd = coord.Cli({"--json", "update", job, "--kv-reduce", "per_micro_batch"});
+  ASSERT_EQ(upd.exit_code, 0) << upd.output;
+  const auto updated = nlohmann::json::parse(upd.output.substr(upd.output.find('{')));
+  // Proto JSON writes int64 as a string.
+  const nlohmann::json fw = Field(updated, "first_window", "firstWindow");
+  const int64_t from = fw.is_string()   ? std::stoll(fw.get<std::string>())
+                       : fw.is_number() ? fw.get<int64_t>()
+                                        : -1;
+  ASSERT_GT(from, 1) << upd.output;
+  ASSERT_LT(from, steps) << upd.output;
+
+  Captured watch = coord.Cli({"watch", job});
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;  // SUCCEEDED
+
+  // Per-step K/V all-reduces: 2L = 4 (deferred) before the update's window, 2L*GAS = 16 from it.
+  std::vector<std::vector<nlohmann::json>> rows = {Jsonl(dir + "/steps-0.jsonl"),
+                                                   Jsonl(dir + "/steps-1.jsonl")};
+  for (const auto& rank : rows) {
+    ASSERT_EQ(rank.size(), static_cast<size_t>(steps));
+    for (int s = 0; s < steps; ++s) {
+      const bool after = s >= from;
+      EXPECT_EQ(rank[s]["kv_mode"], after ? "per_micro_batch" : "deferred") << "step " << s;
+      EXPECT_EQ(rank[s]["kv_allreduce_calls"].get<int64_t>(), after ? 16 : 4) << "step " << s;
+    }
+  }
+  // The worker's endpoint agrees with the per-step counts.
+  const std::regex re("rank 0 metrics: http://[^:]+:([0-9]+)/metrics");
+  std::smatch m;
+  const std::string log0 = ReadText(dir + "/worker-0.log");
+  ASSERT_TRUE(std::regex_search(log0, m, re)) << log0;
+  httplib::Client http("127.0.0.1", std::stoi(m[1]));
+  auto res = http.Get("/metrics");
+  ASSERT_TRUE(res && res->status == 200);
+  double total = 0;
+  std::istringstream in(res->body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("latchkey_kv_allreduce_total{", 0) == 0) {
+      total += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  double jsonl_total = 0;
+  for (const auto& row : rows[0]) jsonl_total += row["kv_allreduce_calls"].get<double>();
+  EXPECT_EQ(total, jsonl_total);
+  for (int pid : workers) {
+    kill(pid, SIGTERM);
+    WaitProcess(pid, seconds(10));
+  }
+
+  // The same spec standalone: the K/V mode changes the number of collectives, not the numbers.
+  WorkerRun standalone = RunWorkers(E2eSpec(steps, "deferred"), 2);
+  ASSERT_TRUE(standalone.ok()) << standalone.Describe();
+  for (int s = 0; s < steps; ++s) {
+    EXPECT_NEAR(rows[0][s]["loss"].get<double>(), standalone.steps[0][s]["loss"].get<double>(),
+                1e-6)
+        << "step " << s;
+  }
+}
+
+TEST(EndToEnd, KilledWorkerFailsTheJobNamingTheRank) {
+  const std::string dir = NewDir("kill");
+  std::ofstream(dir + "/spec.json") << E2eSpec(100000, "auto").dump(2);
+  const int up = StartProcess({LATCHKEY_CLI_BIN, "up", "--spec", dir + "/spec.json", "--run-dir",
+                               dir + "/run", "--liveness-timeout", "3", "--collective-timeout",
+                               "5"},
+                              {}, dir + "/up.log");
+  const std::string out = WaitForFile(
+      dir + "/up.log", [](const std::string& t) { return t.find("worker 1     pid") != std::string::npos; },
+      seconds(120));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("worker 1     pid ([0-9]+)"))) << out;
+  WaitForFile(dir + "/run/steps-1.jsonl", [](const std::string& t) { return Lines(t) >= 2; },
+              seconds(120));
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(std::stoi(m[1]), SIGKILL), 0);
+  const int code = WaitProcess(up, seconds(90));
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const std::string log = ReadText(dir + "/up.log");
+  EXPECT_NE(code, 0) << log;
+  EXPECT_NE(code, -1) << "latchkey up hung; " << log;
+  EXPECT_NE(log.find("FAILED"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
+  // Liveness 3 s (+ heartbeat slack) to fail the job, the survivor's 5 s collective timeout,
+  // and the coordinator's shutdown.
+  EXPECT_LT(secs, 30.0) << log;
+  // The surviving worker stopped by itself, with a message, before `up` had to kill it.
+  const std::string w0 = ReadText(dir + "/run/worker-0.log");
+  EXPECT_NE(w0.find("latchkey-worker:"), std::string::npos) << w0;
+}
+
+}  // namespace
+}  // namespace latchkey::testing
