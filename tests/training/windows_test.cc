@@ -232,25 +232,38 @@ TEST(Clipping, UpdateIsScaledByTheClipCoefficient) {
   EXPECT_LE(max_err, 1e-6);
 }
 
-// ZeRO-1 holds AdamW state only for this rank's partition: about 1/DP of stage 0's bytes.
+// ZeRO-1 holds AdamW state (and, under bf16, the fp32 master weights) only for this rank's
+// partition: about 1/DP of stage 0's bytes.
 TEST(Zero1, OptimizerStateIsPartitioned) {
-  RunShape s;
-  s.optimizer = "AdamW";
-  s.lr = 0.001;
-  s.dp = 2;
-  s.tp = 2;
-  s.mb = 1;
-  s.steps = 1;
-  s.zero = 0;
-  WorkerRun z0 = RunShaped(s);
-  s.zero = 1;
-  WorkerRun z1 = RunShaped(s);
-  ASSERT_TRUE(z0.ok() && z1.ok()) << z0.Describe() << z1.Describe();
-  for (int r = 0; r < 4; ++r) {
-    const double b0 = z0.steps[r][0]["optimizer_state_bytes"].get<double>();
-    const double b1 = z1.steps[r][0]["optimizer_state_bytes"].get<double>();
-    EXPECT_GT(b0, 0);
-    EXPECT_NEAR(b1 / b0, 0.5, 0.01) << "rank " << r;
+  for (bool bf16 : {false, true}) {
+    RunShape s;
+    s.optimizer = "AdamW";
+    s.lr = 0.001;
+    s.dp = 2;
+    s.tp = 2;
+    s.mb = 1;
+    s.steps = 2;
+    auto run = [&](int zero) {
+      s.zero = zero;
+      nlohmann::json spec = FixtureSpec(s);
+      spec["bf16"] = {{"enabled", bf16}};
+      return RunWorkers(spec, 4, {"--save", "{dir}/final"});
+    };
+    WorkerRun z0 = run(0);
+    WorkerRun z1 = run(1);
+    ASSERT_TRUE(z0.ok() && z1.ok()) << z0.Describe() << z1.Describe();
+    for (int r = 0; r < 4; ++r) {
+      const double b0 = z0.steps[r][0]["optimizer_state_bytes"].get<double>();
+      const double b1 = z1.steps[r][0]["optimizer_state_bytes"].get<double>();
+      EXPECT_GT(b0, 0);
+      EXPECT_NEAR(b1 / b0, 0.5, 0.01) << "rank " << r << " bf16 " << bf16;
+    }
+    // Partitioning changes where state lives, not the numbers.
+    for (size_t st = 0; st < 2; ++st) {
+      EXPECT_NEAR(z0.steps[0][st]["loss"].get<double>(), z1.steps[0][st]["loss"].get<double>(),
+                  bf16 ? 1e-3 : 1e-5);
+    }
+    EXPECT_LE(MaxParamDiff(z0, z1), bf16 ? 1e-3 : 1e-5) << "bf16 " << bf16;
   }
 }
 

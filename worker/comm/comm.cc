@@ -10,6 +10,8 @@ size_t DataTypeSize(DataType t) {
       return 4;
     case DataType::kFloat64:
       return 8;
+    case DataType::kBFloat16:
+      return 2;
   }
   return 0;
 }
@@ -38,6 +40,7 @@ absl::Status Group::Run(const char* op, size_t bytes, const CollectiveOptions& o
 
 absl::Status Group::AllReduceSum(void* data, size_t count, DataType type,
                                  const CollectiveOptions& opts) {
+  if (type == DataType::kBFloat16) return absl::UnimplementedError("all_reduce of bf16");
   if (size_ <= 1 || count == 0) return absl::OkStatus();
   return Run("all_reduce", count * DataTypeSize(type), opts,
              [&] { return DoAllReduceSum(data, count, type, Timeout(opts)); });
@@ -56,6 +59,7 @@ absl::Status Group::AllGather(const void* in, void* out, size_t count, DataType 
 
 absl::Status Group::ReduceScatterSum(const void* in, void* out, size_t count, DataType type,
                                      const CollectiveOptions& opts) {
+  if (type == DataType::kBFloat16) return absl::UnimplementedError("reduce_scatter of bf16");
   if (size_ <= 1) {
     if (count > 0 && in != out) std::memcpy(out, in, count * DataTypeSize(type));
     return absl::OkStatus();

@@ -26,7 +26,8 @@ namespace latchkey::comm {
 
 inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{std::chrono::seconds(120)};
 
-enum class DataType { kFloat32, kFloat64 };
+// kBFloat16 travels as raw 16-bit words: all-gather and broadcast only (no reductions).
+enum class DataType { kFloat32, kFloat64, kBFloat16 };
 size_t DataTypeSize(DataType t);
 
 struct CollectiveOptions {

@@ -50,26 +50,42 @@ const at::Tensor& ParamStore::param(const std::string& name) const {
 void ParamStore::EnableBf16Compute() {
   bf16_ = true;
   compute_params_.clear();
-  for (const at::Tensor& p : params_) {
-    at::Tensor c = p.detach().to(at::kBFloat16);
+  flat_compute_ = at::zeros({padded_numel_}, at::kBFloat16);
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const ParamLayout& p = layout_[i];
+    at::Tensor c =
+        flat_compute_.narrow(0, offsets_[i], p.local_numel()).view(p.local_shape).detach();
     c.set_requires_grad(true);
     compute_params_.push_back(c);
   }
 }
 
 void ParamStore::SyncComputeParams() {
-  if (!bf16_) return;
+  if (!bf16_ || !flat_params_.defined()) return;
   at::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) compute_params_[i].copy_(params_[i]);
+  flat_compute_.copy_(flat_params_);
+}
+
+at::Tensor ParamStore::TakeMaster(int64_t begin, int64_t end) {
+  at::Tensor master = flat_params_.narrow(0, begin, end - begin).clone();
+  // Drop the full fp32 copy: the fp32 leaves only existed to carry it.
+  params_.clear();
+  flat_params_ = at::Tensor();
+  return master;
+}
+
+at::Tensor ParamStore::grad_view(size_t i) {
+  const ParamLayout& p = layout_[i];
+  return flat_grads_.narrow(0, offsets_[i], p.local_numel()).view(p.local_shape);
 }
 
 void ParamStore::AccumulateComputeGrads() {
   if (!bf16_) return;
   at::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i = 0; i < compute_params_.size(); ++i) {
     at::Tensor& g = compute_params_[i].mutable_grad();
     if (!g.defined()) continue;
-    params_[i].mutable_grad().add_(g.to(at::kFloat));
+    grad_view(i).add_(g.to(at::kFloat));
     g.zero_();
   }
 }

@@ -41,11 +41,18 @@ class ParamStore {
   // not in the layout (a programming error).
   const at::Tensor& param(const std::string& name) const;
 
-  // Mixed precision: bf16 compute parameters over fp32 master weights and fp32 gradient
-  // accumulation. Call before LoadFromFull.
+  // Mixed precision: bf16 compute parameters (views of one flat bf16 buffer) over fp32 master
+  // weights and fp32 gradient accumulation. Call before LoadFromFull.
   void EnableBf16Compute();
+  // bf16 mode: the flat bf16 buffer the compute parameters view (padded like the others).
+  at::Tensor& flat_compute() { return flat_compute_; }
+  // bf16 mode, after LoadFromFull: the fp32 master of [begin, end) is handed to the caller (the
+  // engine keeps only its ZeRO partition) and this store drops its full fp32 copy.
+  at::Tensor TakeMaster(int64_t begin, int64_t end);
+  // The fp32 gradient of parameter i (a view of flat_grads).
+  at::Tensor grad_view(size_t i);
   bool bf16() const { return bf16_; }
-  // bf16 mode: refresh the bf16 copies from the fp32 master (after every optimizer step).
+  // bf16 mode, before TakeMaster: refresh the bf16 copies from the fp32 parameters.
   void SyncComputeParams();
   // bf16 mode: flat_grads += the bf16 gradients of the last backward (in fp32), then clears them.
   void AccumulateComputeGrads();
@@ -69,7 +76,8 @@ class ParamStore {
   at::Tensor flat_grads_;
   std::vector<at::Tensor> params_;
   bool bf16_ = false;
-  std::vector<at::Tensor> compute_params_;  // bf16 leaves (bf16 mode only)
+  std::vector<at::Tensor> compute_params_;  // bf16 leaves viewing flat_compute_ (bf16 mode)
+  at::Tensor flat_compute_;
 };
 
 // HF initialisation of the FULL model from a seed (identical on every rank): Linear weights and

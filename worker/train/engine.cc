@@ -103,6 +103,8 @@ class EngineImpl final : public Engine {
       part_end_ = store_->numel();
     }
     zero1_ = zero1;
+    // bf16: the fp32 master lives here, only for this rank's partition (ZeRO-1) or whole.
+    if (spec_.bf16) master_ = store_->TakeMaster(part_begin_, part_end_);
     optimizer_ = MakeOptimizer(spec_.optimizer, part_end_ - part_begin_);
     return absl::OkStatus();
   }
@@ -137,7 +139,7 @@ class EngineImpl final : public Engine {
         r.collective_calls[key] = c.calls;
       }
       r.tokens = static_cast<int64_t>(latch.n) * spec_.micro_batch_size * g_->dp * spec_.seq_len;
-      r.optimizer_state_bytes = optimizer_->state_bytes();
+      r.optimizer_state_bytes = optimizer_state_bytes();
       r.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
       return r;
     } catch (const std::exception& e) {
@@ -150,7 +152,22 @@ class EngineImpl final : public Engine {
 
   absl::Status SaveCheckpoint(const std::string& dir) override {
     const int64_t n = store_->numel();
-    at::Tensor local = store_->flat_params().narrow(0, 0, n).contiguous();
+    at::Tensor local;
+    if (!master_.defined()) {
+      local = store_->flat_params().narrow(0, 0, n).contiguous();
+    } else if (zero1_) {
+      // Reassemble the fp32 master from the DP partitions.
+      at::Tensor full = at::empty({store_->padded_numel()}, at::kFloat);
+      if (absl::Status st = g_->dp_group->AllGather(master_.data_ptr<float>(),
+                                                    full.data_ptr<float>(), master_.numel(),
+                                                    comm::DataType::kFloat32);
+          !st.ok()) {
+        return st;
+      }
+      local = full.narrow(0, 0, n).contiguous();
+    } else {
+      local = master_.narrow(0, 0, n).contiguous();
+    }
     at::Tensor gathered = at::empty({g_->tp * n}, at::kFloat);
     if (absl::Status st = g_->tp_group->AllGather(local.data_ptr<float>(),
                                                   gathered.data_ptr<float>(),
@@ -172,12 +189,17 @@ class EngineImpl final : public Engine {
     return WriteHfCheckpoint(dir, spec_.model, std::move(file));
   }
 
-  int64_t optimizer_state_bytes() const override { return optimizer_->state_bytes(); }
+  int64_t optimizer_state_bytes() const override {
+    const int64_t master = master_.defined() ? master_.numel() * 4 : 0;
+    return optimizer_->state_bytes() + master;
+  }
 
  private:
   absl::StatusOr<double> Window(const Latch& latch) {
     float* grads = store_->flat_grads().data_ptr<float>();
-    float* params = store_->flat_params().data_ptr<float>();
+    // The fp32 values the optimizer updates: the master partition (bf16) or the parameters.
+    float* params = master_.defined() ? master_.data_ptr<float>() - part_begin_
+                                      : store_->flat_params().data_ptr<float>();
     const int64_t numel = store_->numel();
     const int mb = spec_.micro_batch_size;
     const int S = spec_.seq_len;
@@ -257,8 +279,20 @@ class EngineImpl final : public Engine {
       at::NoGradGuard no_grad;
       optimizer_->Step(params + part_begin_, grads + part_begin_);
     }
-    if (zero1_) {
-      const int64_t chunk = part_end_ - part_begin_;
+    const int64_t chunk = part_end_ - part_begin_;
+    if (master_.defined()) {
+      // bf16: the next window computes with the updated master, rounded once to bf16.
+      at::Tensor compute = store_->flat_compute();
+      compute.narrow(0, part_begin_, chunk).copy_(master_);
+      if (zero1_) {
+        at::Tensor mine = compute.narrow(0, part_begin_, chunk).clone();
+        if (absl::Status st = g_->dp_group->AllGather(mine.data_ptr(), compute.data_ptr(), chunk,
+                                                      comm::DataType::kBFloat16);
+            !st.ok()) {
+          return st;
+        }
+      }
+    } else if (zero1_) {
       std::vector<float> mine(params + part_begin_, params + part_end_);
       if (absl::Status st = g_->dp_group->AllGather(mine.data(), params, chunk,
                                                     comm::DataType::kFloat32);
@@ -266,7 +300,6 @@ class EngineImpl final : public Engine {
         return st;
       }
     }
-    store_->SyncComputeParams();  // bf16: the next window computes with the updated master
     return loss;
   }
 
@@ -287,7 +320,7 @@ class EngineImpl final : public Engine {
     StFile file;
     const auto& layout = store_->layout();
     for (size_t i = 0; i < layout.size(); ++i) {
-      file.tensors.push_back(ToStTensor(layout[i].name, store_->params()[i].grad()));
+      file.tensors.push_back(ToStTensor(layout[i].name, store_->grad_view(i)));
     }
     std::sort(file.tensors.begin(), file.tensors.end(),
               [](const StTensor& a, const StTensor& b) { return a.name < b.name; });
@@ -308,6 +341,7 @@ class EngineImpl final : public Engine {
   int64_t part_end_ = 0;
   bool zero1_ = false;
   double last_norm_ = 0.0;
+  at::Tensor master_;  // bf16 mode: fp32 master of [part_begin_, part_end_)
 };
 
 }  // namespace

@@ -85,6 +85,9 @@ class GlooGroup final : public Group {
       if (type == DataType::kFloat32) {
         opts.setInput(const_cast<float*>(static_cast<const float*>(in)), count);
         opts.setOutput(static_cast<float*>(out), total);
+      } else if (type == DataType::kBFloat16) {
+        opts.setInput(const_cast<uint16_t*>(static_cast<const uint16_t*>(in)), count);
+        opts.setOutput(static_cast<uint16_t*>(out), total);
       } else {
         opts.setInput(const_cast<double*>(static_cast<const double*>(in)), count);
         opts.setOutput(static_cast<double*>(out), total);
@@ -139,6 +142,8 @@ class GlooGroup final : public Group {
       opts.setRoot(root);
       if (type == DataType::kFloat32) {
         opts.setOutput(static_cast<float*>(data), count);
+      } else if (type == DataType::kBFloat16) {
+        opts.setOutput(static_cast<uint16_t*>(data), count);
       } else {
         opts.setOutput(static_cast<double*>(data), count);
       }
