@@ -15,7 +15,7 @@
 namespace latchkey {
 
 absl::Status JobNotFound(const std::string& job_id) {
-  return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  return absl::NotFoundError(absl::StrCat(job_id, ": no such job"));
 }
 absl::Status Unavailable() { return absl::UnavailableError("coordinator is shutting down"); }
 
@@ -48,9 +48,13 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr
     return absl::InvalidArgumentError("rendezvous_ports: need 1 <= first <= last <= 65535");
   }
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(store), std::move(options), observer));
-  absl::MutexLock lock(&c->mu_);
-  absl::Status s = c->Load();
-  if (!s.ok()) return s;
+  {
+    absl::MutexLock lock(&c->mu_);
+    absl::Status s = c->Load();
+    if (!s.ok()) return s;
+  }
+  Coordinator* raw = c.get();
+  c->notifier_ = std::thread([raw] { raw->NotifierLoop(); });
   return c;
 }
 
@@ -63,10 +67,37 @@ void Coordinator::Shutdown() {
     liveness_cv_.SignalAll();
   }
   if (liveness_thread_.joinable()) liveness_thread_.join();
-  absl::MutexLock lock(&mu_);
-  if (shutdown_) return;
-  shutdown_ = true;
-  for (auto& [id, job] : jobs_) job->cv.SignalAll();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!shutdown_) {
+      shutdown_ = true;
+      // Every waiter and stream looks again, sees UNAVAILABLE and ends.
+      for (auto& [id, job] : jobs_) Touch(*job);
+    }
+    notifier_stop_ = true;
+    notify_cv_.Signal();
+  }
+  if (notifier_.joinable()) notifier_.join();
+}
+
+void Coordinator::NotifierLoop() {
+  while (true) {
+    std::vector<std::shared_ptr<JobListener>> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      while (dirty_jobs_.empty() && !notifier_stop_) notify_cv_.Wait(&mu_);
+      if (dirty_jobs_.empty()) return;  // stopping, and nothing left to tell
+      for (const std::string& id : dirty_jobs_) {
+        auto it = jobs_.find(id);
+        if (it == jobs_.end()) continue;
+        it->second->dirty = false;
+        for (const auto& [lid, listener] : it->second->listeners) batch.push_back(listener);
+      }
+      dirty_jobs_.clear();
+    }
+    // Outside the lock: listeners call back into the coordinator (PollLatches).
+    for (const auto& listener : batch) listener->OnJobChanged();
+  }
 }
 
 void Coordinator::StartLivenessChecker() {
@@ -103,8 +134,8 @@ absl::Status Coordinator::Load() {
     } else {
       // A spec this build no longer accepts: the job cannot run on; keep it, failed.
       job->spec.world_size = 1;
-      unparsable.emplace_back(job.get(), absl::StrCat("stored spec no longer valid: ",
-                                                      spec.status().message()));
+      unparsable.emplace_back(
+          job.get(), absl::StrCat("stored spec no longer valid: ", spec.status().message()));
     }
     job->ranks.resize(static_cast<size_t>(std::max(1, job->spec.world_size)));
     last_seq_ = std::max(last_seq_, rec.seq);
@@ -144,11 +175,11 @@ absl::Status Coordinator::Load() {
     auto latches = store_->LoadLatches(id, 0, std::numeric_limits<int64_t>::max());
     if (!latches.ok()) return latches.status();
     if (static_cast<int64_t>(latches->size()) != job->rec.next_window) {
-      return absl::DataLossError(absl::StrCat("job ", id, ": ", latches->size(),
-                                              " latches stored but next_window is ",
-                                              job->rec.next_window));
+      return absl::DataLossError(absl::StrCat(
+          id, ": ", latches->size(), " latches stored but next_window is ", job->rec.next_window));
     }
-    job->latches = *std::move(latches);
+    job->latches.assign(std::make_move_iterator(latches->begin()),
+                        std::make_move_iterator(latches->end()));
     job->latch_base = 0;
     // Finish what a crash may have interrupted between two writes.
     if (job->rec.state == JobState::kPending && job->joined == job->world_size()) {
@@ -167,9 +198,11 @@ absl::Status Coordinator::LoadJobSteps(Job& job) {
   job.steps_completed = 0;
   if (job.joined == job.world_size()) {
     job.steps_completed = std::numeric_limits<int64_t>::max();
-    for (const Rank& r : job.ranks) job.steps_completed = std::min(job.steps_completed, r.steps_reported);
+    for (const Rank& r : job.ranks)
+      job.steps_completed = std::min(job.steps_completed, r.steps_reported);
   }
-  auto reports = store_->LoadStepReports(job.rec.job_id, std::max<int64_t>(0, job.steps_completed - 1));
+  auto reports =
+      store_->LoadStepReports(job.rec.job_id, std::max<int64_t>(0, job.steps_completed - 1));
   if (!reports.ok()) return reports.status();
   for (const StepReportRecord& r : *reports) AddStepReport(job, r);
   return absl::OkStatus();
@@ -186,6 +219,11 @@ absl::StatusOr<Coordinator::Job*> Coordinator::FindJob(const std::string& job_id
 void Coordinator::Touch(Job& job) {
   job.version++;
   job.cv.SignalAll();
+  if (!job.listeners.empty() && !job.dirty) {
+    job.dirty = true;
+    dirty_jobs_.push_back(job.rec.job_id);
+    notify_cv_.Signal();
+  }
 }
 
 JobView Coordinator::View(const Job& job, bool with_workers) const {
@@ -242,6 +280,11 @@ absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const SubmitArgs& args) {
   // Parse outside the lock: it is pure and may take a while on a large spec.
   auto spec = ParseJobSpec(args.spec_json, args.base_dir);
   if (!spec.ok()) return spec.status();
+  if (spec->world_size > options_.max_world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("latchkey.world_size: ", spec->world_size,
+                                                   " exceeds the coordinator's limit of ",
+                                                   options_.max_world_size));
+  }
 
   absl::MutexLock lock(&mu_);
   if (shutdown_) return Unavailable();
@@ -271,6 +314,8 @@ absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const SubmitArgs& args) {
   if (!s.ok()) return s;
   last_seq_ = rec.seq;
   if (observer_) observer_->AddJobs(JobState::kPending, 1);
+  Log(absl::StrCat(rec.job_id, ": submitted (world ", spec->world_size, ", tp ", spec->tp,
+                   ", steps ", spec->steps, ", rendezvous port ", rec.rendezvous_port, ")"));
   SubmitResult out;
   out.join_token = rec.join_token;
   out.job = View(*job, false);
@@ -295,8 +340,7 @@ absl::StatusOr<std::vector<JobView>> Coordinator::ListJobs(const std::vector<Job
   if (shutdown_) return Unavailable();
   std::vector<const Job*> match;
   for (const auto& [id, job] : jobs_) {
-    if (states.empty() ||
-        std::find(states.begin(), states.end(), job->rec.state) != states.end()) {
+    if (states.empty() || std::find(states.begin(), states.end(), job->rec.state) != states.end()) {
       match.push_back(job.get());
     }
   }
@@ -316,7 +360,7 @@ absl::StatusOr<JobView> Coordinator::CancelJob(const std::string& job_id,
   Job& j = **job;
   if (IsTerminal(j.rec.state)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, " already ended: ", JobStateName(j.rec.state)));
+        absl::StrCat(job_id, ": already ended (", JobStateName(j.rec.state), ")"));
   }
   absl::Status s = EndJob(j, JobState::kCancelled, reason.empty() ? "cancelled by user" : reason,
                           WorkerState::kDone);
@@ -335,9 +379,8 @@ absl::StatusOr<PolicyUpdateResult> Coordinator::UpdateJobPolicy(const PolicyUpda
   }
   if (update.gradient_accumulation_steps) {
     if (*update.gradient_accumulation_steps < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient_accumulation_steps: ",
-                                                     *update.gradient_accumulation_steps,
-                                                     " must be >= 1"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient_accumulation_steps: ", *update.gradient_accumulation_steps, " must be >= 1"));
     }
     if (!j.spec.managed_gradient_accumulation) {
       return absl::InvalidArgumentError(
@@ -347,7 +390,7 @@ absl::StatusOr<PolicyUpdateResult> Coordinator::UpdateJobPolicy(const PolicyUpda
   }
   if (IsTerminal(j.rec.state)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job ", update.job_id, " already ended: ", JobStateName(j.rec.state)));
+        absl::StrCat(update.job_id, ": already ended (", JobStateName(j.rec.state), ")"));
   }
   if (update.expected_generation && *update.expected_generation != j.rec.policy.generation) {
     return absl::AbortedError(absl::StrCat("expected_generation: ", *update.expected_generation,
@@ -368,14 +411,17 @@ absl::StatusOr<PolicyUpdateResult> Coordinator::UpdateJobPolicy(const PolicyUpda
   if (!s.ok()) return s;
   j.rec.policy = change.policy;
   j.rec.update_time = change.change_time;
+  Log(absl::StrCat(j.rec.job_id, ": policy generation ", change.policy.generation,
+                   " (kv_reduce=", KvReducePolicyName(change.policy.kv_reduce),
+                   ", gas=", change.policy.gradient_accumulation_steps, ") from window ",
+                   change.first_window));
   Touch(j);
   return PolicyUpdateResult{change.policy, change.first_window};
 }
 
 absl::StatusOr<JobWatchUpdate> Coordinator::WaitJobChange(const std::string& job_id,
                                                           uint64_t after_version,
-                                                          int64_t after_step,
-                                                          absl::Time deadline) {
+                                                          int64_t after_step, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   while (true) {
     auto job = FindJob(job_id);
@@ -395,8 +441,8 @@ absl::StatusOr<JobWatchUpdate> Coordinator::WaitJobChange(const std::string& job
   }
 }
 
-absl::StatusOr<LatchAudit> Coordinator::ListLatches(const std::string& job_id,
-                                                    int64_t start_window, int limit) {
+absl::StatusOr<LatchAudit> Coordinator::ListLatches(const std::string& job_id, int64_t start_window,
+                                                    int limit) {
   if (start_window < 0) return absl::InvalidArgumentError("start_window: must be >= 0");
   if (limit < 0) return absl::InvalidArgumentError("page_size: must be >= 0");
   if (limit == 0) limit = 1000;

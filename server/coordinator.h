@@ -19,6 +19,7 @@
 #define LATCHKEY_SERVER_COORDINATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -48,7 +49,11 @@ struct CoordinatorOptions {
   int rendezvous_port_first = 29500;
   int rendezvous_port_last = 29999;
   size_t max_spec_bytes = 256 * 1024;
+  int max_world_size = 65536;
   size_t recent_steps = 64;  // completed step summaries kept in memory per job for watchers
+  // One line per job event (state change, join, policy change); null: silent. Called with the
+  // coordinator's lock held: must be quick and must not call back.
+  std::function<void(const std::string&)> log;
 };
 
 // Receives counts for metrics. Called with the coordinator's lock held: must not call back.
@@ -165,6 +170,22 @@ struct LatchBatch {
   std::string reason;
 };
 
+// Told that a job changed (a latch was published, the job ended, the coordinator is shutting
+// down). Called from the coordinator's notifier thread with no coordinator lock held: it may call
+// back into the Coordinator. Must not block for long, and must tolerate a call after
+// Unsubscribe (the notifier may hold a reference for one last round).
+class JobListener {
+ public:
+  virtual ~JobListener() = default;
+  virtual void OnJobChanged() = 0;
+};
+
+struct Subscription {
+  std::string job_id;
+  int rank = -1;
+  uint64_t id = 0;
+};
+
 struct WorkerStatus {
   JobState state = JobState::kPending;
   std::string reason;
@@ -206,6 +227,14 @@ class Coordinator {
   // `deadline` (DEADLINE_EXCEEDED) while there is neither.
   absl::StatusOr<LatchBatch> WaitLatches(const WorkerCall& call, int64_t window, int max,
                                          absl::Time deadline);
+  // Non-blocking: what WaitLatches would return now; an empty batch when there is nothing yet.
+  absl::StatusOr<LatchBatch> PollLatches(const WorkerCall& call, int64_t window, int max);
+  // Registers a latch stream: `listener` hears of every change of the job until Unsubscribe.
+  // While a rank has a stream open it counts as alive (its connection closes if it dies).
+  // Errors as WaitLatches (the call is checked).
+  absl::StatusOr<Subscription> SubscribeLatches(const WorkerCall& call,
+                                                std::shared_ptr<JobListener> listener);
+  void Unsubscribe(const Subscription& subscription);
   absl::StatusOr<WorkerStatus> ReportStep(const WorkerCall& call, StepReportRecord report);
   absl::StatusOr<WorkerStatus> Heartbeat(const WorkerCall& call);
   absl::StatusOr<WorkerStatus> ReportFailure(const WorkerCall& call, const std::string& message);
@@ -237,11 +266,18 @@ class Coordinator {
   absl::Status SetWorkerState(Job& job, Rank& rank, WorkerState state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the job: every rank still joined/active becomes `worker_state`.
-  absl::Status EndJob(Job& job, JobState state, const std::string& reason,
-                      WorkerState worker_state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status EndJob(Job& job, JobState state, const std::string& reason, WorkerState worker_state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Publishes latches up to the lookahead frontier of a RUNNING job.
   absl::Status Publish(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // version++, wake waiters
+  void Log(const std::string& line) const {
+    if (options_.log) options_.log(line);
+  }
+  // The latches from `window` on, or job_ended; false when the caller has to wait.
+  absl::StatusOr<bool> LatchesNow(Job& job, int64_t window, int max, LatchBatch* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NotifierLoop();
   int PickRendezvousPort() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddStepReport(Job& job, const StepReportRecord& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RecomputeProgress(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -254,6 +290,13 @@ class Coordinator {
   std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   int64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Jobs whose listeners are to be told of a change; the notifier thread drains it.
+  std::vector<std::string> dirty_jobs_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar notify_cv_;
+  bool notifier_stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t last_listener_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread notifier_;
 
   absl::Mutex liveness_mu_;
   absl::CondVar liveness_cv_;

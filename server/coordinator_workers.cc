@@ -29,7 +29,7 @@ absl::StatusOr<Coordinator::Job*> Coordinator::FindForWorker(const WorkerCall& c
   if (!job.ok()) return job.status();
   Job& j = **job;
   if (!TokenEquals(call.join_token, j.rec.join_token)) {
-    return absl::UnauthenticatedError(absl::StrCat("join token does not match job ", call.job_id));
+    return absl::UnauthenticatedError(absl::StrCat(call.job_id, ": join token does not match"));
   }
   if (call.worker_id.empty()) return absl::InvalidArgumentError("identity.worker_id: required");
   if (!check_rank) return &j;
@@ -39,11 +39,11 @@ absl::StatusOr<Coordinator::Job*> Coordinator::FindForWorker(const WorkerCall& c
   }
   const Rank& r = j.ranks[static_cast<size_t>(call.rank)];
   if (r.worker_id != call.worker_id) {
-    return absl::AbortedError(absl::StrCat(
-        "rank ", call.rank, " of job ", call.job_id, " is held by ",
-        r.worker_id.empty() ? std::string("no worker (join first)")
-                            : absl::StrCat("worker ", r.worker_id),
-        ", not ", call.worker_id));
+    return absl::AbortedError(
+        absl::StrCat("rank ", call.rank, " of job ", call.job_id, " is held by ",
+                     r.worker_id.empty() ? std::string("no worker (join first)")
+                                         : absl::StrCat("worker ", r.worker_id),
+                     ", not ", call.worker_id));
   }
   return &j;
 }
@@ -59,6 +59,8 @@ absl::Status Coordinator::SetJobState(Job& job, JobState state, const std::strin
     observer_->AddJobs(job.rec.state, -1);
     observer_->AddJobs(state, 1);
   }
+  Log(absl::StrCat(job.rec.job_id, ": ", JobStateName(job.rec.state), " -> ", JobStateName(state),
+                   reason.empty() ? "" : absl::StrCat(" (", reason, ")")));
   job.rec = std::move(rec);
   Touch(job);
   return absl::OkStatus();
@@ -96,7 +98,7 @@ absl::Status Coordinator::EndJob(Job& job, JobState state, const std::string& re
   if (!s.ok()) return s;
   // Ended jobs serve no stream: their latches are read from the store if ever asked for.
   job.latches.clear();
-  job.latches.shrink_to_fit();
+  job.latches.shrink_to_fit();  // std::deque: releases its blocks
   job.latch_base = job.rec.next_window;
   job.partial.clear();
   return absl::OkStatus();
@@ -138,7 +140,7 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
   Job& j = **found;
   if (IsTerminal(j.rec.state)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job ", j.rec.job_id, " already ended: ", JobStateName(j.rec.state),
+        j.rec.job_id, ": already ended (", JobStateName(j.rec.state), ")",
         j.rec.failure_reason.empty() ? "" : absl::StrCat(" (", j.rec.failure_reason, ")")));
   }
   int rank = -1;
@@ -154,8 +156,8 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
     if (args.requested_rank) {
       rank = *args.requested_rank;
       if (rank < 0 || rank >= j.world_size()) {
-        return absl::InvalidArgumentError(absl::StrCat("requested_rank: ", rank,
-                                                       " is outside [0, ", j.world_size(), ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("requested_rank: ", rank, " is outside [0, ", j.world_size(), ")"));
       }
       const Rank& held = j.ranks[static_cast<size_t>(rank)];
       if (!held.worker_id.empty()) {
@@ -167,8 +169,8 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
         if (j.ranks[static_cast<size_t>(i)].worker_id.empty()) rank = i;
       }
       if (rank < 0) {
-        return absl::AbortedError(absl::StrCat("job ", j.rec.job_id, " has all ",
-                                               j.world_size(), " ranks taken"));
+        return absl::AbortedError(
+            absl::StrCat(j.rec.job_id, ": all ", j.world_size(), " ranks taken"));
       }
     }
     Rank& r = j.ranks[static_cast<size_t>(rank)];
@@ -187,6 +189,8 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
     r.join_time = w.join_time;
     j.joined++;
     if (observer_) observer_->AddWorkers(WorkerState::kJoined, 1);
+    Log(absl::StrCat(j.rec.job_id, ": rank ", rank, " joined (worker ", w.worker_id, " at ",
+                     w.host.empty() ? "?" : w.host, "), ", j.joined, "/", j.world_size()));
     if (rank == 0 && !j.rec.rendezvous_host_fixed) {
       // Rank 0 hosts the TCP store, so its address is the rendezvous host.
       JobRecord rec = j.rec;
@@ -224,8 +228,32 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
   return out;
 }
 
-absl::StatusOr<LatchBatch> Coordinator::WaitLatches(const WorkerCall& call, int64_t window,
-                                                    int max, absl::Time deadline) {
+absl::StatusOr<bool> Coordinator::LatchesNow(Job& j, int64_t window, int max, LatchBatch* out) {
+  out->state = j.rec.state;
+  out->reason = j.rec.failure_reason;
+  const bool failed = j.rec.state == JobState::kFailed || j.rec.state == JobState::kCancelled;
+  if (!failed && window < j.rec.next_window) {
+    const int64_t end = std::min<int64_t>(j.rec.next_window, window + max);
+    if (window >= j.latch_base) {
+      for (int64_t w = window; w < end; ++w) {
+        out->latches.push_back(j.latches[static_cast<size_t>(w - j.latch_base)]);
+      }
+    } else {
+      auto stored = store_->LoadLatches(j.rec.job_id, window, end - window);
+      if (!stored.ok()) return stored.status();
+      out->latches = *std::move(stored);
+    }
+    return true;
+  }
+  if (IsTerminal(j.rec.state)) {
+    out->job_ended = true;
+    return true;
+  }
+  return false;
+}
+
+absl::StatusOr<LatchBatch> Coordinator::WaitLatches(const WorkerCall& call, int64_t window, int max,
+                                                    absl::Time deadline) {
   if (window < 0) return absl::InvalidArgumentError("start_window: must be >= 0");
   max = std::max(1, max);
   absl::MutexLock lock(&mu_);
@@ -233,32 +261,49 @@ absl::StatusOr<LatchBatch> Coordinator::WaitLatches(const WorkerCall& call, int6
     auto found = FindForWorker(call, /*check_rank=*/true);
     if (!found.ok()) return found.status();
     Job& j = **found;
-    // An open stream is a sign of life (a dead process's connection closes).
     j.ranks[static_cast<size_t>(call.rank)].last_seen = absl::Now();
     LatchBatch out;
-    out.state = j.rec.state;
-    out.reason = j.rec.failure_reason;
-    const bool failed = j.rec.state == JobState::kFailed || j.rec.state == JobState::kCancelled;
-    if (!failed && window < j.rec.next_window) {
-      const int64_t end = std::min<int64_t>(j.rec.next_window, window + max);
-      if (window >= j.latch_base) {
-        for (int64_t w = window; w < end; ++w) {
-          out.latches.push_back(j.latches[static_cast<size_t>(w - j.latch_base)]);
-        }
-      } else {
-        auto stored = store_->LoadLatches(j.rec.job_id, window, end - window);
-        if (!stored.ok()) return stored.status();
-        out.latches = *std::move(stored);
-      }
-      return out;
-    }
-    if (IsTerminal(j.rec.state)) {
-      out.job_ended = true;
-      return out;
-    }
+    auto ready = LatchesNow(j, window, max, &out);
+    if (!ready.ok()) return ready.status();
+    if (*ready) return out;
     if (absl::Now() >= deadline) return absl::DeadlineExceededError("no latch yet");
     j.cv.WaitWithDeadline(&mu_, deadline);
   }
+}
+
+absl::StatusOr<LatchBatch> Coordinator::PollLatches(const WorkerCall& call, int64_t window,
+                                                    int max) {
+  if (window < 0) return absl::InvalidArgumentError("start_window: must be >= 0");
+  absl::MutexLock lock(&mu_);
+  auto found = FindForWorker(call, /*check_rank=*/true);
+  if (!found.ok()) return found.status();
+  LatchBatch out;
+  auto ready = LatchesNow(**found, window, std::max(1, max), &out);
+  if (!ready.ok()) return ready.status();
+  return out;
+}
+
+absl::StatusOr<Subscription> Coordinator::SubscribeLatches(const WorkerCall& call,
+                                                           std::shared_ptr<JobListener> listener) {
+  absl::MutexLock lock(&mu_);
+  auto found = FindForWorker(call, /*check_rank=*/true);
+  if (!found.ok()) return found.status();
+  Job& j = **found;
+  Rank& r = j.ranks[static_cast<size_t>(call.rank)];
+  r.open_streams++;
+  r.last_seen = absl::Now();
+  Subscription sub{j.rec.job_id, call.rank, ++last_listener_id_};
+  j.listeners.emplace(sub.id, std::move(listener));
+  return sub;
+}
+
+void Coordinator::Unsubscribe(const Subscription& sub) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(sub.job_id);  // not FindJob: this also runs during shutdown
+  if (it == jobs_.end() || it->second->listeners.erase(sub.id) == 0) return;
+  Rank& r = it->second->ranks[static_cast<size_t>(sub.rank)];
+  r.open_streams--;
+  r.last_seen = absl::Now();  // the deadline runs from the stream's end
 }
 
 void Coordinator::AddStepReport(Job& job, const StepReportRecord& r) {
@@ -292,6 +337,13 @@ absl::Status Coordinator::RecomputeProgress(Job& job) {
   if (completed != job.steps_completed) {
     job.steps_completed = completed;
     Touch(job);
+    // Keep a few windows behind the slowest rank in memory; a long job's older latches are
+    // served from the store.
+    constexpr int64_t kKeptBehind = 16;
+    while (!job.latches.empty() && job.latch_base < job.steps_completed - kKeptBehind) {
+      job.latches.pop_front();
+      job.latch_base++;
+    }
   }
   if (job.rec.state == JobState::kRunning && job.steps_completed >= job.spec.steps) {
     return EndJob(job, JobState::kSucceeded, "", WorkerState::kDone);
@@ -319,8 +371,8 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportStep(const WorkerCall& call,
     return out;
   }
   if (j.rec.state != JobState::kRunning) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", j.rec.job_id, " is ",
-                                                      JobStateName(j.rec.state)));
+    return absl::FailedPreconditionError(
+        absl::StrCat(j.rec.job_id, ": job is ", JobStateName(j.rec.state)));
   }
   if (report.step >= j.rec.next_window) {
     return absl::FailedPreconditionError(
@@ -335,10 +387,9 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportStep(const WorkerCall& call,
     if (!stored->empty()) generation = stored->front().latch.generation;
   }
   if (report.latch_generation != generation) {
-    return absl::AbortedError(absl::StrCat("latch_generation: step ", report.step,
-                                           " ran under generation ", report.latch_generation,
-                                           " but latch(", report.step, ") has generation ",
-                                           generation));
+    return absl::AbortedError(absl::StrCat(
+        "latch_generation: step ", report.step, " ran under generation ", report.latch_generation,
+        " but latch(", report.step, ") has generation ", generation));
   }
   report.job_id = j.rec.job_id;
   report.rank = call.rank;
@@ -381,8 +432,8 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportFailure(const WorkerCall& call,
     absl::Status s = SetWorkerState(j, rank, WorkerState::kFailed);
     if (s.ok()) {
       s = EndJob(j, JobState::kFailed,
-                 absl::StrCat("rank ", call.rank, " (worker ", call.worker_id, "): ",
-                              message.empty() ? "failed" : message),
+                 absl::StrCat("rank ", call.rank, " (worker ", call.worker_id,
+                              "): ", message.empty() ? "failed" : message),
                  WorkerState::kDone);
     }
     if (!s.ok()) return s;
@@ -400,19 +451,19 @@ void Coordinator::CheckLiveness() {
     for (int i = 0; i < job->world_size(); ++i) {
       Rank& r = job->ranks[static_cast<size_t>(i)];
       if (r.worker_id.empty() || !Live(r.state)) continue;
+      if (r.open_streams > 0) r.last_seen = now;  // a dead process's connection closes
       if (now - r.last_seen <= options_.liveness_timeout) continue;
-      late.push_back(absl::StrCat("rank ", i, " (worker ", r.worker_id, ", unseen for ",
-                                  absl::FormatDuration(absl::Trunc(now - r.last_seen,
-                                                                   absl::Milliseconds(100))),
-                                  ")"));
+      late.push_back(absl::StrCat(
+          "rank ", i, " (worker ", r.worker_id, ", unseen for ",
+          absl::FormatDuration(absl::Trunc(now - r.last_seen, absl::Milliseconds(100))), ")"));
       SetWorkerState(*job, r, WorkerState::kLost).IgnoreError();  // EndJob reports a store error
     }
     if (late.empty()) continue;
-    absl::Status s = EndJob(*job, JobState::kFailed,
-                            absl::StrCat(absl::StrJoin(late, ", "),
-                                         " missed the liveness deadline of ",
-                                         absl::FormatDuration(options_.liveness_timeout)),
-                            WorkerState::kDone);
+    absl::Status s =
+        EndJob(*job, JobState::kFailed,
+               absl::StrCat(absl::StrJoin(late, ", "), " missed the liveness deadline of ",
+                            absl::FormatDuration(options_.liveness_timeout)),
+               WorkerState::kDone);
     (void)s;  // a store failure leaves the job live; the next check tries again
   }
 }

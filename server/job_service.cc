@@ -129,9 +129,9 @@ grpc::Status JobServiceImpl::UpdateJobPolicy(grpc::ServerContext*,
     }
   }
   if (req->has_gradient_accumulation_steps()) {
-    u.gradient_accumulation_steps = req->gradient_accumulation_steps();
+    u.gradient_accumulation_steps = req->gradient_accumulation_steps().value();
   }
-  if (req->has_expected_generation()) u.expected_generation = req->expected_generation();
+  if (req->has_expected_generation()) u.expected_generation = req->expected_generation().value();
   auto r = core_->UpdateJobPolicy(u);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp->mutable_policy() = ToProto(r->policy);

@@ -16,7 +16,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->core_ = core;
   s->jobs_ = std::make_unique<JobServiceImpl>(core, options.stream_poll);
-  s->workers_ = std::make_unique<WorkerServiceImpl>(core, options.stream_poll);
+  s->workers_ = std::make_unique<WorkerServiceImpl>(core);
 
   // Both are process-wide switches that must be set before the first builder.
   grpc::EnableDefaultHealthCheckService(true);

@@ -26,7 +26,7 @@ class JobServiceImpl;
 class WorkerServiceImpl;
 
 struct ServerOptions {
-  std::string listen = "0.0.0.0:50051";  // HOST:PORT; port 0 picks a free one
+  std::string listen = "0.0.0.0:50051";     // HOST:PORT; port 0 picks a free one
   int max_receive_message_bytes = 1 << 20;  // every request; specs are far smaller
   int max_send_message_bytes = 16 << 20;    // a page of latches or jobs fits easily
   absl::Duration stream_poll = absl::Milliseconds(200);

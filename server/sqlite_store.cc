@@ -136,9 +136,8 @@ SqliteStore::~SqliteStore() {
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path,
                                                                SqliteSync sync) {
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                 nullptr);
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);
@@ -184,15 +183,15 @@ absl::StatusOr<SqliteStore::Stmt*> SqliteStore::Prepared(const char* sql) {
   return raw;
 }
 
-#define LK_ASSIGN_STMT(var, sql)       \
-  auto var##_or = Prepared(sql);       \
+#define LK_ASSIGN_STMT(var, sql)                \
+  auto var##_or = Prepared(sql);                \
   if (!var##_or.ok()) return var##_or.status(); \
   Stmt& var = **var##_or
 
-#define LK_RETURN_IF_ERROR(expr)       \
-  do {                                 \
-    absl::Status _s = (expr);          \
-    if (!_s.ok()) return _s;           \
+#define LK_RETURN_IF_ERROR(expr) \
+  do {                           \
+    absl::Status _s = (expr);    \
+    if (!_s.ok()) return _s;     \
   } while (0)
 
 absl::Status SqliteStore::CreateJob(const JobRecord& j) {
@@ -231,8 +230,7 @@ absl::Status SqliteStore::PutWorker(const WorkerRecord& w) {
 absl::Status SqliteStore::AppendLatches(const std::string& job_id,
                                         const std::vector<PublishedLatch>& latches,
                                         int64_t next_window, int64_t next_first_micro_batch) {
-  static constexpr const char* kInsert =
-      "INSERT INTO latches VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)";
+  static constexpr const char* kInsert = "INSERT INTO latches VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)";
   static constexpr const char* kMove =
       "UPDATE jobs SET next_window=?2, next_first_micro_batch=?3 WHERE job_id=?1";
   LK_ASSIGN_STMT(ins, kInsert);
@@ -259,8 +257,7 @@ absl::Status SqliteStore::AppendLatches(const std::string& job_id,
 }
 
 absl::Status SqliteStore::AppendPolicyChange(const PolicyChangeRecord& c) {
-  static constexpr const char* kInsert =
-      "INSERT INTO policy_changes VALUES (?1,?2,?3,?4,?5,?6)";
+  static constexpr const char* kInsert = "INSERT INTO policy_changes VALUES (?1,?2,?3,?4,?5,?6)";
   static constexpr const char* kJob =
       "UPDATE jobs SET kv_reduce=?2, gas=?3, generation=?4, update_us=?5 WHERE job_id=?1";
   LK_ASSIGN_STMT(ins, kInsert);
@@ -417,8 +414,7 @@ absl::StatusOr<std::vector<PolicyChangeRecord>> SqliteStore::LoadPolicyChanges(
 
 absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::LoadStepReports(
     const std::string& job_id, int64_t from_step) {
-  LK_ASSIGN_STMT(st,
-                 "SELECT * FROM step_reports WHERE job_id=?1 AND step>=?2 ORDER BY step, rank");
+  LK_ASSIGN_STMT(st, "SELECT * FROM step_reports WHERE job_id=?1 AND step>=?2 ORDER BY step, rank");
   st.Bind(1, job_id).Bind(2, from_step);
   std::vector<StepReportRecord> out;
   while (true) {

@@ -41,8 +41,8 @@ struct JobRecord {
   std::string rendezvous_host;  // empty until known
   int rendezvous_port = 0;
   bool rendezvous_host_fixed = false;  // set by the submitter (else: rank 0's host)
-  LatchPolicy policy;  // no_sync is not persisted (not user-settable yet)
-  int64_t next_window = 0;            // first unpublished window
+  LatchPolicy policy;                  // no_sync is not persisted (not user-settable yet)
+  int64_t next_window = 0;             // first unpublished window
   int64_t next_first_micro_batch = 0;  // M of next_window
   std::string failure_reason;
   std::vector<std::string> warnings;

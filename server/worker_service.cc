@@ -1,7 +1,12 @@
 #include "server/worker_service.h"
 
+#include <deque>
+#include <memory>
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/grpc_status.h"
 #include "proto/wire.h"
 
@@ -49,17 +54,52 @@ std::string WorkerServiceImpl::PeerHost(const std::string& peer) {
   return "";
 }
 
-grpc::Status WorkerServiceImpl::Join(grpc::ServerContext* ctx, const v1::JoinRequest* req,
-                                     v1::JoinResponse* resp) {
+namespace {
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, grpc::Status status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(std::move(status));
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Join(grpc::CallbackServerContext* ctx,
+                                                  const v1::JoinRequest* req,
+                                                  v1::JoinResponse* resp) {
+  return Done(ctx, DoJoin(ctx->peer(), *req, resp));
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::ReportStep(grpc::CallbackServerContext* ctx,
+                                                        const v1::ReportStepRequest* req,
+                                                        v1::ReportStepResponse* resp) {
+  return Done(ctx, DoReportStep(*req, resp));
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                       const v1::HeartbeatRequest* req,
+                                                       v1::HeartbeatResponse* resp) {
+  return Done(ctx, DoHeartbeat(*req, resp));
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::ReportFailure(grpc::CallbackServerContext* ctx,
+                                                           const v1::ReportFailureRequest* req,
+                                                           v1::ReportFailureResponse* resp) {
+  return Done(ctx, DoReportFailure(*req, resp));
+}
+
+grpc::Status WorkerServiceImpl::DoJoin(const std::string& peer, const v1::JoinRequest& request,
+                                       v1::JoinResponse* resp) {
+  const v1::JoinRequest* req = &request;
   JoinArgs args;
   grpc::Status st = ToCall(req->identity(), -1, &args.call);
   if (!st.ok()) return st;
   if (req->advertise_host().size() > kMaxHostBytes) {
     return Invalid(absl::StrCat("advertise_host: longer than ", kMaxHostBytes, " bytes"));
   }
-  if (req->has_requested_rank()) args.requested_rank = req->requested_rank();
+  if (req->has_requested_rank()) args.requested_rank = req->requested_rank().value();
   args.advertise_host = req->advertise_host();
-  args.peer_host = PeerHost(ctx->peer());
+  args.peer_host = PeerHost(peer);
   auto r = core_->Join(args);
   if (!r.ok()) return ToGrpcStatus(r.status());
   resp->set_rank(r->rank);
@@ -79,39 +119,153 @@ grpc::Status WorkerServiceImpl::Join(grpc::ServerContext* ctx, const v1::JoinReq
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::WatchLatches(grpc::ServerContext* ctx,
-                                             const v1::WatchLatchesRequest* req,
-                                             grpc::ServerWriter<v1::WatchLatchesResponse>* writer) {
+namespace {
+
+// One latch stream. Writes one message at a time; when it runs dry it waits for the coordinator
+// to say the job changed (OnJobChanged via Listener), then polls again.
+//
+// Locks: mu_ (this reactor) may be held while calling into the Coordinator, never the reverse:
+// the coordinator calls Listener::OnJobChanged without its own lock.
+class LatchStreamReactor : public grpc::ServerWriteReactor<v1::WatchLatchesResponse> {
+ public:
+  LatchStreamReactor(Coordinator* core, const WorkerCall& call, int64_t start_window)
+      : core_(core), call_(call), next_window_(start_window) {
+    listener_ = std::make_shared<Listener>(this);
+    auto sub = core_->SubscribeLatches(call_, listener_);
+    absl::MutexLock lock(&mu_);
+    if (!sub.ok()) {
+      FinishLocked(ToGrpcStatus(sub.status()));
+      return;
+    }
+    subscription_ = *sub;
+    PumpLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (finished_) {  // FinishLocked waited for this write
+      Finish(final_status_);
+      return;
+    }
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
+      return;
+    }
+    pending_.pop_front();
+    PumpLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+
+  void OnDone() override {
+    listener_->Detach();
+    if (subscription_) core_->Unsubscribe(*subscription_);
+    delete this;
+  }
+
+ private:
+  // Forwards the coordinator's notifications for as long as the reactor lives.
+  class Listener : public JobListener {
+   public:
+    explicit Listener(LatchStreamReactor* r) : reactor_(r) {}
+    void OnJobChanged() override {
+      absl::MutexLock lock(&mu_);
+      if (reactor_) reactor_->Pump();
+    }
+    void Detach() {
+      absl::MutexLock lock(&mu_);
+      reactor_ = nullptr;
+    }
+
+   private:
+    absl::Mutex mu_;
+    LatchStreamReactor* reactor_ ABSL_GUARDED_BY(mu_);
+  };
+
+  void Pump() {
+    absl::MutexLock lock(&mu_);
+    PumpLocked();
+  }
+
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || writing_) return;
+    if (pending_.empty()) {
+      if (ended_) {
+        FinishLocked(grpc::Status::OK);
+        return;
+      }
+      auto batch = core_->PollLatches(call_, next_window_, kLatchBatch);
+      if (!batch.ok()) {
+        FinishLocked(ToGrpcStatus(batch.status()));
+        return;
+      }
+      for (const PublishedLatch& p : batch->latches) {
+        v1::WatchLatchesResponse m;
+        *m.mutable_latch() = ToProto(p.latch);
+        *m.mutable_latch()->mutable_publish_time() = ToProtoTime(p.publish_time);
+        pending_.push_back(std::move(m));
+        next_window_ = p.latch.window + 1;
+      }
+      if (batch->job_ended) {
+        v1::WatchLatchesResponse m;
+        m.mutable_job_ended()->set_state(static_cast<v1::JobState>(batch->state));
+        m.mutable_job_ended()->set_reason(batch->reason);
+        pending_.push_back(std::move(m));
+        ended_ = true;
+      }
+      if (pending_.empty()) return;  // wait for OnJobChanged
+    }
+    writing_ = true;
+    StartWrite(&pending_.front());  // stays put until OnWriteDone pops it
+  }
+
+  // Finish once; while a write is in flight, after it completes.
+  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    final_status_ = std::move(status);
+    if (!writing_) Finish(final_status_);
+  }
+
+  Coordinator* const core_;
+  const WorkerCall call_;
+  std::shared_ptr<Listener> listener_;
+  std::optional<Subscription> subscription_;
+  absl::Mutex mu_;
+  int64_t next_window_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::WatchLatchesResponse> pending_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::WatchLatchesResponse>* WorkerServiceImpl::WatchLatches(
+    grpc::CallbackServerContext*, const v1::WatchLatchesRequest* req) {
   WorkerCall call;
   grpc::Status st = ToCall(req->identity(), req->rank(), &call);
-  if (!st.ok()) return st;
-  int64_t window = req->start_window();
-  while (!ctx->IsCancelled()) {
-    auto batch = core_->WaitLatches(call, window, kLatchBatch, absl::Now() + poll_);
-    if (!batch.ok()) {
-      if (absl::IsDeadlineExceeded(batch.status())) continue;
-      return ToGrpcStatus(batch.status());
-    }
-    for (const PublishedLatch& p : batch->latches) {
-      v1::WatchLatchesResponse m;
-      *m.mutable_latch() = ToProto(p.latch);
-      *m.mutable_latch()->mutable_publish_time() = ToProtoTime(p.publish_time);
-      if (!writer->Write(m)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
-      window = p.latch.window + 1;
-    }
-    if (batch->job_ended) {
-      v1::WatchLatchesResponse m;
-      m.mutable_job_ended()->set_state(static_cast<v1::JobState>(batch->state));
-      m.mutable_job_ended()->set_reason(batch->reason);
-      writer->Write(m);
-      return grpc::Status::OK;
-    }
+  if (st.ok() && req->start_window() < 0) st = Invalid("start_window: must be >= 0");
+  if (!st.ok()) {
+    // A reactor that only finishes: the same shape for every error.
+    class Refusal : public grpc::ServerWriteReactor<v1::WatchLatchesResponse> {
+     public:
+      explicit Refusal(grpc::Status s) { Finish(std::move(s)); }
+      void OnDone() override { delete this; }
+    };
+    return new Refusal(std::move(st));
   }
-  return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled");
+  return new LatchStreamReactor(core_, call, req->start_window());
 }
 
-grpc::Status WorkerServiceImpl::ReportStep(grpc::ServerContext*, const v1::ReportStepRequest* req,
-                                           v1::ReportStepResponse* resp) {
+grpc::Status WorkerServiceImpl::DoReportStep(const v1::ReportStepRequest& request,
+                                             v1::ReportStepResponse* resp) {
+  const v1::ReportStepRequest* req = &request;
   WorkerCall call;
   grpc::Status st = ToCall(req->identity(), req->rank(), &call);
   if (!st.ok()) return st;
@@ -138,8 +292,9 @@ grpc::Status WorkerServiceImpl::ReportStep(grpc::ServerContext*, const v1::Repor
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
-                                          v1::HeartbeatResponse* resp) {
+grpc::Status WorkerServiceImpl::DoHeartbeat(const v1::HeartbeatRequest& request,
+                                            v1::HeartbeatResponse* resp) {
+  const v1::HeartbeatRequest* req = &request;
   WorkerCall call;
   grpc::Status st = ToCall(req->identity(), req->rank(), &call);
   if (!st.ok()) return st;
@@ -150,9 +305,9 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*, const v1::Heartb
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::ReportFailure(grpc::ServerContext*,
-                                              const v1::ReportFailureRequest* req,
-                                              v1::ReportFailureResponse* resp) {
+grpc::Status WorkerServiceImpl::DoReportFailure(const v1::ReportFailureRequest& request,
+                                                v1::ReportFailureResponse* resp) {
+  const v1::ReportFailureRequest* req = &request;
   WorkerCall call;
   grpc::Status st = ToCall(req->identity(), req->rank(), &call);
   if (!st.ok()) return st;

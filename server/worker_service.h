@@ -11,30 +11,40 @@
 
 namespace latchkey {
 
-class WorkerServiceImpl final : public latchkey::v1::WorkerService::Service {
+// Every method uses gRPC's callback API. A latch stream is a reactor woken by the coordinator's
+// notifier thread rather than a thread of its own, so a thousand ranks cost a thousand small
+// objects; the unary calls run to completion on gRPC's own threads (the core's work is short:
+// a lock and at most one SQLite commit), which saves the sync server's hand-off between threads.
+class WorkerServiceImpl final : public latchkey::v1::WorkerService::CallbackService {
  public:
-  // `core` must outlive the service. `poll` bounds how long a stream handler waits before it
-  // looks at the client's cancellation again.
-  explicit WorkerServiceImpl(Coordinator* core, absl::Duration poll = absl::Milliseconds(200))
-      : core_(core), poll_(poll) {}
+  // `core` must outlive the service (and the server must be shut down before the core).
+  explicit WorkerServiceImpl(Coordinator* core) : core_(core) {}
 
-  grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* req,
-                    v1::JoinResponse* resp) override;
-  grpc::Status WatchLatches(grpc::ServerContext* ctx, const v1::WatchLatchesRequest* req,
-                            grpc::ServerWriter<v1::WatchLatchesResponse>* writer) override;
-  grpc::Status ReportStep(grpc::ServerContext* ctx, const v1::ReportStepRequest* req,
-                          v1::ReportStepResponse* resp) override;
-  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
-                         v1::HeartbeatResponse* resp) override;
-  grpc::Status ReportFailure(grpc::ServerContext* ctx, const v1::ReportFailureRequest* req,
-                             v1::ReportFailureResponse* resp) override;
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
+                                 v1::JoinResponse* resp) override;
+  grpc::ServerWriteReactor<v1::WatchLatchesResponse>* WatchLatches(
+      grpc::CallbackServerContext* ctx, const v1::WatchLatchesRequest* req) override;
+  grpc::ServerUnaryReactor* ReportStep(grpc::CallbackServerContext* ctx,
+                                       const v1::ReportStepRequest* req,
+                                       v1::ReportStepResponse* resp) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const v1::HeartbeatRequest* req,
+                                      v1::HeartbeatResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportFailure(grpc::CallbackServerContext* ctx,
+                                          const v1::ReportFailureRequest* req,
+                                          v1::ReportFailureResponse* resp) override;
 
   // "ipv4:10.0.0.5:4321" -> "10.0.0.5", "ipv6:[::1]:4321" -> "::1"; "" when not an IP peer.
   static std::string PeerHost(const std::string& peer);
 
  private:
+  grpc::Status DoJoin(const std::string& peer, const v1::JoinRequest& req, v1::JoinResponse* resp);
+  grpc::Status DoReportStep(const v1::ReportStepRequest& req, v1::ReportStepResponse* resp);
+  grpc::Status DoHeartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp);
+  grpc::Status DoReportFailure(const v1::ReportFailureRequest& req,
+                               v1::ReportFailureResponse* resp);
+
   Coordinator* const core_;
-  const absl::Duration poll_;
 };
 
 }  // namespace latchkey

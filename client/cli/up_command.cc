@@ -3,7 +3,10 @@
 // CPU), shows live progress, prints where the metrics endpoints are, and ends with a summary
 // table from the ranks' per-step JSONL. Ctrl-C cancels the job and stops everything it started.
 // A crashed worker fails the job (the coordinator names the rank) and `up` exits non-zero.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -114,6 +117,21 @@ void Stop(const std::vector<pid_t>& pids, std::chrono::seconds grace,
   }
 }
 
+int FreeLocalPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;  // 0: let the coordinator choose
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -216,6 +234,9 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   req.set_spec_json(spec_text);
   req.set_base_dir(fs::absolute(o.spec).parent_path().string());
   req.set_rendezvous_host("127.0.0.1");
+  // A port free right now on this machine, rather than the coordinator's range, which other
+  // local coordinators (other `up` runs) hand out too.
+  req.set_rendezvous_port(FreeLocalPort());
   auto submitted = client.SubmitJob(req);
   if (!submitted.ok()) {
     Stop(children, std::chrono::seconds(2));

@@ -10,7 +10,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -22,10 +24,45 @@ namespace latchkey::testing {
 std::string CoordinatorBinary() { return LATCHKEY_COORDINATOR_BIN; }
 std::string CliBinary() { return LATCHKEY_CLI_BIN; }
 
+namespace {
+
+// Folders made by TempDir(), removed when the test binary exits.
+class TempDirs {
+ public:
+  ~TempDirs() {
+    for (const std::string& d : dirs_) {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  }
+  std::string Make() {
+    char tmpl[] = "/tmp/latchkey_coord_test_XXXXXX";
+    const char* dir = mkdtemp(tmpl);
+    if (dir == nullptr) std::abort();
+    std::lock_guard<std::mutex> lock(mu_);
+    dirs_.emplace_back(dir);
+    return dir;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> dirs_;
+};
+
+TempDirs& AllTempDirs() {
+  static TempDirs* dirs = new TempDirs();  // leaked on purpose: see RemoveTempDirsAtExit
+  return *dirs;
+}
+
+// Runs at exit, after the tests' own objects are gone (registered on first use).
+void RemoveTempDirsAtExit() { delete &AllTempDirs(); }
+
+}  // namespace
+
 std::string TempDir() {
-  char tmpl[] = "/tmp/latchkey_coord_test_XXXXXX";
-  const char* dir = mkdtemp(tmpl);
-  return dir ? dir : "/tmp";
+  static const bool registered = (std::atexit(RemoveTempDirsAtExit), true);
+  (void)registered;
+  return AllTempDirs().Make();
 }
 
 InProcessCoordinator::InProcessCoordinator(CoordinatorOptions options, const std::string& db) {

@@ -101,7 +101,8 @@ TEST(EndToEnd, PolicyUpdateMidJobAndMetrics) {
   Coordinator coord(dir);
   ASSERT_FALSE(coord.address().empty()) << ReadText(dir + "/coordinator.log");
 
-  Captured sub = coord.Cli({"--json", "submit", dir + "/spec.json"});
+  Captured sub = coord.Cli({"--json", "submit", dir + "/spec.json", "--rendezvous-port",
+                            std::to_string(FreePort())});
   ASSERT_EQ(sub.exit_code, 0) << sub.output;
   const auto submitted = nlohmann::json::parse(sub.output.substr(sub.output.find('{')));
   const std::string job = Field(submitted, "job_id", "jobId");

@@ -1,0 +1,116 @@
+// `latchkey submit SPEC.json [--watch]` and `latchkey watch JOB`.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli/cli.h"
+#include "client/cli/format.h"
+
+namespace latchkey::cli {
+
+int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_seconds) {
+  JobClient client(ctx.client_options());
+  const bool tty = isatty(STDOUT_FILENO) && !ctx.json;
+  const absl::Time deadline =
+      max_seconds > 0 ? absl::Now() + absl::Seconds(max_seconds) : absl::InfiniteFuture();
+  std::string last_line;
+  auto on_update = [&](const v1::WatchJobResponse& m) {
+    if (ctx.json) {
+      std::cout << ToJson(m) << std::endl;
+      return true;
+    }
+    const std::string line = ProgressLine(m.job(), m.has_step() ? &m.step() : nullptr);
+    if (line == last_line) return true;
+    last_line = line;
+    if (tty) {
+      std::cout << "\r\033[K" << line << std::flush;  // redraw the bar in place
+    } else {
+      std::cout << line << std::endl;
+    }
+    return true;
+  };
+  auto final_job = client.WatchJob(job_id, on_update, deadline);
+  if (tty) std::cout << std::endl;
+  if (!final_job.ok()) return Fail(final_job.status());
+  switch (final_job->state()) {
+    case v1::JOB_STATE_SUCCEEDED:
+      return kOk;
+    case v1::JOB_STATE_CANCELLED:
+      std::cerr << "latchkey: " << job_id << " cancelled: " << final_job->failure_reason() << "\n";
+      return kJobCancelled;
+    case v1::JOB_STATE_FAILED:
+      std::cerr << "latchkey: " << job_id << " failed: " << final_job->failure_reason() << "\n";
+      return kJobFailed;
+    default:
+      return kError;
+  }
+}
+
+void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
+  struct Args {
+    std::string spec_path;
+    bool watch = false;
+    std::string rendezvous_host;
+    int rendezvous_port = 0;
+    double watch_seconds = 0;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand("submit", "Submit a job spec (JSON); prints its id and token");
+  sub->add_option("spec", args->spec_path, "job spec file (DESIGN.md format)")->required();
+  sub->add_flag("--watch", args->watch, "follow the job until it ends (exit code says how)");
+  sub->add_option("--rendezvous-host", args->rendezvous_host,
+                  "host rank 0's store listens on (default: rank 0's own address)");
+  sub->add_option("--rendezvous-port", args->rendezvous_port,
+                  "port rank 0's store listens on (default: one from the coordinator's range)");
+  sub->add_option("--watch-timeout", args->watch_seconds,
+                  "with --watch: give up after this many seconds (0: never)");
+  sub->callback([args, &ctx, exit_code] {
+    std::ifstream in(args->spec_path);
+    if (!in) {
+      std::cerr << "latchkey: " << args->spec_path << ": cannot read\n";
+      *exit_code = kUsage;
+      return;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    v1::SubmitJobRequest req;
+    req.set_spec_json(text.str());
+    std::error_code ec;
+    // Relative paths in the spec resolve against its folder, wherever the workers run.
+    const auto abs = std::filesystem::absolute(args->spec_path, ec);
+    req.set_base_dir(ec ? std::string() : abs.parent_path().string());
+    req.set_rendezvous_host(args->rendezvous_host);
+    req.set_rendezvous_port(args->rendezvous_port);
+    JobClient client(ctx.client_options());
+    auto resp = client.SubmitJob(req);
+    if (!resp.ok()) {
+      *exit_code = Fail(resp.status());
+      return;
+    }
+    if (ctx.json) {
+      std::cout << ToJson(*resp) << std::endl;
+    } else {
+      std::cout << "job_id: " << resp->job_id() << "\n"
+                << "join_token: " << resp->join_token() << "\n";
+      for (const std::string& w : resp->job().warnings()) std::cerr << "warning: " << w << "\n";
+    }
+    *exit_code = args->watch ? WatchUntilEnd(ctx, resp->job_id(), args->watch_seconds) : kOk;
+  });
+}
+
+void AddWatchCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
+  auto job_id = std::make_shared<std::string>();
+  auto seconds = std::make_shared<double>(0);
+  CLI::App* sub = app.add_subcommand(
+      "watch", "Follow a job: step/steps, loss, tokens/s, K/V all-reduces per step");
+  sub->add_option("job", *job_id, "job id")->required();
+  sub->add_option("--timeout-after", *seconds, "give up after this many seconds (0: never)");
+  sub->callback(
+      [job_id, seconds, &ctx, exit_code] { *exit_code = WatchUntilEnd(ctx, *job_id, *seconds); });
+}
+
+}  // namespace latchkey::cli

@@ -1,0 +1,126 @@
+// WorkerSession: a rank's connection to the coordinator (WorkerService), in plain C++ types.
+// The worker engine (and the simulated workers of tests and benchmarks) use it to join a job,
+// receive window latches in order, report steps and stay alive.
+//
+//   auto session = WorkerSession::Join(options);          // rank, world, spec, rendezvous
+//   session->StartLatches(first_window);
+//   for (s = first_window; s < steps; ++s) {
+//     auto latch = session->AwaitLatch(s, timeout);       // run window s exactly as it says
+//     ... train ...
+//     session->ReportStep(metrics);
+//   }
+//
+// Resilience: the latch stream reopens by itself when the coordinator goes away (restart,
+// network), from the first window not yet received, with exponential backoff; unary calls
+// retry the same way (ReportStep is idempotent per step). After `reconnect_timeout` without
+// the coordinator, calls fail UNAVAILABLE. A background thread heartbeats at the interval the
+// coordinator asked for.
+//
+// Thread-safety: all methods are thread-safe. Close() (or the destructor) stops the threads.
+#ifndef LATCHKEY_CLIENT_WORKER_SESSION_H_
+#define LATCHKEY_CLIENT_WORKER_SESSION_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/latch.h"
+
+namespace latchkey {
+
+struct WorkerSessionOptions {
+  std::string coordinator = "localhost:50051";
+  std::string job_id;
+  std::string join_token;
+  std::string worker_id;  // stable for the process, e.g. "host:pid"; a rejoin presents it again
+  std::optional<int> requested_rank;
+  std::string advertise_host;  // empty: the address the coordinator sees
+  absl::Duration rpc_timeout = absl::Seconds(10);
+  absl::Duration retry_initial = absl::Milliseconds(100);
+  absl::Duration retry_max = absl::Seconds(2);
+  absl::Duration reconnect_timeout = absl::Seconds(120);
+  // Each WatchLatches call ends after this and is reopened transparently (a bounded deadline).
+  absl::Duration stream_deadline = absl::Hours(1);
+  // Join waits (re-joining) until the rendezvous host is known, at most this long.
+  absl::Duration rendezvous_wait = absl::Minutes(10);
+  bool heartbeat = true;
+};
+
+struct JoinInfo {
+  int rank = 0;
+  int world_size = 1;
+  int tp = 1;
+  int dp = 1;
+  int tp_rank = 0;
+  int dp_rank = 0;
+  std::string spec_json;  // ParseJobSpec(spec_json, base_dir) gives the job's JobSpec
+  std::string base_dir;
+  std::string rendezvous_host;
+  int rendezvous_port = 0;
+  int64_t steps = 0;
+  absl::Duration heartbeat_interval;
+  absl::Duration liveness_timeout;
+};
+
+struct ReceivedLatch {
+  Latch latch;
+  absl::Time publish_time;  // coordinator's clock
+  absl::Time receive_time;  // this process's clock
+};
+
+struct StepMetrics {
+  int64_t step = 0;
+  int micro_batches = 0;
+  double loss = 0;
+  double grad_norm = 0;
+  KvMode kv_mode = KvMode::kPerMicroBatch;
+  int64_t kv_allreduce_calls = 0;
+  std::map<std::string, int64_t> collective_calls;  // "op/group" -> count
+  double step_seconds = 0;
+  int64_t tokens = 0;
+  int64_t latch_generation = 0;  // of the latch the step ran under
+};
+
+// How the job ended, as the coordinator said ("succeeded", "failed", "cancelled").
+struct JobEnd {
+  std::string state;
+  std::string reason;
+};
+
+class WorkerSession {
+ public:
+  // Joins (retrying while the coordinator is unreachable). Errors: UNAUTHENTICATED (token),
+  // NOT_FOUND (job), ABORTED (rank conflict / job full), FAILED_PRECONDITION (job ended).
+  static absl::StatusOr<std::unique_ptr<WorkerSession>> Join(WorkerSessionOptions options);
+  ~WorkerSession();
+  WorkerSession(const WorkerSession&) = delete;
+  WorkerSession& operator=(const WorkerSession&) = delete;
+
+  const JoinInfo& info() const;
+
+  // Opens the latch stream from `start_window` (once; later calls are ignored).
+  void StartLatches(int64_t start_window = 0);
+  // latch(window), waiting up to `timeout`. Errors: DEADLINE_EXCEEDED (not yet), CANCELLED
+  // (job cancelled), FAILED_PRECONDITION (job failed, or ended before this window),
+  // UNAVAILABLE (coordinator gone past reconnect_timeout), or the stream's own error.
+  absl::StatusOr<ReceivedLatch> AwaitLatch(int64_t window, absl::Duration timeout);
+  absl::Status ReportStep(const StepMetrics& metrics);
+  absl::Status ReportFailure(const std::string& message);
+  absl::Status Heartbeat();
+  // Set once the coordinator said the job ended (stream or heartbeat).
+  std::optional<JobEnd> job_end() const;
+  void Close();
+
+ private:
+  struct Impl;
+  explicit WorkerSession(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_CLIENT_WORKER_SESSION_H_

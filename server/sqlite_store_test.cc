@@ -1,0 +1,147 @@
+#include "server/sqlite_store.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "server/test_specs.h"
+
+namespace latchkey {
+namespace {
+
+JobRecord Job(const std::string& id, int64_t seq) {
+  JobRecord j;
+  j.job_id = id;
+  j.seq = seq;
+  j.spec_json = "{}";
+  j.join_token = "t";
+  j.rendezvous_port = 29500;
+  j.warnings = {"unknown key x"};
+  j.create_time = j.update_time = absl::FromUnixMicros(1234567);
+  return j;
+}
+
+PublishedLatch L(const std::string& job, int64_t w, int64_t m, int n) {
+  PublishedLatch p;
+  p.latch.job_id = job;
+  p.latch.window = w;
+  p.latch.first_micro_batch = m;
+  p.latch.n = n;
+  p.latch.kv_mode = KvMode::kCoalesced;
+  p.latch.no_sync.assign(static_cast<size_t>(n), true);
+  p.latch.no_sync.back() = false;
+  p.latch.reason = "auto → coalesced";
+  p.publish_time = absl::FromUnixMicros(99);
+  return p;
+}
+
+TEST(SqliteStoreTest, JobsWorkersLatchesSurviveReopen) {
+  testing::ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->CreateJob(Job("job-1", 1)).ok());
+    WorkerRecord w{"job-1", 1, "w1", "10.0.0.2", WorkerState::kActive, absl::FromUnixMicros(5)};
+    ASSERT_TRUE((*store)->PutWorker(w).ok());
+    ASSERT_TRUE(
+        (*store)->AppendLatches("job-1", {L("job-1", 0, 0, 4), L("job-1", 1, 4, 4)}, 2, 8).ok());
+    PolicyChangeRecord c;
+    c.job_id = "job-1";
+    c.policy.kv_reduce = KvReducePolicy::kDeferred;
+    c.policy.gradient_accumulation_steps = 2;
+    c.policy.generation = 1;
+    c.first_window = 2;
+    ASSERT_TRUE((*store)->AppendPolicyChange(c).ok());
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  const JobRecord& j = (*jobs)[0];
+  EXPECT_EQ(j.next_window, 2);
+  EXPECT_EQ(j.next_first_micro_batch, 8);
+  EXPECT_EQ(j.policy.kv_reduce, KvReducePolicy::kDeferred);
+  EXPECT_EQ(j.policy.gradient_accumulation_steps, 2);
+  EXPECT_EQ(j.policy.generation, 1);
+  EXPECT_EQ(j.warnings, std::vector<std::string>{"unknown key x"});
+  EXPECT_EQ(j.create_time, absl::FromUnixMicros(1234567));
+  auto workers = (*store)->LoadWorkers();
+  ASSERT_TRUE(workers.ok());
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_EQ((*workers)[0].host, "10.0.0.2");
+  EXPECT_EQ((*workers)[0].state, WorkerState::kActive);
+  auto latches = (*store)->LoadLatches("job-1", 0, 100);
+  ASSERT_TRUE(latches.ok());
+  ASSERT_EQ(latches->size(), 2u);
+  EXPECT_EQ((*latches)[1].latch, L("job-1", 1, 4, 4).latch);
+  auto changes = (*store)->LoadPolicyChanges("job-1");
+  ASSERT_TRUE(changes.ok());
+  ASSERT_EQ(changes->size(), 1u);
+  EXPECT_EQ((*changes)[0].first_window, 2);
+}
+
+TEST(SqliteStoreTest, LatchesAreAppendOnly) {
+  testing::ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->CreateJob(Job("job-1", 1)).ok());
+  ASSERT_TRUE((*store)->AppendLatches("job-1", {L("job-1", 0, 0, 4)}, 1, 4).ok());
+  // Publishing window 0 again is refused, and the job's position does not move.
+  absl::Status again = (*store)->AppendLatches("job-1", {L("job-1", 0, 0, 2)}, 1, 2);
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
+  EXPECT_EQ((*store)->LoadJobs()->front().next_first_micro_batch, 4);
+  EXPECT_EQ((*store)->LoadLatches("job-1", 0, 10)->front().latch.n, 4);
+
+  // Even SQL from outside cannot rewrite or delete the audit.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* err = nullptr;
+  EXPECT_NE(sqlite3_exec(db, "UPDATE latches SET n=9", nullptr, nullptr, &err), SQLITE_OK);
+  sqlite3_free(err);
+  EXPECT_NE(sqlite3_exec(db, "DELETE FROM latches", nullptr, nullptr, &err), SQLITE_OK);
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
+TEST(SqliteStoreTest, StepReportsAreIdempotentPerJobRankStep) {
+  auto store = SqliteStore::Open(":memory:");
+  ASSERT_TRUE(store.ok());
+  StepReportRecord r;
+  r.job_id = "job-1";
+  r.rank = 1;
+  r.step = 3;
+  r.loss = 2.5;
+  r.collective_calls = {{"all_reduce/tp", 96}, {"all_reduce/dp", 1}};
+  auto first = (*store)->InsertStepReport(r);
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE(*first);
+  r.loss = 9.0;  // a repeat with different numbers does not overwrite the first
+  auto second = (*store)->InsertStepReport(r);
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(*second);
+  r.rank = 0;
+  EXPECT_TRUE(*(*store)->InsertStepReport(r));
+  auto all = (*store)->LoadStepReports("job-1", 0);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[1].loss, 2.5);
+  EXPECT_EQ((*all)[1].collective_calls.at("all_reduce/tp"), 96);
+  auto progress = (*store)->LoadProgress();
+  ASSERT_TRUE(progress.ok());
+  EXPECT_EQ(progress->size(), 2u);
+}
+
+TEST(SqliteStoreTest, UnopenablePathIsUnavailable) {
+  auto store = SqliteStore::Open("/nonexistent-dir/x/coord.db");
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(store.status().message().find("--db"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace latchkey
