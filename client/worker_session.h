@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/latch.h"
+#include "common/step_report.h"
 
 namespace latchkey {
 
@@ -72,18 +73,9 @@ struct ReceivedLatch {
   absl::Time receive_time;  // this process's clock
 };
 
-struct StepMetrics {
-  int64_t step = 0;
-  int micro_batches = 0;
-  double loss = 0;
-  double grad_norm = 0;
-  KvMode kv_mode = KvMode::kPerMicroBatch;
-  int64_t kv_allreduce_calls = 0;
-  std::map<std::string, int64_t> collective_calls;  // "op/group" -> count
-  double step_seconds = 0;
-  int64_t tokens = 0;
-  int64_t latch_generation = 0;  // of the latch the step ran under
-};
+// The per-step report a rank sends (common/step_report.h).
+using StepMetrics = StepReport;
+
 
 // How the job ended, as the coordinator said ("succeeded", "failed", "cancelled").
 struct JobEnd {

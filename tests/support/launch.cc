@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,18 +14,11 @@
 #include <thread>
 
 #include "tests/support/free_port.h"
+#include "tests/support/process.h"
 
-extern char** environ;
 
 namespace latchkey::testing {
 namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string Replace(std::string s, const std::string& from, const std::string& to) {
   for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
@@ -62,7 +54,7 @@ WorkerRun RunWorkers(const nlohmann::json& spec, int world,
 }
 
 std::string RankStderr(const WorkerGroup& group, int rank) {
-  return ReadFile(group.run.dir + "/stderr-" + std::to_string(rank) + ".txt");
+  return ReadText(group.run.dir + "/stderr-" + std::to_string(rank) + ".txt");
 }
 
 WorkerGroup StartWorkers(const nlohmann::json& spec, int world,
@@ -84,30 +76,12 @@ WorkerGroup StartWorkers(const nlohmann::json& spec, int world,
                                       "--metrics-jsonl",  run.dir + "/steps-{rank}.jsonl",
                                       "--quiet"};
     for (const std::string& a : extra_args) args.push_back(Replace(a, "{dir}", run.dir));
-    std::vector<std::string> env = {
+    // Our entries come first in the environment, so they win over inherited ones.
+    const std::vector<std::string> env = {
         "RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world),
         "LOCAL_WORLD_SIZE=" + std::to_string(world), "MASTER_ADDR=127.0.0.1",
         "MASTER_PORT=" + std::to_string(port)};
-    for (char** e = environ; *e; ++e) {
-      const std::string kv = *e;
-      if (kv.rfind("RANK=", 0) == 0 || kv.rfind("WORLD_SIZE=", 0) == 0 ||
-          kv.rfind("MASTER_", 0) == 0 || kv.rfind("LOCAL_WORLD_SIZE=", 0) == 0) {
-        continue;
-      }
-      env.push_back(kv);
-    }
-    std::vector<char*> argv, envp;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    const std::string err = run.dir + "/stderr-" + std::to_string(r) + ".txt";
-    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn(&pids[r], argv[0], &fa, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&fa);
+    pids[r] = StartProcess(args, env, run.dir + "/stderr-" + std::to_string(r) + ".txt");
   }
   group.pids.assign(pids.begin(), pids.end());
   return group;
@@ -146,7 +120,7 @@ WorkerRun WaitWorkers(WorkerGroup group, std::chrono::seconds deadline) {
   run.steps.resize(world);
   run.stderr_text.resize(world);
   for (int r = 0; r < world; ++r) {
-    run.stderr_text[r] = ReadFile(run.dir + "/stderr-" + std::to_string(r) + ".txt");
+    run.stderr_text[r] = ReadText(run.dir + "/stderr-" + std::to_string(r) + ".txt");
     std::ifstream in(run.dir + "/steps-" + std::to_string(r) + ".jsonl");
     for (std::string line; std::getline(in, line);) {
       if (!line.empty()) run.steps[r].push_back(nlohmann::json::parse(line));

@@ -16,21 +16,6 @@ namespace {
 // How long one AwaitLatch call blocks before the loop checks the job's state again.
 constexpr absl::Duration kLatchPoll = absl::Seconds(1);
 
-StepMetrics ToStepMetrics(const StepReport& r, int64_t generation) {
-  StepMetrics m;
-  m.step = r.step;
-  m.micro_batches = r.micro_batches;
-  m.loss = r.loss;
-  m.grad_norm = r.grad_norm;
-  m.kv_mode = r.kv_mode;
-  m.kv_allreduce_calls = r.kv_allreduce_calls;
-  m.collective_calls = r.collective_calls;
-  m.step_seconds = r.step_seconds;
-  m.tokens = r.tokens;
-  m.latch_generation = generation;
-  return m;
-}
-
 // Reports a failure of this rank to the coordinator (best effort) and returns it.
 absl::Status Fail(WorkerSession& session, absl::Status st) {
   std::string msg(st.message());
@@ -126,7 +111,7 @@ absl::Status RunCoordinated(const CoordinatedOptions& options) {
     auto report = (*engine)->RunWindow(latch);
     if (!report.ok()) return CollectiveFailure(session, report.status());
     (*outputs)->OnStep(*spec, latch, *report, waited);
-    if (absl::Status st = session.ReportStep(ToStepMetrics(*report, latch.generation)); !st.ok()) {
+    if (absl::Status st = session.ReportStep(*report); !st.ok()) {
       return Fail(session, absl::Status(st.code(), "ReportStep: " + std::string(st.message())));
     }
   }

@@ -134,6 +134,7 @@ class EngineImpl final : public Engine {
       r.loss = *loss;
       r.grad_norm = last_norm_;
       r.kv_mode = latch.kv_mode;
+      r.latch_generation = latch.generation;
       r.kv_allreduce_calls = g_->stats->TaggedCalls(comm::kKvTag) - kv_before;
       for (const auto& [key, c] : comm::CollectiveStats::Delta(g_->stats->Snapshot(), stats_before)) {
         r.collective_calls[key] = c.calls;

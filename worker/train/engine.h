@@ -20,22 +20,11 @@
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
 #include "common/latch.h"
+#include "common/step_report.h"
 #include "worker/comm/comm.h"
 
 namespace latchkey {
 
-struct StepReport {
-  int64_t step = 0;
-  int micro_batches = 0;
-  double loss = 0.0;       // mean over every token of the window across all DP ranks
-  double grad_norm = 0.0;  // global, before clipping
-  KvMode kv_mode = KvMode::kPerMicroBatch;
-  int64_t kv_allreduce_calls = 0;                   // this rank, this step (observed)
-  std::map<std::string, int64_t> collective_calls;  // "op/group" -> count (observed)
-  double step_seconds = 0.0;
-  int64_t tokens = 0;  // whole job, this step: n_s * MB * DP * S
-  int64_t optimizer_state_bytes = 0;  // this rank's optimizer state (ZeRO-1: its partition)
-};
 
 struct EngineOptions {
   bool skip_kv_reduction_for_testing = false;

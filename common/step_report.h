@@ -1,0 +1,30 @@
+// What one rank reports about one optimizer step (window): the engine produces it, the per-step
+// JSONL and the worker's metrics print it, and WorkerService.ReportStep carries it.
+#ifndef LATCHKEY_COMMON_STEP_REPORT_H_
+#define LATCHKEY_COMMON_STEP_REPORT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "common/job_spec.h"
+
+namespace latchkey {
+
+struct StepReport {
+  int64_t step = 0;
+  int micro_batches = 0;
+  double loss = 0.0;       // mean over every token of the window across all DP ranks
+  double grad_norm = 0.0;  // global, before clipping
+  KvMode kv_mode = KvMode::kPerMicroBatch;
+  int64_t kv_allreduce_calls = 0;                   // this rank, this step (observed)
+  std::map<std::string, int64_t> collective_calls;  // "op/group" -> count (observed)
+  double step_seconds = 0.0;
+  int64_t tokens = 0;                 // whole job, this step: n_s * MB * DP * S
+  int64_t optimizer_state_bytes = 0;  // this rank's optimizer state (ZeRO-1: its partition)
+  int64_t latch_generation = 0;       // generation of the latch the step ran under
+};
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_COMMON_STEP_REPORT_H_
