@@ -5,7 +5,8 @@
 
 Each repeat runs the job twice, standalone (2 ranks, torchrun-style env) and under a local
 coordinator (`latchkey up`), alternating which goes first. The step time of a run is the median
-of its rank-0 `step_seconds` without the first (warm-up) step. Prints every pair, then the median
+over its rank-0 steps (without the first, warm-up step) of `step_seconds + latch_wait_seconds`:
+the window itself plus any wait for its latch, so the coordinator's whole cost per step counts. Prints every pair, then the median
 ratio (coordinator / standalone) with its spread (min..max over repeats).
 """
 import argparse
@@ -38,7 +39,8 @@ def free_port():
 
 def median_step(jsonl):
     rows = [json.loads(l) for l in open(jsonl) if l.strip()]
-    return statistics.median(r["step_seconds"] for r in rows[1:])
+    return statistics.median(r["step_seconds"] + r.get("latch_wait_seconds", 0.0)
+                             for r in rows[1:])
 
 
 def standalone(build, spec_path, out):

@@ -23,6 +23,7 @@ struct StepReport {
   int64_t tokens = 0;                 // whole job, this step: n_s * MB * DP * S
   int64_t optimizer_state_bytes = 0;  // this rank's optimizer state (ZeRO-1: its partition)
   int64_t latch_generation = 0;       // generation of the latch the step ran under
+  double latch_wait_seconds = 0.0;    // time the window waited for its latch (0 standalone)
 };
 
 }  // namespace latchkey

@@ -110,6 +110,7 @@ absl::Status RunCoordinated(const CoordinatedOptions& options) {
     const Latch& latch = received->latch;
     auto report = (*engine)->RunWindow(latch);
     if (!report.ok()) return CollectiveFailure(session, report.status());
+    report->latch_wait_seconds = waited;
     (*outputs)->OnStep(*spec, latch, *report, waited);
     if (absl::Status st = session.ReportStep(*report); !st.ok()) {
       return Fail(session, absl::Status(st.code(), "ReportStep: " + std::string(st.message())));

@@ -19,6 +19,7 @@ std::string StepReportJson(int rank, const StepReport& r) {
   j["step_seconds"] = r.step_seconds;
   j["tokens"] = r.tokens;
   j["optimizer_state_bytes"] = r.optimizer_state_bytes;
+  j["latch_wait_seconds"] = r.latch_wait_seconds;
   return j.dump();
 }
 
