@@ -49,7 +49,7 @@ absl::Status Group::AllReduceSum(void* data, size_t count, DataType type,
 absl::Status Group::AllGather(const void* in, void* out, size_t count, DataType type,
                               const CollectiveOptions& opts) {
   if (size_ <= 1) {
-    if (count > 0 && in != out) std::memcpy(out, in, count * DataTypeSize(type));
+    if (count > 0 && in != out) std::memmove(out, in, count * DataTypeSize(type));
     return absl::OkStatus();
   }
   if (count == 0) return absl::OkStatus();
@@ -61,7 +61,7 @@ absl::Status Group::ReduceScatterSum(const void* in, void* out, size_t count, Da
                                      const CollectiveOptions& opts) {
   if (type == DataType::kBFloat16) return absl::UnimplementedError("reduce_scatter of bf16");
   if (size_ <= 1) {
-    if (count > 0 && in != out) std::memcpy(out, in, count * DataTypeSize(type));
+    if (count > 0 && in != out) std::memmove(out, in, count * DataTypeSize(type));
     return absl::OkStatus();
   }
   if (count == 0) return absl::OkStatus();

@@ -56,9 +56,12 @@ class Group {
   absl::Status AllReduceSum(void* data, size_t count, DataType type,
                             const CollectiveOptions& opts = {});
   // out[r*count, (r+1)*count) receives rank r's in[0, count). `out` holds size()*count elements.
+  // In place (no copy) when `in` is this rank's chunk of `out`.
   absl::Status AllGather(const void* in, void* out, size_t count, DataType type,
                          const CollectiveOptions& opts = {});
   // `in` holds size()*count elements; out[0, count) receives the sum over ranks of chunk rank().
+  // In place when `out` is this rank's chunk of `in`: `in` is then used as scratch (its other
+  // chunks are clobbered) and no copy of it is made.
   absl::Status ReduceScatterSum(const void* in, void* out, size_t count, DataType type,
                                 const CollectiveOptions& opts = {});
   absl::Status Broadcast(void* data, size_t count, DataType type, int root,

@@ -86,6 +86,29 @@ TEST(GlooGroups, GridCoordinatesAndCollectives) {
   });
 }
 
+TEST(GlooGroups, InPlaceAllGatherAndReduceScatter) {
+  RunRanks(3, 1, [](ProcessGroups& g) {
+    // Reduce-scatter in place: `out` is this rank's chunk of `in`.
+    std::vector<double> buf(6);
+    for (int c = 0; c < 3; ++c) {
+      buf[2 * c] = 10.0 * g.rank + c;
+      buf[2 * c + 1] = 1.0;
+    }
+    ASSERT_TRUE(g.world->ReduceScatterSum(buf.data(), buf.data() + 2 * g.rank, 2,
+                                          DataType::kFloat64)
+                    .ok());
+    EXPECT_EQ(buf[2 * g.rank], 30.0 + 3 * g.rank);  // (0+10+20) + 3 * chunk index
+    EXPECT_EQ(buf[2 * g.rank + 1], 3.0);
+    // All-gather in place: this rank's chunk already sits at its offset.
+    std::vector<float> all(6, -1.0f);
+    all[2 * g.rank] = 100.0f + g.rank;
+    all[2 * g.rank + 1] = 200.0f + g.rank;
+    ASSERT_TRUE(g.world->AllGather(all.data() + 2 * g.rank, all.data(), 2, DataType::kFloat32)
+                    .ok());
+    EXPECT_EQ(all, (std::vector<float>{100, 200, 101, 201, 102, 202}));
+  });
+}
+
 TEST(GlooGroups, TaggedCallsCountedSeparately) {
   RunRanks(2, 2, [](ProcessGroups& g) {
     float x = 1.0f;

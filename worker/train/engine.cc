@@ -241,6 +241,7 @@ class EngineImpl final : public Engine {
     const bool count_replicated = g_->tp_rank == 0;
     if (zero1_) {
       const int64_t chunk = part_end_ - part_begin_;
+      // In place: the grads buffer is the scratch; only this rank's partition is used after.
       if (absl::Status st = g_->dp_group->ReduceScatterSum(grads, grads + part_begin_, chunk,
                                                            comm::DataType::kFloat32);
           !st.ok()) {
@@ -286,16 +287,16 @@ class EngineImpl final : public Engine {
       at::Tensor compute = store_->flat_compute();
       compute.narrow(0, part_begin_, chunk).copy_(master_);
       if (zero1_) {
-        at::Tensor mine = compute.narrow(0, part_begin_, chunk).clone();
-        if (absl::Status st = g_->dp_group->AllGather(mine.data_ptr(), compute.data_ptr(), chunk,
+        auto* base = static_cast<uint16_t*>(compute.data_ptr());
+        if (absl::Status st = g_->dp_group->AllGather(base + part_begin_, base, chunk,
                                                       comm::DataType::kBFloat16);
             !st.ok()) {
           return st;
         }
       }
     } else if (zero1_) {
-      std::vector<float> mine(params + part_begin_, params + part_end_);
-      if (absl::Status st = g_->dp_group->AllGather(mine.data(), params, chunk,
+      // In place: this rank's partition already sits at its offset.
+      if (absl::Status st = g_->dp_group->AllGather(params + part_begin_, params, chunk,
                                                     comm::DataType::kFloat32);
           !st.ok()) {
         return st;

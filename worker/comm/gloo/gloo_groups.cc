@@ -82,7 +82,18 @@ class GlooGroup final : public Group {
       gloo::AllgatherOptions opts(ctx_);
       opts.setTimeout(timeout);
       const size_t total = count * static_cast<size_t>(size());
-      if (type == DataType::kFloat32) {
+      const bool in_place = static_cast<const char*>(in) ==
+                            static_cast<const char*>(out) + rank() * count * DataTypeSize(type);
+      if (in_place) {
+        // gloo's in-place form: no input buffer, this rank's chunk already sits in `out`.
+        if (type == DataType::kFloat32) {
+          opts.setOutput(static_cast<float*>(out), total);
+        } else if (type == DataType::kBFloat16) {
+          opts.setOutput(static_cast<uint16_t*>(out), total);
+        } else {
+          opts.setOutput(static_cast<double*>(out), total);
+        }
+      } else if (type == DataType::kFloat32) {
         opts.setInput(const_cast<float*>(static_cast<const float*>(in)), count);
         opts.setOutput(static_cast<float*>(out), total);
       } else if (type == DataType::kBFloat16) {
@@ -106,10 +117,16 @@ class GlooGroup final : public Group {
       const int n = size();
       const int r = rank();
       const size_t chunk_bytes = count * esize;
-      std::vector<char> work(static_cast<const char*>(in),
-                             static_cast<const char*>(in) + chunk_bytes * n);
+      // In place when `out` is this rank's chunk of `in`: reduce inside `in` itself.
+      const bool in_place =
+          static_cast<char*>(out) == static_cast<const char*>(in) + r * chunk_bytes;
+      std::vector<char> copy;
+      if (!in_place) {
+        copy.assign(static_cast<const char*>(in), static_cast<const char*>(in) + chunk_bytes * n);
+      }
+      char* work = in_place ? static_cast<char*>(const_cast<void*>(in)) : copy.data();
       std::vector<char> incoming(chunk_bytes);
-      auto send_buf = ctx_->createUnboundBuffer(work.data(), work.size());
+      auto send_buf = ctx_->createUnboundBuffer(work, chunk_bytes * n);
       auto recv_buf = ctx_->createUnboundBuffer(incoming.data(), incoming.size());
       const int next = (r + 1) % n;
       const int prev = (r - 1 + n) % n;
@@ -121,7 +138,7 @@ class GlooGroup final : public Group {
         recv_buf->recv(prev, slot, 0, chunk_bytes);
         recv_buf->waitRecv(timeout);
         send_buf->waitSend(timeout);
-        char* dst = work.data() + recv_chunk * chunk_bytes;
+        char* dst = work + recv_chunk * chunk_bytes;
         if (type == DataType::kFloat32) {
           Add(reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(incoming.data()),
               count);
@@ -130,7 +147,7 @@ class GlooGroup final : public Group {
               count);
         }
       }
-      std::memcpy(out, work.data() + r * chunk_bytes, chunk_bytes);
+      if (!in_place) std::memcpy(out, work + r * chunk_bytes, chunk_bytes);
     });
   }
 
