@@ -74,7 +74,7 @@ pid_t Spawn(const std::vector<std::string>& args, const std::vector<std::string>
   envp.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -205,6 +205,8 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
 
   std::vector<pid_t> children;
   const std::string coord_log = run + "/coordinator.log";
+  // A run folder can be reused (the database keeps earlier jobs): never read a stale port file.
+  fs::remove(run + "/ports.json");
   const pid_t coord = Spawn({FindBinary("latchkey-coordinator", "server"), "--listen",
                              "127.0.0.1:0", "--db", run + "/coordinator.db", "--metrics-host",
                              "127.0.0.1", "--metrics-port", "0", "--port-file",
