@@ -5,9 +5,8 @@
 # runs/demo/final, the coordinator's SQLite database and logs in runs/demo/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-if [ ! -x "$root/build/worker/latchkey-worker" ] || [ ! -x "$root/build/client/latchkey" ]; then
-  bash "$root/scripts/build.sh"
-fi
+# Installs what is missing and builds incrementally (a no-op when up to date).
+bash "$root/scripts/build.sh" > "$root/build.log" 2>&1 || { tail -30 "$root/build.log"; exit 1; }
 worker="$root/build/worker/latchkey-worker"
 run="$root/runs/demo"
 mkdir -p "$run"
