@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/channel.h"
+#include "proto/channel.h"
 #include "latchkey/v1/job_service.grpc.pb.h"
 #include "proto/grpc_status.h"
 

@@ -18,18 +18,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/latch.h"
+#include "common/states.h"
 
 namespace latchkey {
-
-// Values equal latchkey.v1.JobState / WorkerState (stored as integers; never renumber).
-enum class JobState { kPending = 1, kRunning = 2, kSucceeded = 3, kFailed = 4, kCancelled = 5 };
-enum class WorkerState { kJoined = 1, kActive = 2, kDone = 3, kLost = 4, kFailed = 5 };
-
-const char* JobStateName(JobState s);        // "pending", "running", ...
-const char* WorkerStateName(WorkerState s);  // "joined", "active", ...
-inline bool IsTerminal(JobState s) {
-  return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
-}
 
 struct JobRecord {
   std::string job_id;

@@ -28,7 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/job_client.h"
-#include "client/worker_session.h"
+#include "worker/session/worker_session.h"
 #include "server/test_specs.h"
 
 namespace {

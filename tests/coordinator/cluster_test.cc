@@ -7,7 +7,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "client/job_client.h"
-#include "client/worker_session.h"
+#include "worker/session/worker_session.h"
 #include "gtest/gtest.h"
 #include "server/test_specs.h"
 #include "tests/coordinator/harness.h"

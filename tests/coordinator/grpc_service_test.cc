@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/synchronization/notification.h"
-#include "client/channel.h"
+#include "proto/channel.h"
 #include "client/job_client.h"
 #include "gtest/gtest.h"
 #include "latchkey/v1/job_service.grpc.pb.h"

@@ -8,7 +8,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "client/job_client.h"
-#include "client/worker_session.h"
+#include "worker/session/worker_session.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -4,7 +4,7 @@
 
 #include <iostream>
 
-#include "client/worker_session.h"
+#include "worker/session/worker_session.h"
 #include "common/latch.h"
 #include "worker/comm/gloo/gloo_groups.h"
 #include "worker/runner/env.h"

@@ -17,8 +17,8 @@
 // coordinator asked for.
 //
 // Thread-safety: all methods are thread-safe. Close() (or the destructor) stops the threads.
-#ifndef LATCHKEY_CLIENT_WORKER_SESSION_H_
-#define LATCHKEY_CLIENT_WORKER_SESSION_H_
+#ifndef LATCHKEY_WORKER_SESSION_WORKER_SESSION_H_
+#define LATCHKEY_WORKER_SESSION_WORKER_SESSION_H_
 
 #include <cstdint>
 #include <map>
@@ -115,4 +115,4 @@ class WorkerSession {
 
 }  // namespace latchkey
 
-#endif  // LATCHKEY_CLIENT_WORKER_SESSION_H_
+#endif  // LATCHKEY_WORKER_SESSION_WORKER_SESSION_H_

@@ -1,4 +1,4 @@
-#include "client/worker_session.h"
+#include "worker/session/worker_session.h"
 
 #include <grpcpp/client_context.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "client/channel.h"
+#include "proto/channel.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
 #include "proto/grpc_status.h"
 #include "proto/wire.h"

@@ -1,7 +1,7 @@
 // The one way the client side opens a channel to the coordinator: keepalive on (a dead
 // coordinator is noticed), a short reconnect backoff (a restarted one is found again quickly).
-#ifndef LATCHKEY_CLIENT_CHANNEL_H_
-#define LATCHKEY_CLIENT_CHANNEL_H_
+#ifndef LATCHKEY_PROTO_CHANNEL_H_
+#define LATCHKEY_PROTO_CHANNEL_H_
 
 #include <grpcpp/channel.h>
 
@@ -17,4 +17,4 @@ bool IsRetryable(int grpc_code);
 
 }  // namespace latchkey
 
-#endif  // LATCHKEY_CLIENT_CHANNEL_H_
+#endif  // LATCHKEY_PROTO_CHANNEL_H_

@@ -1,4 +1,4 @@
-#include "server/store.h"
+#include "common/states.h"
 
 namespace latchkey {
 
@@ -32,6 +32,20 @@ const char* WorkerStateName(WorkerState s) {
       return "failed";
   }
   return "unknown";
+}
+
+std::optional<JobState> ParseJobState(std::string_view name) {
+  for (JobState s : kAllJobStates) {
+    if (name == JobStateName(s)) return s;
+  }
+  return std::nullopt;
+}
+
+std::optional<WorkerState> ParseWorkerState(std::string_view name) {
+  for (WorkerState s : kAllWorkerStates) {
+    if (name == WorkerStateName(s)) return s;
+  }
+  return std::nullopt;
 }
 
 }  // namespace latchkey

@@ -1,0 +1,24 @@
+// Named defaults for every blocking call, in one place. Flags and spec keys override them;
+// nothing else spells these numbers.
+#ifndef LATCHKEY_COMMON_TIMEOUTS_H_
+#define LATCHKEY_COMMON_TIMEOUTS_H_
+
+#include <chrono>
+
+namespace latchkey {
+
+// No collective blocks longer than this (latchkey-worker --collective-timeout-seconds).
+inline constexpr std::chrono::seconds kDefaultCollectiveTimeout{120};
+// Forming the process groups: every rank must reach the rendezvous store within this.
+inline constexpr std::chrono::seconds kDefaultRendezvousTimeout{120};
+// One unary RPC attempt to the coordinator.
+inline constexpr std::chrono::seconds kDefaultRpcTimeout{10};
+// A worker gives up on an unreachable coordinator after this.
+inline constexpr std::chrono::seconds kDefaultReconnectTimeout{120};
+
+// Where clients look for the coordinator when neither a flag nor $LATCHKEY_COORDINATOR says.
+inline constexpr char kDefaultCoordinatorAddress[] = "localhost:50051";
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_COMMON_TIMEOUTS_H_
