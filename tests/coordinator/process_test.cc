@@ -8,12 +8,12 @@
 
 #include "absl/synchronization/mutex.h"
 #include "client/job_client.h"
-#include "worker/session/worker_session.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/test_specs.h"
 #include "tests/coordinator/harness.h"
+#include "worker/session/worker_session.h"
 
 namespace latchkey::testing {
 namespace {
@@ -147,6 +147,85 @@ TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
     EXPECT_EQ(final_audit[s].first_micro_batch(), received[0][s].first_micro_batch);
     EXPECT_EQ(final_audit[s].generation(), received[0][s].generation);
   }
+  EXPECT_EQ(second.Terminate(), 0);
+}
+
+// latchkey.no_sync is part of the job's policy: windows published after a kill -9 and restart
+// carry the submitted mask, not the default one.
+TEST(ProcessTest, NoSyncMaskSurvivesKillNineAndRestart) {
+  constexpr int kWorld = 2;
+  constexpr int kSteps = 8;
+  constexpr int kStepsBeforeKill = 3;
+  const std::vector<bool> mask = {false, true, true, false};  // default: {true, true, true, false}
+  const std::string db = TempDir() + "/coord.db";
+  const std::vector<std::string> args = {"--latch-lookahead", "1", "--liveness-timeout", "60"};
+  auto first = std::make_unique<CoordinatorProcess>(db, 0, args);
+  ASSERT_TRUE(first->Start());
+  const int port = first->grpc_port();
+  JobClient client({first->address(), absl::Seconds(5)});
+  SpecParams p;
+  p.world_size = kWorld;
+  p.tp = 1;
+  p.gas = 4;
+  p.steps = kSteps;
+  p.extra_latchkey = R"(, "no_sync": [false, true, true, false])";
+  const v1::SubmitJobResponse job = SubmitOrDie(client, p);
+  ASSERT_FALSE(job.job_id().empty());
+
+  std::vector<std::unique_ptr<WorkerSession>> sessions;
+  for (int i = 0; i < kWorld; ++i) {
+    WorkerSessionOptions o;
+    o.coordinator = first->address();
+    o.job_id = job.job_id();
+    o.join_token = job.join_token();
+    o.worker_id = "mask-worker-" + std::to_string(i);
+    o.requested_rank = i;
+    o.retry_max = absl::Milliseconds(200);
+    o.reconnect_timeout = absl::Seconds(60);
+    auto session = WorkerSession::Join(o);
+    ASSERT_TRUE(session.ok()) << session.status();
+    sessions.push_back(*std::move(session));
+  }
+  for (auto& s : sessions) s->StartLatches(0);
+  std::vector<Latch> received;  // rank 0's, window order
+  auto run_step = [&](int64_t step) {
+    for (int i = 0; i < kWorld; ++i) {
+      auto latch = sessions[static_cast<size_t>(i)]->AwaitLatch(step, absl::Seconds(60));
+      ASSERT_TRUE(latch.ok()) << "rank " << i << " step " << step << ": " << latch.status();
+      if (i == 0) received.push_back(latch->latch);
+      StepMetrics m;
+      m.step = step;
+      m.micro_batches = latch->latch.n;
+      m.kv_mode = latch->latch.kv_mode;
+      m.latch_generation = latch->latch.generation;
+      ASSERT_TRUE(sessions[static_cast<size_t>(i)]->ReportStep(m).ok()) << step;
+    }
+  };
+  for (int64_t s = 0; s < kStepsBeforeKill; ++s) run_step(s);
+  const size_t published_before_kill = Audit(client, job.job_id()).size();
+  // Windows [0, completed + 1 + lookahead): the rest are published by the restarted coordinator.
+  ASSERT_EQ(published_before_kill, static_cast<size_t>(kStepsBeforeKill + 2));
+  ASSERT_LT(published_before_kill, static_cast<size_t>(kSteps));
+  first->Kill9();
+
+  CoordinatorProcess second(db, port, args);
+  ASSERT_TRUE(second.Start());
+  for (int64_t s = kStepsBeforeKill; s < kSteps; ++s) run_step(s);
+  for (auto& s : sessions) s->Close();
+
+  const std::vector<v1::Latch> audit = Audit(client, job.job_id());
+  ASSERT_EQ(audit.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(received.size(), static_cast<size_t>(kSteps));
+  for (int s = 0; s < kSteps; ++s) {
+    const std::vector<bool> stored(audit[s].no_sync().begin(), audit[s].no_sync().end());
+    EXPECT_EQ(stored, mask) << "latch " << s << " (published "
+                            << (static_cast<size_t>(s) < published_before_kill ? "before" : "after")
+                            << " the restart)";
+    EXPECT_EQ(received[static_cast<size_t>(s)].no_sync, mask) << "window " << s;
+  }
+  auto done = client.GetJob(job.job_id());
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->failure_reason();
   EXPECT_EQ(second.Terminate(), 0);
 }
 
