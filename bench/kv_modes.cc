@@ -4,8 +4,11 @@
 //                  [--tp 2]
 //
 // Started without RANK it launches itself once per rank (RANK/WORLD_SIZE/MASTER_PORT env) and
-// rank 0 prints the table. One engine per GAS; the modes are interleaved window by window
-// (window s runs mode s % 3), so machine noise hits every mode alike. The first round is warm-up.
+// rank 0 prints the table. One engine per GAS; the modes are interleaved window by window: each
+// round runs every mode once, in an order shuffled per round (the same seeded order on every
+// rank), so machine noise and warm caches hit every mode alike. The first round is warm-up.
+// Per cell: the median step time with its min-max spread over the measured rounds, and the
+// ratio to per_micro_batch taken within each round (median and min-max of those ratios).
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,7 +23,7 @@
 
 #include "common/job_spec.h"
 #include "common/latch.h"
-#include "worker/comm/gloo/gloo_groups.h"
+#include "worker/comm/process_groups.h"
 #include "worker/train/engine.h"
 #include "worker/train/threads.h"
 
@@ -30,7 +33,8 @@ namespace {
 
 struct Args {
   std::vector<int> gas = {8, 32};
-  int steps = 4;  // measured windows per mode and GAS (after one warm-up round)
+  int steps = 9;  // measured rounds (windows per mode and GAS) after one warm-up round
+  unsigned seed = 1;  // order of the modes within each round
   int layers = 24, embd = 256, heads = 8, seq = 128, tp = 2;
 };
 
@@ -91,9 +95,19 @@ latchkey::JobSpec Spec(const Args& a, int gas) {
   return s;
 }
 
+// The true median (mean of the two middle values for an even count).
 double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double Min(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
+}
+double Max(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
 }
 
 }  // namespace
@@ -109,6 +123,7 @@ int main(int argc, char** argv) {
     else if (k == "--heads") a.heads = std::atoi(v.c_str());
     else if (k == "--seq") a.seq = std::atoi(v.c_str());
     else if (k == "--tp") a.tp = std::atoi(v.c_str());
+    else if (k == "--seed") a.seed = static_cast<unsigned>(std::atoi(v.c_str()));
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -122,7 +137,7 @@ int main(int argc, char** argv) {
   rdv.rank = rank;
   rdv.world_size = a.tp;
   rdv.tp = a.tp;
-  auto groups = latchkey::comm::CreateGlooProcessGroups(rdv);
+  auto groups = latchkey::comm::CreateProcessGroups(latchkey::comm::Backend::kAuto, rdv);
   if (!groups.ok()) {
     std::fprintf(stderr, "%s\n", std::string(groups.status().message()).c_str());
     return 1;
@@ -131,10 +146,10 @@ int main(int argc, char** argv) {
                                      latchkey::KvMode::kCoalesced};
   if (rank == 0) {
     std::printf("K/V modes: %d layers, n_embd %d, n_head %d (MQA), seq %d, micro-batch 1, TP %d, "
-                "%d measured windows per cell (median), modes interleaved\n\n",
+                "%d measured rounds per cell, modes in a shuffled order each round\n\n",
                 a.layers, a.embd, a.heads, a.seq, a.tp, a.steps);
-    std::printf("| GAS | kv_mode | step s (median) | tokens/s | K/V all-reduces/step | "
-                "all collectives/step | step time vs per_micro_batch |\n");
+    std::printf("| GAS | kv_mode | step s median (min-max) | tokens/s | K/V all-reduces/step | "
+                "all collectives/step | vs per_micro_batch, per round: median (min-max) |\n");
     std::printf("|---|---|---|---|---|---|---|\n");
   }
   for (int gas : a.gas) {
@@ -146,11 +161,15 @@ int main(int argc, char** argv) {
     }
     std::map<int, std::vector<double>> secs;
     std::map<int, int64_t> kv_calls, all_calls;
+    std::mt19937 order_rng(a.seed);  // identical on every rank: all run the same mode per window
     int64_t m = 0;
+    int64_t window = 0;
     for (int round = 0; round <= a.steps; ++round) {
-      for (int k = 0; k < 3; ++k) {
+      int order[3] = {0, 1, 2};
+      std::shuffle(order, order + 3, order_rng);
+      for (int k : order) {
         latchkey::LatchPolicy policy = latchkey::InitialPolicy(spec);
-        latchkey::Latch latch = latchkey::DecideLatch(spec, policy, round * 3 + k, m);
+        latchkey::Latch latch = latchkey::DecideLatch(spec, policy, window++, m);
         latch.kv_mode = modes[k];  // the bench pins each window's mode
         auto r = (*engine)->RunWindow(latch);
         if (!r.ok()) {
@@ -166,14 +185,16 @@ int main(int argc, char** argv) {
         all_calls[k] = total;
       }
     }
-    const double base = Median(secs[0]);
     for (int k = 0; k < 3; ++k) {
+      std::vector<double> ratios;
+      for (size_t i = 0; i < secs[k].size(); ++i) ratios.push_back(secs[k][i] / secs[0][i]);
       const double t = Median(secs[k]);
       if (rank == 0) {
-        std::printf("| %d | %s | %.3f | %.0f | %lld | %lld | %.3f |\n", gas,
-                    latchkey::KvModeName(modes[k]), t, gas * a.seq / t,
-                    static_cast<long long>(kv_calls[k]), static_cast<long long>(all_calls[k]),
-                    t / base);
+        std::printf("| %d | %s | %.3f (%.3f-%.3f) | %.0f | %lld | %lld | %.3f (%.3f-%.3f) |\n",
+                    gas, latchkey::KvModeName(modes[k]), t, Min(secs[k]), Max(secs[k]),
+                    gas * a.seq / t, static_cast<long long>(kv_calls[k]),
+                    static_cast<long long>(all_calls[k]), Median(ratios), Min(ratios),
+                    Max(ratios));
       }
     }
     std::fflush(stdout);

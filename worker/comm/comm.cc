@@ -106,13 +106,4 @@ absl::Status SingleRankGroup::DoBroadcast(void*, size_t, DataType, int,
 }
 absl::Status SingleRankGroup::DoBarrier(std::chrono::milliseconds) { return absl::OkStatus(); }
 
-ProcessGroups MakeSingleProcessGroups() {
-  ProcessGroups g;
-  g.stats = std::make_shared<CollectiveStats>();
-  g.world = std::make_shared<SingleRankGroup>("world", g.stats);
-  g.tp_group = std::make_shared<SingleRankGroup>("tp", g.stats);
-  g.dp_group = std::make_shared<SingleRankGroup>("dp", g.stats);
-  return g;
-}
-
 }  // namespace latchkey::comm

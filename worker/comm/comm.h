@@ -20,11 +20,12 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/timeouts.h"
 #include "worker/comm/collective_stats.h"
 
 namespace latchkey::comm {
 
-inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{std::chrono::seconds(120)};
+inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{latchkey::kDefaultCollectiveTimeout};
 
 // kBFloat16 travels as raw 16-bit words: all-gather and broadcast only (no reductions).
 enum class DataType { kFloat32, kFloat64, kBFloat16 };
@@ -110,27 +111,6 @@ class SingleRankGroup final : public Group {
   absl::Status DoBroadcast(void*, size_t, DataType, int, std::chrono::milliseconds) override;
   absl::Status DoBarrier(std::chrono::milliseconds) override;
 };
-
-// The process groups of one rank in a DP x TP grid: rank = dp_rank * tp + tp_rank.
-// tp groups hold consecutive ranks; dp groups hold ranks with the same tp_rank.
-struct ProcessGroups {
-  int rank = 0;
-  int world_size = 1;
-  int tp = 1;
-  int dp = 1;
-  int tp_rank = 0;
-  int dp_rank = 0;
-  std::shared_ptr<Group> world;
-  std::shared_ptr<Group> tp_group;
-  std::shared_ptr<Group> dp_group;
-  std::shared_ptr<CollectiveStats> stats;
-  // Keeps the backend's rendezvous store alive (rank 0 hosts it: ranks still connecting need it
-  // after this rank has finished).
-  std::shared_ptr<void> rendezvous;
-};
-
-// Single-process groups (world size 1): nothing is ever issued.
-ProcessGroups MakeSingleProcessGroups();
 
 }  // namespace latchkey::comm
 

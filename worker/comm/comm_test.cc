@@ -1,4 +1,5 @@
-// Gloo groups with ranks as threads in one process (gloo's own testing style).
+// Process groups with ranks as threads in one process (gloo's own testing style): the
+// in-memory store for the rendezvous, except where the TCP store itself is under test.
 #include "worker/comm/comm.h"
 
 #include <gtest/gtest.h>
@@ -8,29 +9,14 @@
 #include <vector>
 
 #include "tests/support/free_port.h"
-#include "worker/comm/gloo/gloo_groups.h"
+#include "tests/support/rank_threads.h"
+#include "worker/comm/process_groups.h"
 
 namespace latchkey::comm {
 namespace {
 
-// Runs fn(groups) on `world` threads forming a world/tp grid.
 void RunRanks(int world, int tp, const std::function<void(ProcessGroups&)>& fn) {
-  const int port = testing::FreePort();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      RendezvousConfig c;
-      c.port = port;
-      c.rank = r;
-      c.world_size = world;
-      c.tp = tp;
-      c.rendezvous_timeout = std::chrono::seconds(30);
-      auto g = CreateGlooProcessGroups(c);
-      ASSERT_TRUE(g.ok()) << g.status();
-      fn(*g);
-    });
-  }
-  for (auto& t : threads) t.join();
+  testing::RunRankThreads(world, tp, fn);
 }
 
 TEST(GlooGroups, GridCoordinatesAndCollectives) {
@@ -144,7 +130,7 @@ TEST(GlooGroups, CollectiveTimesOutInsteadOfHanging) {
       absl::Status st = g.tp_group->AllReduceSum(&x, 1, DataType::kFloat32, opts);
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      EXPECT_FALSE(st.ok());
+      EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
       EXPECT_LT(secs, 10.0);
       EXPECT_NE(st.message().find("all_reduce on group 'tp'"), std::string::npos) << st;
       EXPECT_EQ(g.stats->TotalCalls(), 0);  // failed collectives are not counted
@@ -154,11 +140,84 @@ TEST(GlooGroups, CollectiveTimesOutInsteadOfHanging) {
   });
 }
 
+TEST(GlooGroups, VanishedPeerIsUnavailableBeforeTheTimeout) {
+  RunRanks(2, 2, [](ProcessGroups& g) {
+    if (g.rank == 1) {
+      // Rank 1 goes away (its connections close) while rank 0 waits in an all-reduce.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      g.world.reset();
+      g.tp_group.reset();
+      return;
+    }
+    float x = 1.0f;
+    CollectiveOptions opts;
+    opts.timeout = std::chrono::seconds(20);
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status st = g.tp_group->AllReduceSum(&x, 1, DataType::kFloat32, opts);
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+    EXPECT_LT(secs, 10.0);
+  });
+}
+
+TEST(GlooGroups, FormsGroupsThroughTheTcpStore) {
+  const int port = testing::FreePort();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([port, r] {
+      RendezvousConfig c;
+      c.port = port;
+      c.rank = r;
+      c.world_size = 2;
+      c.tp = 2;
+      c.rendezvous_timeout = std::chrono::seconds(30);
+      auto g = CreateProcessGroups(Backend::kGloo, c);
+      ASSERT_TRUE(g.ok()) << g.status();
+      float x = static_cast<float>(r + 1);
+      ASSERT_TRUE(g->tp_group->AllReduceSum(&x, 1, DataType::kFloat32).ok());
+      EXPECT_EQ(x, 3.0f);
+      ASSERT_TRUE(g->world->Barrier().ok());  // rank 0 keeps hosting the store until both are done
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(Store, InMemoryWaitTimesOutNamingTheMissingKey) {
+  InMemoryStore store;
+  ASSERT_TRUE(store.Set("a", {1, 2}).ok());
+  auto a = store.Get("a", std::chrono::milliseconds(10));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(*a, (std::vector<uint8_t>{1, 2}));
+  absl::Status st = store.Wait({"a", "b"}, std::chrono::milliseconds(50));
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(st.message().find("b"), std::string::npos) << st;
+  PrefixStore prefixed("job", std::make_shared<InMemoryStore>());
+  ASSERT_TRUE(prefixed.Set("k", {7}).ok());
+  EXPECT_EQ(*prefixed.Get("k", std::chrono::milliseconds(10)), std::vector<uint8_t>{7});
+}
+
+TEST(GlooGroups, UnreachableStoreIsUnavailable) {
+  RendezvousConfig c;
+  c.port = testing::FreePort();  // nobody hosts it
+  c.rank = 1;
+  c.world_size = 2;
+  c.tp = 2;
+  c.rendezvous_timeout = std::chrono::seconds(2);
+  auto g = CreateProcessGroups(Backend::kGloo, c);
+  ASSERT_FALSE(g.ok());
+  EXPECT_TRUE(g.status().code() == absl::StatusCode::kUnavailable ||
+              g.status().code() == absl::StatusCode::kDeadlineExceeded)
+      << g.status();
+  EXPECT_NE(g.status().message().find("rank 1"), std::string::npos) << g.status();
+}
+
 TEST(GlooGroups, RejectsBadGrid) {
   RendezvousConfig c;
   c.world_size = 3;
   c.tp = 2;
-  EXPECT_EQ(CreateGlooProcessGroups(c).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateProcessGroups(Backend::kGloo, c).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "worker/checkpoint/hf_checkpoint.h"
 #include "worker/comm/comm.h"
+#include "worker/comm/process_groups.h"
 #include "worker/data/token_source.h"
 #include "worker/model/gpt_bigcode.h"
 #include "worker/model/param_store.h"

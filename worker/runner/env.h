@@ -1,26 +1,30 @@
-// Integer settings from the environment (RANK, WORLD_SIZE, ...), with the variable named in
-// the error.
+// Everything latchkey-worker reads from its environment, read in one place (main), with the
+// variable named in every error. torchrun's names where torchrun has one.
 #ifndef LATCHKEY_WORKER_RUNNER_ENV_H_
 #define LATCHKEY_WORKER_RUNNER_ENV_H_
 
-#include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 
 namespace latchkey {
 
-inline absl::StatusOr<int> EnvInt(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == 0) return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  if (*end != 0 || x < 0) {
-    return absl::InvalidArgumentError(std::string(name) + ": '" + v +
-                                      "' is not a non-negative integer");
-  }
-  return static_cast<int>(x);
-}
+struct WorkerEnv {
+  std::optional<int> rank;              // RANK
+  std::optional<int> world_size;        // WORLD_SIZE
+  std::string master_addr;              // MASTER_ADDR (default 127.0.0.1)
+  int master_port = 29500;              // MASTER_PORT
+  std::optional<int> local_world_size;  // LOCAL_WORLD_SIZE: ranks sharing this machine's cores
+  // LATCHKEY_GLOO_HOSTNAME: the address other machines reach this rank's transport at.
+  std::string transport_host;
+  std::string coordinator;  // LATCHKEY_COORDINATOR
+  std::string job_id;       // LATCHKEY_JOB_ID
+  std::string join_token;   // LATCHKEY_JOIN_TOKEN
+};
+
+// INVALID_ARGUMENT naming the variable when a number is not a non-negative integer.
+absl::StatusOr<WorkerEnv> ReadWorkerEnv();
 
 }  // namespace latchkey
 

@@ -10,12 +10,15 @@
 //
 // Exit 0 on success; otherwise one line "latchkey-worker: <field>: <reason>" and exit 1
 // (2 for a usage error).
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "common/timeouts.h"
 #include "worker/data/token_source.h"
+#include "worker/runner/env.h"
 #include "worker/runner/standalone.h"
 #ifdef LATCHKEY_WITH_COORDINATOR
 #include "worker/runner/coordinated.h"
@@ -37,11 +40,6 @@ int UsageError(const std::string& msg) {
   return 2;
 }
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,13 +58,16 @@ int main(int argc, char** argv) {
     std::cout << "wrote " << *n << " tokens (uint16, vocab 256) to " << args[2] << "\n";
     return 0;
   }
+  auto env = latchkey::ReadWorkerEnv();
+  if (!env.ok()) {
+    std::cerr << "latchkey-worker: " << env.status().message() << "\n";
+    return 1;
+  }
   bool standalone = false;
-  std::string spec_path, save_dir, coordinator = Env("LATCHKEY_COORDINATOR"),
-                                   job = Env("LATCHKEY_JOB_ID"),
-                                   token = Env("LATCHKEY_JOIN_TOKEN"), advertise;
-  int collective_timeout = 120;
-  latchkey::OutputOptions outputs;
-  latchkey::EngineOptions engine;
+  std::string spec_path, coordinator = env->coordinator, job = env->job_id,
+                         token = env->join_token, advertise;
+  std::chrono::milliseconds collective_timeout{latchkey::kDefaultCollectiveTimeout};
+  latchkey::RunOptions run;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](std::string* out) -> bool {
@@ -88,31 +89,31 @@ int main(int argc, char** argv) {
     } else if (a == "--advertise-host") {
       if (!value(&advertise)) return UsageError("--advertise-host needs an address");
     } else if (a == "--metrics-jsonl") {
-      if (!value(&outputs.metrics_jsonl)) return UsageError("--metrics-jsonl needs a file");
+      if (!value(&run.outputs.metrics_jsonl)) return UsageError("--metrics-jsonl needs a file");
     } else if (a == "--save") {
-      if (!value(&save_dir)) return UsageError("--save needs a directory");
+      if (!value(&run.save_dir)) return UsageError("--save needs a directory");
     } else if (a == "--metrics-port") {
       if (!value(&v)) return UsageError("--metrics-port needs a port (0 = any free one)");
-      outputs.metrics_port = std::atoi(v.c_str());
+      run.outputs.metrics_port = std::atoi(v.c_str());
     } else if (a == "--metrics-host") {
-      if (!value(&outputs.metrics_host)) return UsageError("--metrics-host needs an address");
+      if (!value(&run.outputs.metrics_host)) return UsageError("--metrics-host needs an address");
     } else if (a == "--linger-seconds") {
       if (!value(&v)) return UsageError("--linger-seconds needs a number");
-      outputs.linger_seconds = std::atof(v.c_str());
+      run.outputs.linger_seconds = std::atof(v.c_str());
     } else if (a == "--collective-timeout-seconds") {
       if (!value(&v) || std::atoi(v.c_str()) <= 0) {
         return UsageError("--collective-timeout-seconds needs a positive number");
       }
-      collective_timeout = std::atoi(v.c_str());
+      collective_timeout = std::chrono::seconds(std::atoi(v.c_str()));
     } else if (a == "--dump-grads") {
-      if (!value(&engine.dump_grads_dir)) return UsageError("--dump-grads needs a directory");
+      if (!value(&run.engine.dump_grads_dir)) return UsageError("--dump-grads needs a directory");
     } else if (a == "--dump-grads-step") {
       if (!value(&v)) return UsageError("--dump-grads-step needs a number");
-      engine.dump_grads_step = std::atoll(v.c_str());
+      run.engine.dump_grads_step = std::atoll(v.c_str());
     } else if (a == "--test-skip-kv-reduce") {
-      engine.skip_kv_reduction_for_testing = true;
+      run.engine.skip_kv_reduction_for_testing = true;
     } else if (a == "--quiet") {
-      outputs.quiet = true;
+      run.outputs.quiet = true;
     } else {
       return UsageError("unknown argument '" + a + "'");
     }
@@ -122,11 +123,9 @@ int main(int argc, char** argv) {
     if (spec_path.empty()) return UsageError("--spec is required with --standalone");
     latchkey::StandaloneOptions opts;
     opts.spec_path = spec_path;
-    opts.save_dir = save_dir;
-    opts.outputs = outputs;
-    opts.engine = engine;
-    opts.collective_timeout_seconds = collective_timeout;
-    st = latchkey::RunStandalone(opts);
+    opts.run = run;
+    opts.collective_timeout = collective_timeout;
+    st = latchkey::RunStandalone(opts, *env);
   } else {
 #ifdef LATCHKEY_WITH_COORDINATOR
     if (job.empty()) return UsageError("--job (or LATCHKEY_JOB_ID) is required");
@@ -135,12 +134,10 @@ int main(int argc, char** argv) {
     opts.job_id = job;
     opts.join_token = token;
     opts.advertise_host = advertise;
-    if (const std::string r = Env("RANK"); !r.empty()) opts.requested_rank = std::atoi(r.c_str());
-    opts.save_dir = save_dir;
-    opts.outputs = outputs;
-    opts.engine = engine;
-    opts.collective_timeout_seconds = collective_timeout;
-    st = latchkey::RunCoordinated(opts);
+    if (env->rank) opts.requested_rank = *env->rank;
+    opts.run = run;
+    opts.collective_timeout = collective_timeout;
+    st = latchkey::RunCoordinated(opts, *env);
 #else
     return UsageError("this build has only --standalone mode (built with LATCHKEY_CORE_ONLY)");
 #endif

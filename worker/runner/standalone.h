@@ -1,26 +1,26 @@
 // Standalone mode: N processes started by hand (or a launcher) with torchrun-style env form the
 // job's groups through a store hosted by rank 0 and train every window with the latch each rank
-// computes locally from the same gate the coordinator uses.
+// computes locally (LocalGate) from the same gate the coordinator uses.
 #ifndef LATCHKEY_WORKER_RUNNER_STANDALONE_H_
 #define LATCHKEY_WORKER_RUNNER_STANDALONE_H_
 
+#include <chrono>
 #include <string>
 
 #include "absl/status/status.h"
-#include "worker/runner/rank_outputs.h"
-#include "worker/train/engine.h"
+#include "common/timeouts.h"
+#include "worker/runner/env.h"
+#include "worker/runner/run_rank.h"
 
 namespace latchkey {
 
 struct StandaloneOptions {
   std::string spec_path;
-  std::string save_dir;
-  OutputOptions outputs;
-  EngineOptions engine;
-  int collective_timeout_seconds = 120;
+  RunOptions run;
+  std::chrono::milliseconds collective_timeout{kDefaultCollectiveTimeout};
 };
 
-absl::Status RunStandalone(const StandaloneOptions& options);
+absl::Status RunStandalone(const StandaloneOptions& options, const WorkerEnv& env);
 
 }  // namespace latchkey
 

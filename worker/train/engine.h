@@ -21,7 +21,7 @@
 #include "common/job_spec.h"
 #include "common/latch.h"
 #include "common/step_report.h"
-#include "worker/comm/comm.h"
+#include "worker/comm/process_groups.h"
 
 namespace latchkey {
 

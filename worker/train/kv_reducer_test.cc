@@ -5,8 +5,7 @@
 
 #include <thread>
 
-#include "tests/support/free_port.h"
-#include "worker/comm/gloo/gloo_groups.h"
+#include "tests/support/rank_threads.h"
 
 namespace latchkey {
 namespace {
@@ -19,21 +18,7 @@ std::vector<FlatSegment> Segments() {
 
 template <typename Fn>
 void TwoRanks(Fn fn) {
-  const int port = testing::FreePort();
-  std::vector<std::thread> ts;
-  for (int r = 0; r < 2; ++r) {
-    ts.emplace_back([&, r] {
-      comm::RendezvousConfig c;
-      c.port = port;
-      c.rank = r;
-      c.world_size = 2;
-      c.tp = 2;
-      auto g = comm::CreateGlooProcessGroups(c);
-      ASSERT_TRUE(g.ok()) << g.status();
-      fn(*g);
-    });
-  }
-  for (auto& t : ts) t.join();
+  testing::RunRankThreads(2, 2, fn);
 }
 
 // Simulates a backward: adds contribution (rank+1)*scale to every element.

@@ -1,0 +1,84 @@
+// The one way latchkey forms process groups: CreateProcessGroups(backend, rendezvous config).
+// Runners, tests and benchmarks never name a backend's implementation; they pick a Backend
+// value (from the spec) and get a rank's world, TP and DP groups of the DP x TP grid
+// (common/rank_grid.h: rank = dp_rank * tp + tp_rank; TP groups hold consecutive ranks, DP
+// groups the ranks with the same tp_rank).
+//
+// Rendezvous is backend-neutral: every backend connects through a comm::Store (store.h),
+// either the one given in the config (ranks as threads: an InMemoryStore) or the TCP store
+// that rank 0 hosts at host:port.
+#ifndef LATCHKEY_WORKER_COMM_PROCESS_GROUPS_H_
+#define LATCHKEY_WORKER_COMM_PROCESS_GROUPS_H_
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/rank_grid.h"
+#include "common/timeouts.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/store.h"
+
+namespace latchkey::comm {
+
+// Collective backends. kGloo: CPU over TCP (libgloo). kAuto: the best backend this build has
+// for the job's device (gloo on CPU). Further backends add a value here and a folder under
+// worker/comm/.
+enum class Backend { kAuto, kGloo };
+const char* BackendName(Backend b);  // "auto", "gloo"
+std::optional<Backend> ParseBackend(std::string_view name);
+
+struct RendezvousConfig {
+  int rank = 0;
+  int world_size = 1;
+  int tp = 1;
+  // The store every rank reaches: when `store` is set it is used as is (all ranks share it);
+  // otherwise rank 0 hosts a TCP store at host:port and the others connect to it.
+  std::shared_ptr<Store> store;
+  std::string host = "127.0.0.1";
+  int port = 29500;
+  // Namespace for the keys (a job id under the coordinator), so stale keys never mix.
+  std::string prefix = "latchkey";
+  // The address this rank's transport binds to, which its peers must reach. Ignored (127.0.0.1)
+  // when `host` is a loopback address or `store` is set; empty: this machine's hostname.
+  std::string local_address;
+  std::chrono::milliseconds rendezvous_timeout{kDefaultRendezvousTimeout};
+  // Default timeout of every collective on the groups formed.
+  std::chrono::milliseconds collective_timeout{kDefaultCollectiveTimeout};
+};
+
+// The process groups of one rank.
+struct ProcessGroups {
+  int rank = 0;
+  int world_size = 1;
+  int tp = 1;
+  int dp = 1;
+  int tp_rank = 0;
+  int dp_rank = 0;
+  std::shared_ptr<Group> world;
+  std::shared_ptr<Group> tp_group;
+  std::shared_ptr<Group> dp_group;
+  std::shared_ptr<CollectiveStats> stats;
+  // Keeps the rendezvous store alive (rank 0 hosts it: ranks still connecting need it after
+  // this rank has finished).
+  std::shared_ptr<Store> store;
+
+  RankGrid grid() const { return RankGrid{world_size, tp}; }
+};
+
+// Forms the world, TP and DP groups of this rank, in that order on every rank. Blocks until
+// every rank has joined or the rendezvous timeout passes (DEADLINE_EXCEEDED); UNAVAILABLE when
+// the store cannot be reached; INVALID_ARGUMENT (naming latchkey.world_size / RANK) when
+// world_size is not a positive multiple of tp or rank is out of range. Dimensions of size 1 get
+// a SingleRankGroup; a world of one needs no store at all.
+absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const RendezvousConfig& config);
+
+// Single-process groups (world size 1): nothing is ever issued.
+ProcessGroups MakeSingleProcessGroups();
+
+}  // namespace latchkey::comm
+
+#endif  // LATCHKEY_WORKER_COMM_PROCESS_GROUPS_H_

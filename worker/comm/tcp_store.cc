@@ -1,0 +1,81 @@
+// The TCP store over libtorch's c10d::TCPStore: the only use of c10d in latchkey (its API
+// changed after libtorch 1.13, so it stays inside this file).
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "worker/comm/store.h"
+
+namespace latchkey::comm {
+namespace {
+
+// c10d reports a missing key by throwing after its timeout, and a lost connection by throwing
+// at once; both become a Status here.
+template <typename Fn>
+absl::Status Guard(const std::string& what, std::chrono::milliseconds timeout, Fn&& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    fn();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+    if (std::chrono::steady_clock::now() - start >= timeout * 9 / 10) {
+      return absl::DeadlineExceededError(what + ": " + msg);
+    }
+    return absl::UnavailableError(what + ": " + msg);
+  }
+}
+
+class TcpStore final : public Store {
+ public:
+  TcpStore(c10::intrusive_ptr<c10d::TCPStore> store, std::string address)
+      : store_(std::move(store)), address_(std::move(address)) {}
+
+  absl::Status Set(const std::string& key, const std::vector<uint8_t>& value) override {
+    return Guard("store " + address_ + " set '" + key + "'", std::chrono::milliseconds::max(),
+                 [&] { store_->set(key, value); });
+  }
+  absl::StatusOr<std::vector<uint8_t>> Get(const std::string& key,
+                                           std::chrono::milliseconds timeout) override {
+    std::vector<uint8_t> out;
+    absl::Status st = Guard("store " + address_ + " get '" + key + "'", timeout, [&] {
+      store_->wait({key}, timeout);
+      out = store_->get(key);
+    });
+    if (!st.ok()) return st;
+    return out;
+  }
+  absl::Status Wait(const std::vector<std::string>& keys,
+                    std::chrono::milliseconds timeout) override {
+    return Guard("store " + address_ + " wait", timeout, [&] { store_->wait(keys, timeout); });
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+  std::string address_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Store>> ConnectTcpStore(const std::string& host, int port,
+                                                       bool is_host, int world_size,
+                                                       std::chrono::milliseconds timeout) {
+  if (port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError("rendezvous port " + std::to_string(port) +
+                                      " outside [1, 65535]");
+  }
+  const std::string address = host + ":" + std::to_string(port);
+  c10::intrusive_ptr<c10d::TCPStore> tcp;
+  absl::Status st = Guard("rendezvous store at " + address, timeout, [&] {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(port);
+    opts.isServer = is_host;
+    opts.numWorkers = static_cast<size_t>(world_size);
+    opts.waitWorkers = false;
+    opts.timeout = timeout;
+    tcp = c10::make_intrusive<c10d::TCPStore>(host, opts);
+  });
+  if (!st.ok()) return st;
+  return std::shared_ptr<Store>(std::make_shared<TcpStore>(std::move(tcp), address));
+}
+
+}  // namespace latchkey::comm

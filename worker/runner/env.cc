@@ -1,0 +1,46 @@
+#include "worker/runner/env.h"
+
+#include <cstdlib>
+
+namespace latchkey {
+namespace {
+
+std::string Str(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+absl::Status Int(const char* name, std::optional<int>* out) {
+  const std::string v = Str(name);
+  if (v.empty()) return absl::OkStatus();
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (*end != 0 || x < 0 || x > (1 << 30)) {
+    return absl::InvalidArgumentError(std::string(name) + ": '" + v +
+                                      "' is not a non-negative integer");
+  }
+  *out = static_cast<int>(x);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerEnv> ReadWorkerEnv() {
+  WorkerEnv env;
+  std::optional<int> port;
+  for (auto [name, out] : {std::pair{"RANK", &env.rank}, std::pair{"WORLD_SIZE", &env.world_size},
+                           std::pair{"MASTER_PORT", &port},
+                           std::pair{"LOCAL_WORLD_SIZE", &env.local_world_size}}) {
+    if (absl::Status st = Int(name, out); !st.ok()) return st;
+  }
+  if (port) env.master_port = *port;
+  env.master_addr = Str("MASTER_ADDR");
+  if (env.master_addr.empty()) env.master_addr = "127.0.0.1";
+  env.transport_host = Str("LATCHKEY_GLOO_HOSTNAME");
+  env.coordinator = Str("LATCHKEY_COORDINATOR");
+  env.job_id = Str("LATCHKEY_JOB_ID");
+  env.join_token = Str("LATCHKEY_JOIN_TOKEN");
+  return env;
+}
+
+}  // namespace latchkey

@@ -1,0 +1,29 @@
+// LatchSource for standalone ranks: latch(s) from the gate (common/latch.h) over the spec's
+// initial policy, computed locally and identically on every rank; nothing is reported.
+#ifndef LATCHKEY_WORKER_RUNNER_LOCAL_GATE_H_
+#define LATCHKEY_WORKER_RUNNER_LOCAL_GATE_H_
+
+#include "common/job_spec.h"
+#include "worker/runner/latch_source.h"
+
+namespace latchkey {
+
+class LocalGate final : public LatchSource {
+ public:
+  // `spec` must outlive the gate.
+  explicit LocalGate(const JobSpec& spec);
+
+  absl::StatusOr<Latch> Await(int64_t window) override;
+  absl::Status StepDone(const StepReport&) override { return absl::OkStatus(); }
+  absl::Status Failed(absl::Status error) override { return error; }
+
+ private:
+  const JobSpec& spec_;
+  LatchPolicy policy_;
+  int64_t next_window_ = 0;
+  int64_t next_first_micro_batch_ = 0;  // M of next_window_
+};
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_WORKER_RUNNER_LOCAL_GATE_H_

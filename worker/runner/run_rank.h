@@ -1,0 +1,46 @@
+// The one runner loop of a rank, whatever drives it (standalone or the coordinator):
+// form the process groups, build the engine, then for every window take its latch from the
+// LatchSource, run it, emit the outputs (JSONL, metrics, progress) and tell the source; at the
+// end save the HF checkpoint (when asked) and linger.
+//
+// Errors by meaning: every exception that escapes libtorch or a backend is caught here, once,
+// and becomes a Status: a collective's own failure keeps its code (DEADLINE_EXCEEDED for a
+// timeout, UNAVAILABLE for a vanished peer); anything else is a bug (INTERNAL). Every failure
+// goes through LatchSource::Failed, which decides what the rank exits with.
+#ifndef LATCHKEY_WORKER_RUNNER_RUN_RANK_H_
+#define LATCHKEY_WORKER_RUNNER_RUN_RANK_H_
+
+#include <exception>
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/job_spec.h"
+#include "worker/comm/process_groups.h"
+#include "worker/runner/latch_source.h"
+#include "worker/runner/rank_outputs.h"
+#include "worker/train/engine.h"
+
+namespace latchkey {
+
+struct RankJob {
+  JobSpec spec;
+  comm::RendezvousConfig rendezvous;  // rank, world, tp, where to meet
+  comm::Backend backend = comm::Backend::kAuto;
+  int local_ranks = 1;  // ranks sharing this machine's cores
+};
+
+struct RunOptions {
+  std::string save_dir;  // HF checkpoint after the last window; empty = none
+  OutputOptions outputs;
+  EngineOptions engine;
+};
+
+// Runs every window of `job` on this rank. OK when all ran (and the outputs were written).
+absl::Status RunRank(const RankJob& job, LatchSource& source, const RunOptions& options);
+
+// The Status an exception stands for (see the header comment).
+absl::Status StatusFromException(const std::exception& e);
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_WORKER_RUNNER_RUN_RANK_H_

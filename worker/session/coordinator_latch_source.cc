@@ -1,0 +1,67 @@
+#include "worker/session/coordinator_latch_source.h"
+
+#include <string>
+
+namespace latchkey {
+namespace {
+
+// How long one AwaitLatch call blocks before the loop checks the job's state again.
+constexpr absl::Duration kLatchPoll = absl::Seconds(1);
+
+std::string EndMessage(const JobEnd& end) {
+  return "job " + std::string(end.state) + (end.reason.empty() ? "" : ": " + end.reason);
+}
+
+}  // namespace
+
+absl::StatusOr<Latch> CoordinatorLatchSource::Await(int64_t window) {
+  if (!started_) {
+    session_->StartLatches(window);
+    started_ = true;
+  }
+  while (true) {
+    auto latch = session_->AwaitLatch(window, kLatchPoll);
+    if (latch.ok()) return latch->latch;
+    if (latch.status().code() != absl::StatusCode::kDeadlineExceeded) {
+      if (auto end = session_->job_end(); end.has_value()) {
+        return absl::CancelledError(EndMessage(*end));
+      }
+      return latch.status();
+    }
+    if (auto end = session_->job_end(); end.has_value()) {
+      return absl::CancelledError(EndMessage(*end));
+    }
+  }
+}
+
+absl::Status CoordinatorLatchSource::StepDone(const StepReport& report) {
+  return session_->ReportStep(report);
+}
+
+absl::Status CoordinatorLatchSource::Report(absl::Status error) {
+  std::string msg(error.message());
+  if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+  (void)session_->ReportFailure(msg);
+  return error;
+}
+
+absl::Status CoordinatorLatchSource::Failed(absl::Status error) {
+  const bool symptom = error.code() == absl::StatusCode::kUnavailable ||
+                       error.code() == absl::StatusCode::kDeadlineExceeded;
+  if (!symptom) return Report(std::move(error));
+  const absl::Time until =
+      absl::Now() + session_->info().liveness_timeout * 1.5 + absl::Seconds(2);
+  while (absl::Now() < until) {
+    if (auto end = session_->job_end(); end.has_value()) {
+      return absl::AbortedError(EndMessage(*end) + " (this rank: " +
+                                std::string(error.message()) + ")");
+    }
+    (void)session_->Heartbeat();  // also refreshes job_end()
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return Report(std::move(error));
+}
+
+void CoordinatorLatchSource::Finished() { session_->Close(); }
+
+}  // namespace latchkey
