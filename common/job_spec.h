@@ -1,4 +1,4 @@
-// Job spec: the JSON a user submits (DESIGN.md "Job spec"), parsed and validated into plain
+// Job spec: the JSON a user submits (docs/job-spec.md), parsed and validated into plain
 // C++ types shared by the coordinator and the workers.
 //
 // Thread-safety: JobSpec is a value type; ParseJobSpec is pure and reentrant.

@@ -20,7 +20,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// DESIGN.md "Job spec", verbatim.
+// The full example of docs/job-spec.md, verbatim.
 constexpr char kExample[] = R"json(
 {"model": {"model_type": "gpt_bigcode", "n_layer": 2, "n_embd": 64, "n_head": 8,
            "vocab_size": 256, "n_positions": 64, "multi_query": true},

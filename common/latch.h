@@ -1,4 +1,4 @@
-// The accumulation-window latch and the gate that decides it (DESIGN.md "Terms").
+// The accumulation-window latch and the gate that decides it (docs/protocol.md "The gate").
 //
 // The gate is a pure function of (job spec, policy, window, data position). The coordinator
 // publishes its answers; in standalone mode every rank computes the same latch locally. Both

@@ -1,4 +1,4 @@
-// Prometheus metrics of the coordinator (DESIGN.md "Observability contract"):
+// Prometheus metrics of the coordinator (docs/observability.md):
 //   latchkey_jobs{state}                      gauge, jobs per state
 //   latchkey_workers{state}                   gauge, workers per state
 //   latchkey_latches_published_total{kv_mode} counter

@@ -60,7 +60,7 @@ void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("submit", "Submit a job spec (JSON); prints its id and token");
-  sub->add_option("spec", args->spec_path, "job spec file (DESIGN.md format)")->required();
+  sub->add_option("spec", args->spec_path, "job spec file (docs/job-spec.md)")->required();
   sub->add_flag("--watch", args->watch, "follow the job until it ends (exit code says how)");
   sub->add_option("--rendezvous-host", args->rendezvous_host,
                   "host rank 0's store listens on (default: rank 0's own address)");

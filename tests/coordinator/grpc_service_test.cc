@@ -1,5 +1,5 @@
 // Every RPC of JobService and WorkerService over a real gRPC server on loopback, including each
-// error code of the table.
+// error code of the table in docs/protocol.md.
 #include <grpcpp/grpcpp.h>
 
 #include <string>

@@ -1,4 +1,4 @@
-// TP parity against the unsharded single-process run (DESIGN.md: parity is the ground truth):
+// TP parity against the unsharded single-process run (parity is the ground truth):
 // per-step losses within 1e-5, and after step 1 the K/V gradient rows identical on every rank
 // and equal to the unsharded gradient within 1e-5. With the K/V reduction switched off (a
 // test-only switch) the same comparison must fail.

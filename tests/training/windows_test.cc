@@ -1,7 +1,7 @@
 // Accumulation windows, DP x TP, ZeRO 0/1, no_sync masks, exact clipping, bf16 and unmanaged
 // windows, each against the unsharded single-process reference run of the same data.
 //
-// Reference trick (DESIGN.md data order): sample k = ((M_s + m) * DP + d) * MB + b, so DP ranks
+// Reference trick (docs/data.md): sample k = ((M_s + m) * DP + d) * MB + b, so DP ranks
 // with micro-batch MB see exactly the samples one rank with micro-batch DP * MB sees, and the
 // window mean over all tokens is the same. DP 2 x MB 1 is therefore checked against DP 1 x MB 2.
 #include <gtest/gtest.h>

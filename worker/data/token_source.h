@@ -1,4 +1,4 @@
-// Training data in the exact order of DESIGN.md "Data order".
+// Training data in the exact order of docs/data.md.
 // A token file is packed little-endian ids (uint16 or uint32). With S = seq_len and N tokens there
 // are floor((N-1)/S) samples; sample k is tokens[k*S, k*S+S+1).
 // Thread-safety: const methods are thread-safe.

@@ -1,4 +1,4 @@
-// Prometheus metrics of one worker rank (DESIGN.md "Observability contract") and the HTTP
+// Prometheus metrics of one worker rank (docs/observability.md) and the HTTP
 // endpoint that serves them.
 //
 // The endpoint is cpp-httplib serving prometheus-cpp's text exposition, not prometheus-cpp's

@@ -1,4 +1,4 @@
-// GPTBigCode (HF transformers math, DESIGN.md) over one tensor-parallel shard.
+// GPTBigCode (HF transformers math, docs/model.md) over one tensor-parallel shard.
 //
 // With tp > 1 the forward issues 2 all-reduces per layer (after attn.c_proj and mlp.c_proj, the
 // row-parallel matmuls) and the backward 2 (input gradients of c_attn and c_fc), through the TP

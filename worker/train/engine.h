@@ -1,6 +1,6 @@
 // The training engine: runs one accumulation window exactly as its latch says.
 //
-// Per window (DESIGN.md): for each micro-batch, forward + backward of loss / n_s on this rank's
+// Per window (docs/model.md): for each micro-batch, forward + backward of loss / n_s on this rank's
 // samples; per_micro_batch latches sum the K/V rows over TP after every backward; micro-batches
 // not marked no_sync take the DP mean of the accumulated gradient. At the boundary: K/V sum over
 // TP (deferred/coalesced) -> DP reduction (ZeRO-0 mean all-reduce; ZeRO-1 reduce-scatter into the

@@ -1,7 +1,7 @@
 // KvReducer: sums the replicated K/V gradient rows of an MQA model over the TP group.
 //
 // Every TP rank holds the whole K/V block but computes its gradient only through its own query
-// heads, so the K/V gradient is partial and must be summed over TP. Modes (DESIGN.md kv_mode):
+// heads, so the K/V gradient is partial and must be summed over TP. Modes (docs/model.md):
 //  - per_micro_batch: after each backward, one all-reduce per K/V tensor (2 per layer);
 //  - deferred: once at the boundary, one all-reduce per K/V tensor (2 per layer per step);
 //  - coalesced: once at the boundary, every K/V row staged into one buffer (1 per step).

@@ -1,4 +1,4 @@
-// The per-step JSONL record of DESIGN.md "Observability contract".
+// The per-step JSONL record of docs/observability.md.
 #ifndef LATCHKEY_WORKER_TRAIN_STEP_JSONL_H_
 #define LATCHKEY_WORKER_TRAIN_STEP_JSONL_H_
 
