@@ -1,132 +1,47 @@
 #include "worker/checkpoint/hf_checkpoint.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <climits>
-#include <cstring>
-#include <filesystem>
+#include <initializer_list>
+#include <limits>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_reader.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "worker/checkpoint/files.h"
+#include "worker/model/gpt_bigcode_params.h"
 
 namespace latchkey {
 namespace {
 
-using json = nlohmann::json;
+constexpr IntBounds kPositive{1, INT_MAX, "positive"};
+constexpr DoubleRange kNonNegative{0.0, false, std::numeric_limits<double>::infinity(), true};
 
-// Reads HF config keys from a parsed object; remembers the first error.
-class ConfigReader {
- public:
-  ConfigReader(const json& obj, absl::string_view source) : obj_(obj), source_(source) {}
-
-  // The value under `key` or its first present alias; nullptr when none is present.
-  const json* Find(const char* key, std::initializer_list<const char*> aliases = {}) {
-    if (obj_.contains(key)) {
-      name_ = key;
-      return &obj_[key];
-    }
-    for (const char* a : aliases) {
-      if (obj_.contains(a)) {
-        name_ = a;
-        return &obj_[a];
-      }
-    }
-    return nullptr;
-  }
-
-  // A positive int (or, when allow_null_zero, null/0 -> 0).
-  void Int(const char* key, int* out, std::initializer_list<const char*> aliases = {},
-           bool allow_null_zero = false) {
-    const json* v = Find(key, aliases);
-    if (v == nullptr) return;
-    if (allow_null_zero && v->is_null()) {
-      *out = 0;
-      return;
-    }
-    if (!v->is_number_integer()) return Fail(absl::StrCat("must be an integer, got ", v->dump()));
-    int64_t x = v->get<int64_t>();
-    int64_t min = allow_null_zero ? 0 : 1;
-    if (x < min || x > INT_MAX) {
-      return Fail(
-          absl::StrCat("must be ", allow_null_zero ? ">= 0 or null" : "positive", ", got ", x));
-    }
-    *out = static_cast<int>(x);
-  }
-  void Bool(const char* key, bool* out) {
-    const json* v = Find(key);
-    if (v == nullptr) return;
-    if (!v->is_boolean()) return Fail(absl::StrCat("must be true or false, got ", v->dump()));
-    *out = v->get<bool>();
-  }
-  void Double(const char* key, double* out) {
-    const json* v = Find(key);
-    if (v == nullptr) return;
-    if (!v->is_number()) return Fail(absl::StrCat("must be a number, got ", v->dump()));
-    *out = v->get<double>();
-    if (*out < 0) Fail(absl::StrCat("must be >= 0, got ", v->dump()));
-  }
-  // A string key that must be one of `allowed` when present.
-  void OneOf(const char* key, std::initializer_list<const char*> allowed, const char* why) {
-    const json* v = Find(key);
-    if (v == nullptr) return;
-    for (const char* a : allowed) {
-      if (v->is_string() && v->get_ref<const std::string&>() == a) return;
-    }
-    Fail(absl::StrCat(v->dump(), " is not supported (", why, ")"));
-  }
-  void Fail(absl::string_view what) {
-    if (status_.ok()) {
-      status_ = absl::InvalidArgumentError(absl::StrCat(source_, ": ", name_, ": ", what));
-    }
-  }
-  const absl::Status& status() const { return status_; }
-
- private:
-  const json& obj_;
-  absl::string_view source_;
-  std::string name_;
-  absl::Status status_;
-};
-
-std::string JoinPath(const std::string& dir, const char* name) {
-  if (!dir.empty() && dir.back() == '/') return dir + name;
-  return absl::StrCat(dir, "/", name);
+// `key` (or its first present alias) as a positive int.
+absl::Status ReadSize(JsonObjectReader& r, std::initializer_list<const char*> keys, int* out) {
+  return r.Int(r.FirstPresent(keys), out, kPositive);
 }
 
-bool IsRegularFile(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+// A string key that must be one of `allowed` when present.
+absl::Status ReadOneOf(JsonObjectReader& r, const char* key,
+                       std::initializer_list<const char*> allowed, const char* why) {
+  const nlohmann::json* v = r.Get(key);
+  if (v == nullptr) return absl::OkStatus();
+  for (const char* a : allowed) {
+    if (v->is_string() && v->get_ref<const std::string&>() == a) return absl::OkStatus();
+  }
+  return r.Error(key, absl::StrCat(DescribeJson(*v), " is not supported (", why, ")"));
 }
 
-// name -> shape of every GPTBigCodeForCausalLM tensor (lm_head excluded).
+// name -> shape of every GPTBigCodeForCausalLM tensor, lm_head included.
 std::map<std::string, std::vector<int64_t>> ExpectedShapes(const ModelConfig& c) {
-  const int64_t e = c.n_embd;
-  const int64_t kv = c.multi_query ? c.head_dim() : c.n_embd;
-  const int64_t inner = c.inner();
   std::map<std::string, std::vector<int64_t>> m;
-  m["transformer.wte.weight"] = {c.vocab_size, e};
-  m["transformer.wpe.weight"] = {c.n_positions, e};
-  m["transformer.ln_f.weight"] = {e};
-  m["transformer.ln_f.bias"] = {e};
-  for (int i = 0; i < c.n_layer; ++i) {
-    const std::string p = absl::StrCat("transformer.h.", i, ".");
-    m[p + "ln_1.weight"] = {e};
-    m[p + "ln_1.bias"] = {e};
-    m[p + "attn.c_attn.weight"] = {e + 2 * kv, e};
-    m[p + "attn.c_attn.bias"] = {e + 2 * kv};
-    m[p + "attn.c_proj.weight"] = {e, e};
-    m[p + "attn.c_proj.bias"] = {e};
-    m[p + "ln_2.weight"] = {e};
-    m[p + "ln_2.bias"] = {e};
-    m[p + "mlp.c_fc.weight"] = {inner, e};
-    m[p + "mlp.c_fc.bias"] = {inner};
-    m[p + "mlp.c_proj.weight"] = {e, inner};
-    m[p + "mlp.c_proj.bias"] = {e};
-  }
+  for (GptBigCodeParam& p : GptBigCodeParams(c)) m[std::move(p.name)] = std::move(p.shape);
+  m[kTiedLmHeadName] = {c.vocab_size, c.n_embd};
   return m;
 }
 
@@ -137,16 +52,7 @@ std::string Shape(const std::vector<int64_t>& s) {
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseHfConfig(absl::string_view json_text, absl::string_view source) {
-  json obj;
-  try {
-    obj = json::parse(json_text.begin(), json_text.end());
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON: ", e.what()));
-  }
-  if (!obj.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": not a JSON object but ", obj.type_name()));
-  }
+  LK_ASSIGN_OR_RETURN(const nlohmann::json obj, ParseJsonObject(json_text, source));
   // HF GPTBigCodeConfig defaults for absent keys.
   ModelConfig c;
   c.vocab_size = 50257;
@@ -161,27 +67,36 @@ absl::StatusOr<ModelConfig> ParseHfConfig(absl::string_view json_text, absl::str
   c.initializer_range = 0.02;
   c.scale_attn_weights = true;
 
-  ConfigReader r(obj, source);
-  r.OneOf("model_type", {"gpt_bigcode"}, "latchkey reads GPTBigCode checkpoints only");
-  r.OneOf("activation_function", {"gelu_pytorch_tanh", "gelu_new"},
-          "latchkey implements the tanh GELU only");
-  r.Int("vocab_size", &c.vocab_size);
-  r.Int("n_positions", &c.n_positions, {"max_position_embeddings"});
-  r.Int("n_embd", &c.n_embd, {"hidden_size"});
-  r.Int("n_layer", &c.n_layer, {"num_hidden_layers"});
-  r.Int("n_head", &c.n_head, {"num_attention_heads"});
-  r.Int("n_inner", &c.n_inner, {}, /*allow_null_zero=*/true);
-  r.Bool("multi_query", &c.multi_query);
-  r.Double("resid_pdrop", &c.resid_pdrop);
-  r.Double("embd_pdrop", &c.embd_pdrop);
-  r.Double("attn_pdrop", &c.attn_pdrop);
-  r.Double("layer_norm_epsilon", &c.layer_norm_epsilon);
-  r.Double("initializer_range", &c.initializer_range);
-  r.Bool("scale_attn_weights", &c.scale_attn_weights);
+  // Keys latchkey does not use (architectures, bos_token_id, ...) are ignored.
+  JsonObjectReader r(obj, "", std::string(source));
+  LK_RETURN_IF_ERROR(
+      ReadOneOf(r, "model_type", {"gpt_bigcode"}, "latchkey reads GPTBigCode checkpoints only"));
+  LK_RETURN_IF_ERROR(ReadOneOf(r, "activation_function", {"gelu_pytorch_tanh", "gelu_new"},
+                               "latchkey implements the tanh GELU only"));
+  LK_RETURN_IF_ERROR(ReadSize(r, {"vocab_size"}, &c.vocab_size));
+  LK_RETURN_IF_ERROR(ReadSize(r, {"n_positions", "max_position_embeddings"}, &c.n_positions));
+  LK_RETURN_IF_ERROR(ReadSize(r, {"n_embd", "hidden_size"}, &c.n_embd));
+  LK_RETURN_IF_ERROR(ReadSize(r, {"n_layer", "num_hidden_layers"}, &c.n_layer));
+  LK_RETURN_IF_ERROR(ReadSize(r, {"n_head", "num_attention_heads"}, &c.n_head));
+  const nlohmann::json* inner = r.Get("n_inner");
+  if (inner != nullptr && inner->is_null()) {
+    c.n_inner = 0;
+  } else {
+    LK_RETURN_IF_ERROR(r.Int("n_inner", &c.n_inner, IntBounds{0, INT_MAX, ">= 0 or null"}));
+  }
+  LK_RETURN_IF_ERROR(r.Bool("multi_query", &c.multi_query));
+  LK_RETURN_IF_ERROR(r.Double("resid_pdrop", &c.resid_pdrop, kNonNegative));
+  LK_RETURN_IF_ERROR(r.Double("embd_pdrop", &c.embd_pdrop, kNonNegative));
+  LK_RETURN_IF_ERROR(r.Double("attn_pdrop", &c.attn_pdrop, kNonNegative));
+  LK_RETURN_IF_ERROR(r.Double("layer_norm_epsilon", &c.layer_norm_epsilon, kNonNegative));
+  LK_RETURN_IF_ERROR(r.Double("initializer_range", &c.initializer_range, kNonNegative));
+  LK_RETURN_IF_ERROR(r.Bool("scale_attn_weights", &c.scale_attn_weights));
   bool tie = true;
-  r.Bool("tie_word_embeddings", &tie);
-  if (!tie) r.Fail("false is not supported (latchkey ties lm_head to transformer.wte)");
-  if (!r.status().ok()) return r.status();
+  LK_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &tie));
+  if (!tie) {
+    return r.Error("tie_word_embeddings",
+                   "false is not supported (latchkey ties lm_head to transformer.wte)");
+  }
   if (c.n_embd % c.n_head != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": n_embd ", c.n_embd, " is not divisible by n_head ", c.n_head));
@@ -247,8 +162,7 @@ absl::Status CheckWeightsMatchConfig(const ModelConfig& config, const StFile& we
         ", n_head ", config.n_head, ", n_inner ", config.n_inner, ", vocab_size ",
         config.vocab_size, ", n_positions ", config.n_positions, ")"));
   }
-  std::map<std::string, std::vector<int64_t>> expected = ExpectedShapes(config);
-  expected["lm_head.weight"] = {config.vocab_size, config.n_embd};
+  const std::map<std::string, std::vector<int64_t>> expected = ExpectedShapes(config);
   size_t found = 0;
   for (const StTensor& t : weights.tensors) {
     auto it = expected.find(t.name);
@@ -268,11 +182,11 @@ absl::Status CheckWeightsMatchConfig(const ModelConfig& config, const StFile& we
                                                      StDtypeName(t.dtype),
                                                      ", expected a floating dtype"));
     }
-    if (t.name != "lm_head.weight") ++found;
+    if (t.name != kTiedLmHeadName) ++found;
   }
   if (found != expected.size() - 1) {
     for (const auto& [name, shape] : expected) {
-      if (name != "lm_head.weight" && weights.Find(name) == nullptr) {
+      if (name != kTiedLmHeadName && weights.Find(name) == nullptr) {
         return absl::InvalidArgumentError(
             absl::StrCat(source, ": missing tensor '", name, "' ", Shape(shape)));
       }
@@ -284,13 +198,12 @@ absl::Status CheckWeightsMatchConfig(const ModelConfig& config, const StFile& we
 }
 
 absl::StatusOr<HfCheckpoint> ReadHfCheckpoint(const std::string& dir) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) {
-    int err = errno;
-    std::string msg = absl::StrCat("checkpoint directory ", dir, ": ", std::strerror(err));
-    return err == ENOENT ? absl::NotFoundError(msg) : absl::InternalError(msg);
+  LK_ASSIGN_OR_RETURN(const PathKind kind, GetPathKind(dir));
+  if (kind == PathKind::kMissing) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint directory ", dir, ": No such file or directory"));
   }
-  if (!S_ISDIR(st.st_mode)) {
+  if (kind != PathKind::kDirectory) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint ", dir,
                      " is not a directory (expected an HF checkpoint folder "
@@ -316,36 +229,24 @@ absl::StatusOr<HfCheckpoint> ReadHfCheckpoint(const std::string& dir) {
     }
     return absl::NotFoundError(absl::StrCat(weights_path, ": missing"));
   }
-  absl::StatusOr<std::string> config_text = ReadWholeFile(config_path);
-  if (!config_text.ok()) return config_text.status();
+  LK_ASSIGN_OR_RETURN(const std::string config_text, ReadWholeFile(config_path));
   HfCheckpoint out;
-  absl::StatusOr<ModelConfig> config = ParseHfConfig(*config_text, config_path);
-  if (!config.ok()) return config.status();
-  out.config = *config;
-  absl::StatusOr<StFile> weights = ReadSafetensorsFile(weights_path);
-  if (!weights.ok()) return weights.status();
-  out.weights = *std::move(weights);
-  absl::Status match = CheckWeightsMatchConfig(out.config, out.weights, weights_path);
-  if (!match.ok()) return match;
+  LK_ASSIGN_OR_RETURN(out.config, ParseHfConfig(config_text, config_path));
+  LK_ASSIGN_OR_RETURN(out.weights, ReadSafetensorsFile(weights_path));
+  LK_RETURN_IF_ERROR(CheckWeightsMatchConfig(out.config, out.weights, weights_path));
   return out;
 }
 
 absl::Status WriteHfCheckpoint(const std::string& dir, const ModelConfig& config, StFile weights) {
-  absl::Status match = CheckWeightsMatchConfig(config, weights, dir);
-  if (!match.ok()) return match;
+  LK_RETURN_IF_ERROR(CheckWeightsMatchConfig(config, weights, dir));
   absl::Status valid = ValidateStFile(weights);
   if (!valid.ok()) return absl::InvalidArgumentError(absl::StrCat(dir, ": ", valid.message()));
 
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::InternalError(absl::StrCat("cannot create directory ", dir, ": ", ec.message()));
-  }
+  LK_RETURN_IF_ERROR(CreateDirectories(dir));
   // Weights first, then config.json: a complete config.json means the weights beside it are
   // complete too.
   weights.metadata["format"] = "pt";
-  absl::Status s = WriteSafetensorsFile(JoinPath(dir, kHfWeightsFileName), weights);
-  if (!s.ok()) return s;
+  LK_RETURN_IF_ERROR(WriteSafetensorsFile(JoinPath(dir, kHfWeightsFileName), weights));
   return WriteFileAtomically(JoinPath(dir, kHfConfigFileName), SerializeHfConfig(config));
 }
 

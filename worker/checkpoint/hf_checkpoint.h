@@ -1,7 +1,11 @@
-// HF GPTBigCode checkpoint folders (DESIGN.md "Checkpoints (HF compatible)"), torch-free:
+// HF GPTBigCode checkpoint folders, torch-free:
 //   <dir>/config.json        GPTBigCodeConfig keys <-> latchkey::ModelConfig
 //   <dir>/model.safetensors  F32 weights, HF names ("transformer.h.0.attn.c_attn.weight"),
 //                            __metadata__ {"format":"pt"}, lm_head omitted (tied to wte).
+//
+// The tensor names and shapes come from the one parameter table (worker/model/
+// gpt_bigcode_params.h); config.json is read with the common JSON reader (common/json_reader.h);
+// file operations are those of files.h.
 //
 // Thread-safety: all functions are reentrant.
 #ifndef LATCHKEY_WORKER_CHECKPOINT_HF_CHECKPOINT_H_
@@ -34,8 +38,12 @@ struct HfCheckpoint {
 // tie_word_embeddings false (latchkey always ties lm_head to wte).
 absl::StatusOr<ModelConfig> ParseHfConfig(absl::string_view json_text,
                                           absl::string_view source = kHfConfigFileName);
-// config.json text with exactly the DESIGN.md keys (n_inner 0 -> null, torch_dtype "float32",
-// bos/eos_token_id vocab_size - 1 as in GPT-2), pretty-printed, ending in a newline.
+// config.json text, pretty-printed and ending in a newline, with exactly these keys in this
+// order: model_type, architectures, vocab_size, n_positions, n_embd, n_layer, n_head, n_inner
+// (0 -> null), activation_function ("gelu_pytorch_tanh"), resid/embd/attn_pdrop,
+// layer_norm_epsilon, initializer_range, scale_attn_weights, attention_softmax_in_fp32,
+// scale_attention_softmax_in_fp32, multi_query, tie_word_embeddings (true), bos/eos_token_id
+// (vocab_size - 1, as in GPT-2), torch_dtype ("float32").
 std::string SerializeHfConfig(const ModelConfig& config);
 
 // Refuses a checkpoint whose shape-defining keys disagree with the job spec's model: n_layer,

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "worker/checkpoint/files.h"
 
 namespace latchkey {
 namespace {

@@ -1,20 +1,15 @@
 #include "worker/checkpoint/safetensors.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstring>
 #include <limits>
-#include <random>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "worker/checkpoint/files.h"
 
 namespace latchkey {
 namespace {
@@ -173,13 +168,6 @@ absl::Status CheckTiling(absl::string_view source, std::vector<const Entry*> ent
   return absl::OkStatus();
 }
 
-absl::Status ErrnoError(absl::string_view what, const std::string& path, int err) {
-  std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(msg);
-  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
-  return absl::InternalError(msg);
-}
-
 }  // namespace
 
 const char* StDtypeName(StDtype d) { return Info(d).name; }
@@ -268,15 +256,13 @@ absl::StatusOr<StFile> ParseSafetensors(absl::string_view bytes, absl::string_vi
       continue;
     }
     Entry entry;
-    absl::Status s = ParseEntry(source, key, value, &entry);
-    if (!s.ok()) return s;
+    LK_RETURN_IF_ERROR(ParseEntry(source, key, value, &entry));
     entries.push_back(std::move(entry));
   }
 
   std::vector<const Entry*> ptrs;
   for (const Entry& e : entries) ptrs.push_back(&e);
-  absl::Status tiling = CheckTiling(source, std::move(ptrs), data.size());
-  if (!tiling.ok()) return tiling;
+  LK_RETURN_IF_ERROR(CheckTiling(source, std::move(ptrs), data.size()));
 
   // json objects iterate in key order, so `entries` (and the tensors) are sorted by name.
   file.tensors.reserve(entries.size());
@@ -291,41 +277,9 @@ absl::StatusOr<StFile> ParseSafetensors(absl::string_view bytes, absl::string_vi
   return file;
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open", path, errno);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return ErrnoError("cannot stat", path, err);
-  }
-  if (S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, " is a directory, not a file"));
-  }
-  std::string out;
-  out.reserve(st.st_size > 0 ? static_cast<size_t>(st.st_size) : 0);
-  char buf[1 << 16];
-  while (true) {
-    ssize_t r = ::read(fd, buf, sizeof(buf));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return ErrnoError("cannot read", path, err);
-    }
-    if (r == 0) break;
-    out.append(buf, static_cast<size_t>(r));
-  }
-  ::close(fd);
-  return out;
-}
-
 absl::StatusOr<StFile> ReadSafetensorsFile(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
-  if (!bytes.ok()) return bytes.status();
-  return ParseSafetensors(*bytes, path);
+  LK_ASSIGN_OR_RETURN(const std::string bytes, ReadWholeFile(path));
+  return ParseSafetensors(bytes, path);
 }
 
 absl::Status ValidateStFile(const StFile& file) {
@@ -405,46 +359,6 @@ absl::Status WriteSafetensorsFile(const std::string& path, const StFile& file) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not writing: ", valid.message()));
   }
   return WriteFileAtomically(path, SerializeSafetensors(file));
-}
-
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
-  size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  std::random_device rd;
-  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", rd());
-
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", tmp, errno);
-  auto fail = [&](absl::string_view what, int err) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    return ErrnoError(what, tmp, err);
-  };
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t w = ::write(fd, contents.data() + done, contents.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return fail("cannot write", errno);
-    }
-    done += static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0) return fail("cannot fsync", errno);
-  int rc = ::close(fd);
-  fd = -1;
-  if (rc != 0) return fail("cannot close", errno);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoError(absl::StrCat("cannot rename ", tmp, " to"), path, err);
-  }
-  // Make the rename itself durable.
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace latchkey

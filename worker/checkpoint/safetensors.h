@@ -1,4 +1,5 @@
-// Torch-free reader/writer of the safetensors format (DESIGN.md "Checkpoints (HF compatible)").
+// Torch-free reader/writer of the safetensors format: bytes <-> tensors and header validation.
+// The file operations live in files.h; ReadSafetensorsFile/WriteSafetensorsFile join the two.
 //
 // Layout: 8-byte little-endian header length N, N bytes of JSON (may be padded with trailing
 // spaces), then the packed data buffer. Each tensor entry is
@@ -9,7 +10,7 @@
 // Errors never escape as exceptions: every function returns absl::Status(Or).
 //   DATA_LOSS        the bytes end early (truncated file, header or data buffer short).
 //   INVALID_ARGUMENT anything else malformed (bad JSON, bad entry, gaps/overlaps, trailing bytes).
-//   NOT_FOUND / INTERNAL for file system problems (naming the path).
+//   NOT_FOUND / INTERNAL for file system problems (naming the path; see files.h).
 // Messages start with the source name (the file path, or "<memory>").
 //
 // Thread-safety: all functions are reentrant; StFile/StTensor are plain value types.
@@ -83,15 +84,9 @@ absl::Status ValidateStFile(const StFile& file);
 // the header padded with spaces to a multiple of 8 bytes. Precondition: ValidateStFile(file)
 // is OK; otherwise the output is unspecified (it never crashes), and Parse will reject it.
 std::string SerializeSafetensors(const StFile& file);
-// Validates, serializes and writes atomically (WriteFileAtomically).
+// Validates, serializes and writes atomically (WriteFileAtomically, files.h). INVALID_ARGUMENT
+// "<path>: not writing: ..." (nothing written) when ValidateStFile refuses `file`.
 absl::Status WriteSafetensorsFile(const std::string& path, const StFile& file);
-
-// Writes `contents` to a temporary file next to `path`, fsyncs it, renames it over `path` and
-// fsyncs the folder: a crash leaves either the old file or the new one, never a partial one.
-// The folder must exist. On failure the temporary file is removed.
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
-// Reads a whole file. NOT_FOUND when missing; INVALID_ARGUMENT when it is a directory.
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
 }  // namespace latchkey
 

@@ -1,5 +1,6 @@
-// How GPTBigCode's HF parameters are laid out on one tensor-parallel rank (DESIGN.md "TP
-// sharding"). Torch-free: shapes, shard kinds and which rows are replicated.
+// How GPTBigCode's HF parameters are laid out on one tensor-parallel rank: each parameter of the
+// GptBigCodeParams table (gpt_bigcode_params.h) with the local shape its ShardKind gives rank r
+// of tp. Torch-free: shapes, shard kinds and which rows are replicated.
 #ifndef LATCHKEY_WORKER_MODEL_TP_LAYOUT_H_
 #define LATCHKEY_WORKER_MODEL_TP_LAYOUT_H_
 
@@ -9,15 +10,9 @@
 
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
+#include "worker/model/gpt_bigcode_params.h"
 
 namespace latchkey {
-
-enum class ShardKind {
-  kReplicated,  // whole tensor on every TP rank (embeddings, LayerNorms, row-parallel biases)
-  kRows,        // dim 0 block [r*n/tp, (r+1)*n/tp) (mlp.c_fc, MHA c_attn head blocks)
-  kCols,        // dim 1 block (attn.c_proj and mlp.c_proj weights)
-  kCAttnMqa,    // this rank's query rows, then the 2*D K/V rows replicated on every rank
-};
 
 struct ParamLayout {
   std::string name;  // HF name, e.g. "transformer.h.0.attn.c_attn.weight"
@@ -45,8 +40,9 @@ struct FlatSegment {
   bool kv = false;          // the replicated K/V rows of an MQA c_attn weight or bias
 };
 
-// Every parameter of the model in HF order (wte, wpe, h.0..h.L-1 in module order, ln_f).
-// lm_head is tied to wte and not listed. Validates the TP rules (ValidateModelForTp).
+// Every parameter of the model in HF order (GptBigCodeParams: wte, wpe, h.0..h.L-1 in module
+// order, ln_f). lm_head is tied to wte and not listed. Validates the TP rules
+// (ValidateModelForTp) and 0 <= tp_rank < tp: INVALID_ARGUMENT otherwise.
 absl::StatusOr<std::vector<ParamLayout>> BuildTpLayout(const ModelConfig& model, int tp,
                                                        int tp_rank);
 

@@ -1,0 +1,108 @@
+#include "worker/checkpoint/files.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace latchkey {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+std::string MakeTempDir() {
+  std::string tmpl = ::testing::TempDir() + "/files_test_XXXXXX";
+  char* d = ::mkdtemp(tmpl.data());
+  EXPECT_NE(d, nullptr);
+  return tmpl;
+}
+
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(FilesTest, WriteFileAtomicallyOverwritesAndLeavesNoTemporaryFile) {
+  const std::string dir = MakeTempDir();
+  ASSERT_TRUE(WriteFileAtomically(dir + "/x", "first").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/x", "second").ok());
+  absl::StatusOr<std::string> back = ReadWholeFile(dir + "/x");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, "second");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/empty", "").ok());
+  EXPECT_EQ(*ReadWholeFile(dir + "/empty"), "");
+  // Only the two files: every temporary file was renamed away.
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    ++entries;
+    EXPECT_THAT(e.path().filename().string(), ::testing::AnyOf("x", "empty"));
+  }
+  EXPECT_EQ(entries, 2);
+  fs::remove_all(dir);
+}
+
+TEST(FilesTest, ErrorsNameThePath) {
+  const std::string dir = MakeTempDir();
+  absl::Status w = WriteFileAtomically(dir + "/missing/sub/x", "abc");
+  EXPECT_EQ(w.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Msg(w), HasSubstr(dir + "/missing/sub/x"));
+
+  absl::StatusOr<std::string> r = ReadWholeFile(dir + "/nope");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Msg(r.status()), HasSubstr(dir + "/nope"));
+  r = ReadWholeFile(dir);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(r.status()), HasSubstr("is a directory"));
+  fs::remove_all(dir);
+}
+
+TEST(FilesTest, FailedRenameRemovesTheTemporaryFile) {
+  const std::string dir = MakeTempDir();
+  // A non-empty directory cannot be replaced by a file.
+  fs::create_directories(dir + "/taken/inner");
+  absl::Status w = WriteFileAtomically(dir + "/taken", "abc");
+  EXPECT_FALSE(w.ok());
+  EXPECT_THAT(Msg(w), HasSubstr("cannot rename"));
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    ++entries;
+    EXPECT_EQ(e.path().filename().string(), "taken");
+  }
+  EXPECT_EQ(entries, 1);
+  EXPECT_TRUE(fs::is_directory(dir + "/taken/inner"));
+  fs::remove_all(dir);
+}
+
+TEST(FilesTest, PathKindsAndDirectories) {
+  const std::string dir = MakeTempDir();
+  EXPECT_EQ(*GetPathKind(dir), PathKind::kDirectory);
+  EXPECT_EQ(*GetPathKind(dir + "/none"), PathKind::kMissing);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/f", "1").ok());
+  EXPECT_EQ(*GetPathKind(dir + "/f"), PathKind::kFile);
+  EXPECT_TRUE(IsRegularFile(dir + "/f"));
+  EXPECT_FALSE(IsRegularFile(dir));
+  EXPECT_FALSE(IsRegularFile(dir + "/none"));
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  EXPECT_EQ(*GetPathKind(dir + "/fifo"), PathKind::kOther);
+  // A path through a file is an error, not "missing".
+  EXPECT_FALSE(GetPathKind(dir + "/f/sub").ok());
+
+  ASSERT_TRUE(CreateDirectories(dir + "/a/b/c").ok());
+  EXPECT_TRUE(fs::is_directory(dir + "/a/b/c"));
+  EXPECT_TRUE(CreateDirectories(dir + "/a/b/c").ok());  // already there
+  absl::Status s = CreateDirectories(dir + "/f/sub");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(Msg(s), HasSubstr("cannot create directory " + dir + "/f/sub"));
+  fs::remove_all(dir);
+}
+
+TEST(FilesTest, JoinPath) {
+  EXPECT_EQ(JoinPath("a", "b"), "a/b");
+  EXPECT_EQ(JoinPath("a/", "b"), "a/b");
+  EXPECT_EQ(JoinPath("/", "b"), "/b");
+}
+
+}  // namespace
+}  // namespace latchkey
