@@ -138,8 +138,8 @@ bool operator==(const JobSpec& a, const JobSpec& b) {
   auto t = [](const JobSpec& s) {
     return std::tie(s.model, s.micro_batch_size, s.gradient_accumulation_steps, s.gradient_clipping,
                     s.zero_stage, s.bf16, s.optimizer, s.tp, s.has_partition_config,
-                    s.managed_gradient_accumulation, s.window_schedule, s.no_sync, s.seq_len, s.steps, s.seed,
-                    s.world_size, s.kv_reduce, s.data, s.init_from, s.warnings);
+                    s.managed_gradient_accumulation, s.window_schedule, s.no_sync, s.seq_len,
+                    s.steps, s.seed, s.world_size, s.kv_reduce, s.data, s.init_from, s.warnings);
   };
   return t(a) == t(b);
 }

@@ -1,4 +1,4 @@
-// HF GPTBigCode checkpoint folders, torch-free:
+// HF GPTBigCode checkpoint folders (docs/checkpoints.md), torch-free:
 //   <dir>/config.json        GPTBigCodeConfig keys <-> latchkey::ModelConfig
 //   <dir>/model.safetensors  F32 weights, HF names ("transformer.h.0.attn.c_attn.weight"),
 //                            __metadata__ {"format":"pt"}, lm_head omitted (tied to wte).

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "worker/checkpoint/files.h"
+#include "worker/model/gpt_bigcode_params.h"
 
 namespace latchkey {
 namespace {
@@ -299,6 +300,31 @@ TEST(HfCheckpointTest, CorruptFilesInFolder) {
   EXPECT_EQ(ck.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Msg(ck.status()), HasSubstr(dir + "/config.json: not valid JSON"));
   fs::remove_all(fs::path(dir).parent_path());
+}
+
+// The parameter table names exactly the fixture's tensors (made by transformers itself), with
+// their shapes, in HF module order.
+TEST(HfCheckpointTest, ParameterTableMatchesTheFixtures) {
+  for (bool mqa : {true, false}) {
+    SCOPED_TRACE(mqa ? "mqa" : "mha");
+    absl::StatusOr<HfCheckpoint> ck = ReadHfCheckpoint(kFixtures + (mqa ? "/mqa" : "/mha"));
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    const std::vector<GptBigCodeParam> table = GptBigCodeParams(ck->config);
+    ASSERT_EQ(table.size(), ck->weights.tensors.size());
+    for (const GptBigCodeParam& p : table) {
+      const StTensor* t = ck->weights.Find(p.name);
+      ASSERT_NE(t, nullptr) << p.name;
+      EXPECT_EQ(t->shape, p.shape) << p.name;
+      const bool c_attn = p.name.find("attn.c_attn") != std::string::npos;
+      if (c_attn) {
+        EXPECT_EQ(p.split, mqa ? ShardKind::kCAttnMqa : ShardKind::kRows) << p.name;
+      }
+    }
+    EXPECT_EQ(table.front().name, "transformer.wte.weight");
+    EXPECT_EQ(table[2].name, "transformer.h.0.ln_1.weight");
+    EXPECT_EQ(table.back().name, "transformer.ln_f.bias");
+    EXPECT_EQ(ck->weights.Find(kTiedLmHeadName), nullptr);
+  }
 }
 
 TEST(HfCheckpointTest, WeightsMustMatchConfig) {

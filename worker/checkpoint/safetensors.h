@@ -1,4 +1,5 @@
-// Torch-free reader/writer of the safetensors format: bytes <-> tensors and header validation.
+// Torch-free reader/writer of the safetensors format (docs/checkpoints.md): bytes <-> tensors
+// and header validation.
 // The file operations live in files.h; ReadSafetensorsFile/WriteSafetensorsFile join the two.
 //
 // Layout: 8-byte little-endian header length N, N bytes of JSON (may be padded with trailing

@@ -1,6 +1,7 @@
 // The one table of GPTBigCodeForCausalLM's parameters: every HF tensor name, its full shape and
 // how tensor parallelism splits it. The TP layout (tp_layout.h) and the HF checkpoint checks
-// (worker/checkpoint/hf_checkpoint.h) both derive from it, so the two cannot disagree.
+// (worker/checkpoint/hf_checkpoint.h) both derive from it, so the two cannot disagree
+// (docs/model.md, "Parameters").
 //
 // Torch-free. Thread-safety: pure functions, reentrant.
 #ifndef LATCHKEY_WORKER_MODEL_GPT_BIGCODE_PARAMS_H_

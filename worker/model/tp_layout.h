@@ -1,6 +1,7 @@
 // How GPTBigCode's HF parameters are laid out on one tensor-parallel rank: each parameter of the
 // GptBigCodeParams table (gpt_bigcode_params.h) with the local shape its ShardKind gives rank r
-// of tp. Torch-free: shapes, shard kinds and which rows are replicated.
+// of tp (docs/model.md, "Tensor-parallel sharding"). Torch-free: shapes, shard kinds and which
+// rows are replicated.
 #ifndef LATCHKEY_WORKER_MODEL_TP_LAYOUT_H_
 #define LATCHKEY_WORKER_MODEL_TP_LAYOUT_H_
 
