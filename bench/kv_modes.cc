@@ -9,11 +9,10 @@
 // rank), so machine noise and warm caches hit every mode alike. The first round is warm-up.
 // Per cell: the median step time with its min-max spread over the measured rounds, and the
 // ratio to per_micro_batch taken within each round (median and min-max of those ratios).
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -23,17 +22,16 @@
 
 #include "common/job_spec.h"
 #include "common/latch.h"
+#include "common/subprocess.h"
 #include "worker/comm/process_groups.h"
 #include "worker/train/engine.h"
 #include "worker/train/threads.h"
-
-extern char** environ;
 
 namespace {
 
 struct Args {
   std::vector<int> gas = {8, 32};
-  int steps = 9;  // measured rounds (windows per mode and GAS) after one warm-up round
+  int steps = 9;      // measured rounds (windows per mode and GAS) after one warm-up round
   unsigned seed = 1;  // order of the modes within each round
   int layers = 24, embd = 256, heads = 8, seq = 128, tp = 2;
 };
@@ -53,25 +51,24 @@ std::vector<int> ParseList(const std::string& s) {
 int Launch(int argc, char** argv, int tp) {
   std::mt19937 rng(static_cast<unsigned>(getpid()));
   const int port = 30000 + static_cast<int>(rng() % 20000);
+  std::vector<std::string> args(argv, argv + argc);
+  args[0] = "/proc/self/exe";
   std::vector<pid_t> pids;
   for (int r = 0; r < tp; ++r) {
-    std::vector<std::string> env = {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(tp),
-                                    "MASTER_PORT=" + std::to_string(port)};
-    for (char** e = environ; *e; ++e) env.push_back(*e);
-    std::vector<char*> envp;
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    pid_t pid;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) != 0) return 1;
-    pids.push_back(pid);
+    auto pid = latchkey::Spawn({args,
+                                {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(tp),
+                                 "MASTER_PORT=" + std::to_string(port)},
+                                ""});
+    if (!pid.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(pid.status().message()).c_str());
+      return 1;
+    }
+    pids.push_back(*pid);
   }
   int rc = 0;
   for (pid_t p : pids) {
-    int st = 0;
-    waitpid(p, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+    if (latchkey::WaitOrKill(p, std::chrono::hours(24)) != 0) rc = 1;
   }
-  (void)argc;
   return rc;
 }
 
@@ -116,14 +113,22 @@ int main(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--gas") a.gas = ParseList(v);
-    else if (k == "--steps") a.steps = std::atoi(v.c_str());
-    else if (k == "--layers") a.layers = std::atoi(v.c_str());
-    else if (k == "--embd") a.embd = std::atoi(v.c_str());
-    else if (k == "--heads") a.heads = std::atoi(v.c_str());
-    else if (k == "--seq") a.seq = std::atoi(v.c_str());
-    else if (k == "--tp") a.tp = std::atoi(v.c_str());
-    else if (k == "--seed") a.seed = static_cast<unsigned>(std::atoi(v.c_str()));
+    if (k == "--gas")
+      a.gas = ParseList(v);
+    else if (k == "--steps")
+      a.steps = std::atoi(v.c_str());
+    else if (k == "--layers")
+      a.layers = std::atoi(v.c_str());
+    else if (k == "--embd")
+      a.embd = std::atoi(v.c_str());
+    else if (k == "--heads")
+      a.heads = std::atoi(v.c_str());
+    else if (k == "--seq")
+      a.seq = std::atoi(v.c_str());
+    else if (k == "--tp")
+      a.tp = std::atoi(v.c_str());
+    else if (k == "--seed")
+      a.seed = static_cast<unsigned>(std::atoi(v.c_str()));
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -145,11 +150,13 @@ int main(int argc, char** argv) {
   const latchkey::KvMode modes[3] = {latchkey::KvMode::kPerMicroBatch, latchkey::KvMode::kDeferred,
                                      latchkey::KvMode::kCoalesced};
   if (rank == 0) {
-    std::printf("K/V modes: %d layers, n_embd %d, n_head %d (MQA), seq %d, micro-batch 1, TP %d, "
-                "%d measured rounds per cell, modes in a shuffled order each round\n\n",
-                a.layers, a.embd, a.heads, a.seq, a.tp, a.steps);
-    std::printf("| GAS | kv_mode | step s median (min-max) | tokens/s | K/V all-reduces/step | "
-                "all collectives/step | vs per_micro_batch, per round: median (min-max) |\n");
+    std::printf(
+        "K/V modes: %d layers, n_embd %d, n_head %d (MQA), seq %d, micro-batch 1, TP %d, "
+        "%d measured rounds per cell, modes in a shuffled order each round\n\n",
+        a.layers, a.embd, a.heads, a.seq, a.tp, a.steps);
+    std::printf(
+        "| GAS | kv_mode | step s median (min-max) | tokens/s | K/V all-reduces/step | "
+        "all collectives/step | vs per_micro_batch, per round: median (min-max) |\n");
     std::printf("|---|---|---|---|---|---|---|\n");
   }
   for (int gas : a.gas) {
@@ -190,11 +197,10 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < secs[k].size(); ++i) ratios.push_back(secs[k][i] / secs[0][i]);
       const double t = Median(secs[k]);
       if (rank == 0) {
-        std::printf("| %d | %s | %.3f (%.3f-%.3f) | %.0f | %lld | %lld | %.3f (%.3f-%.3f) |\n",
-                    gas, latchkey::KvModeName(modes[k]), t, Min(secs[k]), Max(secs[k]),
-                    gas * a.seq / t, static_cast<long long>(kv_calls[k]),
-                    static_cast<long long>(all_calls[k]), Median(ratios), Min(ratios),
-                    Max(ratios));
+        std::printf("| %d | %s | %.3f (%.3f-%.3f) | %.0f | %lld | %lld | %.3f (%.3f-%.3f) |\n", gas,
+                    latchkey::KvModeName(modes[k]), t, Min(secs[k]), Max(secs[k]), gas * a.seq / t,
+                    static_cast<long long>(kv_calls[k]), static_cast<long long>(all_calls[k]),
+                    Median(ratios), Min(ratios), Max(ratios));
       }
     }
     std::fflush(stdout);

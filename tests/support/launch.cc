@@ -15,7 +15,7 @@
 
 #include "tests/support/free_port.h"
 #include "tests/support/process.h"
-
+#include "tests/support/temp_dir.h"
 
 namespace latchkey::testing {
 namespace {
@@ -59,22 +59,21 @@ std::string RankStderr(const WorkerGroup& group, int rank) {
 
 WorkerGroup StartWorkers(const nlohmann::json& spec, int world,
                          const std::vector<std::string>& extra_args) {
-  static std::atomic<int> counter{0};
   WorkerGroup group;
   WorkerRun& run = group.run;
-  run.dir = std::filesystem::temp_directory_path().string() + "/latchkey-test-" +
-            std::to_string(getpid()) + "-" + std::to_string(counter++);
-  std::filesystem::remove_all(run.dir);
-  std::filesystem::create_directories(run.dir);
+  run.dir = MakeTempDir("workers");
   std::ofstream(run.dir + "/spec.json") << spec.dump(2);
   const int port = FreePort();
 
   std::vector<pid_t> pids(world, -1);
   for (int r = 0; r < world; ++r) {
-    std::vector<std::string> args = {LATCHKEY_WORKER_BIN, "--standalone",
-                                      "--spec",           run.dir + "/spec.json",
-                                      "--metrics-jsonl",  run.dir + "/steps-{rank}.jsonl",
-                                      "--quiet"};
+    std::vector<std::string> args = {LATCHKEY_WORKER_BIN,
+                                     "--standalone",
+                                     "--spec",
+                                     run.dir + "/spec.json",
+                                     "--metrics-jsonl",
+                                     run.dir + "/steps-{rank}.jsonl",
+                                     "--quiet"};
     for (const std::string& a : extra_args) args.push_back(Replace(a, "{dir}", run.dir));
     // Our entries come first in the environment, so they win over inherited ones.
     const std::vector<std::string> env = {

@@ -1,5 +1,5 @@
-// Child processes for end-to-end tests: start with output to a file, wait with a deadline,
-// run-and-capture. Every wait has a deadline; stragglers are killed.
+// Child processes for end-to-end tests (over common/subprocess.h): start with output to a file,
+// wait with a deadline, run-and-capture. Every wait has a deadline; stragglers are killed.
 #ifndef LATCHKEY_TESTS_SUPPORT_PROCESS_H_
 #define LATCHKEY_TESTS_SUPPORT_PROCESS_H_
 

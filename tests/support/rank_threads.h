@@ -15,8 +15,7 @@
 
 namespace latchkey::testing {
 
-inline void RunRankThreads(int world, int tp,
-                           const std::function<void(comm::ProcessGroups&)>& fn,
+inline void RunRankThreads(int world, int tp, const std::function<void(comm::ProcessGroups&)>& fn,
                            comm::Backend backend = comm::Backend::kGloo) {
   auto store = std::make_shared<comm::InMemoryStore>();
   std::vector<std::thread> threads;

@@ -19,9 +19,9 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   so.advertise_host = options.advertise_host;
   auto session_or = WorkerSession::Join(so);
   if (!session_or.ok()) {
-    return absl::Status(session_or.status().code(),
-                        "join " + options.job_id + " at " + options.coordinator + ": " +
-                            std::string(session_or.status().message()));
+    return absl::Status(session_or.status().code(), "join " + options.job_id + " at " +
+                                                        options.coordinator + ": " +
+                                                        std::string(session_or.status().message()));
   }
   WorkerSession& session = **session_or;
   const JoinInfo& info = session.info();

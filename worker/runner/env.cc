@@ -28,9 +28,9 @@ absl::Status Int(const char* name, std::optional<int>* out) {
 absl::StatusOr<WorkerEnv> ReadWorkerEnv() {
   WorkerEnv env;
   std::optional<int> port;
-  for (auto [name, out] : {std::pair{"RANK", &env.rank}, std::pair{"WORLD_SIZE", &env.world_size},
-                           std::pair{"MASTER_PORT", &port},
-                           std::pair{"LOCAL_WORLD_SIZE", &env.local_world_size}}) {
+  for (auto [name, out] :
+       {std::pair{"RANK", &env.rank}, std::pair{"WORLD_SIZE", &env.world_size},
+        std::pair{"MASTER_PORT", &port}, std::pair{"LOCAL_WORLD_SIZE", &env.local_world_size}}) {
     if (absl::Status st = Int(name, out); !st.ok()) return st;
   }
   if (port) env.master_port = *port;

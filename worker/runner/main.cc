@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   bool standalone = false;
-  std::string spec_path, coordinator = env->coordinator, job = env->job_id,
-                         token = env->join_token, advertise;
+  std::string spec_path, coordinator = env->coordinator, job = env->job_id, token = env->join_token,
+                         advertise;
   std::chrono::milliseconds collective_timeout{latchkey::kDefaultCollectiveTimeout};
   latchkey::RunOptions run;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -110,6 +110,9 @@ int main(int argc, char** argv) {
     } else if (a == "--dump-grads-step") {
       if (!value(&v)) return UsageError("--dump-grads-step needs a number");
       run.engine.dump_grads_step = std::atoll(v.c_str());
+    } else if (a == "--test-throw-at-window") {
+      if (!value(&v)) return UsageError("--test-throw-at-window needs a number");
+      run.throw_at_window_for_testing = std::atoll(v.c_str());
     } else if (a == "--test-skip-kv-reduce") {
       run.engine.skip_kv_reduction_for_testing = true;
     } else if (a == "--quiet") {

@@ -13,8 +13,8 @@
 namespace latchkey {
 
 absl::StatusOr<std::unique_ptr<RankOutputs>> RankOutputs::Open(const OutputOptions& options,
-                                                                int rank,
-                                                                comm::CollectiveStats* stats) {
+                                                               int rank,
+                                                               comm::CollectiveStats* stats) {
   std::unique_ptr<RankOutputs> out(new RankOutputs());
   out->options_ = options;
   out->rank_ = rank;
@@ -30,17 +30,16 @@ absl::StatusOr<std::unique_ptr<RankOutputs>> RankOutputs::Open(const OutputOptio
   if (options.metrics_port >= 0) {
 #ifdef LATCHKEY_WITH_METRICS
     out->metrics_ = std::make_unique<WorkerMetrics>();
-    auto endpoint = MetricsEndpoint::Start(options.metrics_host, options.metrics_port,
-                                           out->metrics_.get());
+    auto endpoint =
+        MetricsEndpoint::Start(options.metrics_host, options.metrics_port, out->metrics_.get());
     if (!endpoint.ok()) return endpoint.status();
     out->endpoint_ = *std::move(endpoint);
     std::fprintf(stderr, "rank %d metrics: http://%s:%d/metrics\n", rank,
                  options.metrics_host.c_str(), out->endpoint_->port());
     WorkerMetrics* m = out->metrics_.get();
-    stats->SetListener([m](const std::string& op, const std::string& group,
-                           const std::string& tag, int64_t bytes, double secs) {
-      m->ObserveCollective(op, group, tag, bytes, secs);
-    });
+    stats->SetListener([m](const std::string& op, const std::string& group, const std::string& tag,
+                           int64_t bytes,
+                           double secs) { m->ObserveCollective(op, group, tag, bytes, secs); });
 #else
     return absl::UnimplementedError(
         "--metrics-port: this build has no metrics (built with LATCHKEY_CORE_ONLY)");
@@ -58,8 +57,8 @@ void RankOutputs::OnStep(const JobSpec& spec, const Latch& latch, const StepRepo
 #ifdef LATCHKEY_WITH_METRICS
   if (metrics_) {
     metrics_->ObserveLatchWait(latch_wait_seconds);
-    metrics_->ObserveStep(report, static_cast<int64_t>(latch.n) * spec.micro_batch_size *
-                                      spec.seq_len);
+    metrics_->ObserveStep(report,
+                          static_cast<int64_t>(latch.n) * spec.micro_batch_size * spec.seq_len);
   }
 #else
   (void)latch_wait_seconds;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <stdexcept>
 
 #include "worker/comm/collective_error.h"
 #include "worker/train/threads.h"
@@ -30,6 +31,9 @@ absl::Status RunWindows(const RankJob& job, LatchSource& source, const RunOption
     auto latch = source.Await(s);
     if (!latch.ok()) return latch.status();
     const double waited = std::chrono::duration<double>(Clock::now() - wait_start).count();
+    if (s == options.throw_at_window_for_testing) {
+      throw std::logic_error("injected fault in window " + std::to_string(s));
+    }
     auto report = (*engine)->RunWindow(*latch);
     if (!report.ok()) return report.status();
     report->latch_wait_seconds = waited;

@@ -33,6 +33,8 @@ struct RunOptions {
   std::string save_dir;  // HF checkpoint after the last window; empty = none
   OutputOptions outputs;
   EngineOptions engine;
+  // Test-only fault: window N throws a std::logic_error, as a bug inside the engine would.
+  int64_t throw_at_window_for_testing = -1;
 };
 
 // Runs every window of `job` on this rank. OK when all ran (and the outputs were written).

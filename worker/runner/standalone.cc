@@ -9,7 +9,8 @@ namespace latchkey {
 absl::Status RunStandalone(const StandaloneOptions& options, const WorkerEnv& env) {
   auto spec = LoadJobSpecFile(options.spec_path);
   if (!spec.ok()) return spec.status();
-  for (const std::string& w : spec->warnings) std::cerr << "latchkey-worker: warning: " << w << "\n";
+  for (const std::string& w : spec->warnings)
+    std::cerr << "latchkey-worker: warning: " << w << "\n";
 
   RankJob job;
   job.spec = *std::move(spec);

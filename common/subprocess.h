@@ -1,0 +1,48 @@
+// Child processes, in one place: `latchkey up` starts its coordinator-side workers with it,
+// tests and benchmarks start ranks, coordinators and the CLI with it.
+//
+//   auto pid = Spawn({.args = {"latchkey-worker", ...}, .extra_env = {"RANK=1"},
+//                     .log_path = "worker-1.log"});
+//   int code = WaitOrKill(*pid, std::chrono::seconds(60));
+//
+// Children get a normal signal mask back (a parent may block signals for a signal thread),
+// stdin from /dev/null, and stdout+stderr into `log_path` (inherited when empty).
+// Thread-safety: every function is thread-safe (they only make system calls).
+#ifndef LATCHKEY_COMMON_SUBPROCESS_H_
+#define LATCHKEY_COMMON_SUBPROCESS_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace latchkey {
+
+struct SpawnOptions {
+  std::vector<std::string> args;       // args[0]: a path, or a name looked up on PATH
+  std::vector<std::string> extra_env;  // "NAME=value", before this process's environment
+  std::string log_path;                // stdout and stderr (truncated); empty: inherited
+};
+
+// The child's pid. NOT_FOUND/INTERNAL naming args[0] when it cannot be started.
+absl::StatusOr<pid_t> Spawn(const SpawnOptions& options);
+
+// Exit code (128 + signal when a signal ended it) once the child ended within `timeout`;
+// nullopt while it still runs.
+std::optional<int> WaitFor(pid_t pid, std::chrono::milliseconds timeout);
+
+// As WaitFor, but a child still running at the deadline is killed (SIGKILL) and -1 returned.
+int WaitOrKill(pid_t pid, std::chrono::milliseconds deadline);
+
+// Waits up to `patience` for the children to end by themselves, then sends the rest SIGTERM,
+// and SIGKILL after `grace`. Reaps them all.
+void StopAll(const std::vector<pid_t>& pids, std::chrono::milliseconds grace,
+             std::chrono::milliseconds patience = std::chrono::milliseconds(0));
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_COMMON_SUBPROCESS_H_
