@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "proto/channel.h"
 #include "latchkey/v1/job_service.grpc.pb.h"
+#include "proto/channel.h"
 #include "proto/grpc_status.h"
+#include "proto/wire.h"
 
 namespace latchkey {
 
@@ -25,7 +25,7 @@ JobClient::~JobClient() = default;
 
 namespace {
 
-template <typename Req, typename Resp, typename Method>
+template <typename Resp, typename Req, typename Method>
 absl::StatusOr<Resp> Call(v1::JobService::Stub* stub, Method method, const Req& req,
                           absl::Duration timeout) {
   grpc::ClientContext ctx;
@@ -38,49 +38,85 @@ absl::StatusOr<Resp> Call(v1::JobService::Stub* stub, Method method, const Req& 
 
 }  // namespace
 
-absl::StatusOr<v1::SubmitJobResponse> JobClient::SubmitJob(const v1::SubmitJobRequest& req) {
-  return Call<v1::SubmitJobRequest, v1::SubmitJobResponse>(
-      impl_->stub.get(), &v1::JobService::Stub::SubmitJob, req, options_.timeout);
+absl::StatusOr<SubmittedJob> JobClient::SubmitJob(const JobSubmission& submission) {
+  auto r = Call<v1::SubmitJobResponse>(impl_->stub.get(), &v1::JobService::Stub::SubmitJob,
+                                       ToProto(submission), options_.timeout);
+  if (!r.ok()) return r.status();
+  return FromProto(*r);
 }
 
-absl::StatusOr<v1::Job> JobClient::GetJob(const std::string& job_id) {
+absl::StatusOr<JobInfo> JobClient::GetJob(const std::string& job_id) {
   v1::GetJobRequest req;
   req.set_job_id(job_id);
-  auto r = Call<v1::GetJobRequest, v1::GetJobResponse>(
-      impl_->stub.get(), &v1::JobService::Stub::GetJob, req, options_.timeout);
+  auto r = Call<v1::GetJobResponse>(impl_->stub.get(), &v1::JobService::Stub::GetJob, req,
+                                    options_.timeout);
   if (!r.ok()) return r.status();
-  return r->job();
+  return FromProto(r->job());
 }
 
-absl::StatusOr<v1::ListJobsResponse> JobClient::ListJobs(const v1::ListJobsRequest& req) {
-  return Call<v1::ListJobsRequest, v1::ListJobsResponse>(
-      impl_->stub.get(), &v1::JobService::Stub::ListJobs, req, options_.timeout);
+absl::StatusOr<std::vector<JobInfo>> JobClient::ListJobs(const std::vector<JobState>& states,
+                                                         int limit) {
+  v1::ListJobsRequest req;
+  for (JobState s : states) req.add_states(ToProto(s));
+  req.set_page_size(limit);
+  auto r = Call<v1::ListJobsResponse>(impl_->stub.get(), &v1::JobService::Stub::ListJobs, req,
+                                      options_.timeout);
+  if (!r.ok()) return r.status();
+  std::vector<JobInfo> out;
+  out.reserve(static_cast<size_t>(r->jobs_size()));
+  for (const v1::Job& j : r->jobs()) out.push_back(FromProto(j));
+  return out;
 }
 
-absl::StatusOr<v1::Job> JobClient::CancelJob(const std::string& job_id, const std::string& reason) {
+absl::StatusOr<JobInfo> JobClient::CancelJob(const std::string& job_id, const std::string& reason) {
   v1::CancelJobRequest req;
   req.set_job_id(job_id);
   req.set_reason(reason);
-  auto r = Call<v1::CancelJobRequest, v1::CancelJobResponse>(
-      impl_->stub.get(), &v1::JobService::Stub::CancelJob, req, options_.timeout);
+  auto r = Call<v1::CancelJobResponse>(impl_->stub.get(), &v1::JobService::Stub::CancelJob, req,
+                                       options_.timeout);
   if (!r.ok()) return r.status();
-  return r->job();
+  return FromProto(r->job());
 }
 
-absl::StatusOr<v1::UpdateJobPolicyResponse> JobClient::UpdateJobPolicy(
-    const v1::UpdateJobPolicyRequest& req) {
-  return Call<v1::UpdateJobPolicyRequest, v1::UpdateJobPolicyResponse>(
-      impl_->stub.get(), &v1::JobService::Stub::UpdateJobPolicy, req, options_.timeout);
+absl::StatusOr<JobPolicyUpdateResult> JobClient::UpdateJobPolicy(const JobPolicyUpdate& update) {
+  auto r = Call<v1::UpdateJobPolicyResponse>(
+      impl_->stub.get(), &v1::JobService::Stub::UpdateJobPolicy, ToProto(update), options_.timeout);
+  if (!r.ok()) return r.status();
+  return FromProto(*r);
 }
 
-absl::StatusOr<v1::ListLatchesResponse> JobClient::ListLatches(const v1::ListLatchesRequest& req) {
-  return Call<v1::ListLatchesRequest, v1::ListLatchesResponse>(
-      impl_->stub.get(), &v1::JobService::Stub::ListLatches, req, options_.timeout);
+absl::StatusOr<LatchAuditPage> JobClient::ListLatches(const std::string& job_id,
+                                                      int64_t start_window, int page_size) {
+  v1::ListLatchesRequest req;
+  req.set_job_id(job_id);
+  req.set_start_window(start_window);
+  req.set_page_size(page_size);
+  auto r = Call<v1::ListLatchesResponse>(impl_->stub.get(), &v1::JobService::Stub::ListLatches, req,
+                                         options_.timeout);
+  if (!r.ok()) return r.status();
+  return FromProto(*r);
 }
 
-absl::StatusOr<v1::Job> JobClient::WatchJob(
-    const std::string& job_id, const std::function<bool(const v1::WatchJobResponse&)>& on_update,
-    absl::Time deadline) {
+absl::StatusOr<LatchAuditPage> JobClient::ListAllLatches(const std::string& job_id,
+                                                         int64_t start_window) {
+  LatchAuditPage all;
+  int64_t next = start_window;
+  while (true) {
+    auto page = ListLatches(job_id, next);
+    if (!page.ok()) return page.status();
+    for (AuditedLatch& l : page->latches) all.latches.push_back(std::move(l));
+    // Every page carries the job's whole list of policy changes.
+    all.policy_changes = std::move(page->policy_changes);
+    // The coordinator always moves forward; a next window that does not would loop forever.
+    if (page->next_start_window == 0 || page->next_start_window <= next) break;
+    next = page->next_start_window;
+  }
+  return all;
+}
+
+absl::StatusOr<JobInfo> JobClient::WatchJob(const std::string& job_id,
+                                            const std::function<bool(const JobUpdate&)>& on_update,
+                                            absl::Time deadline) {
   v1::WatchJobRequest req;
   req.set_job_id(job_id);
   absl::Duration backoff = absl::Milliseconds(100);
@@ -92,14 +128,15 @@ absl::StatusOr<v1::Job> JobClient::WatchJob(
     ctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + kStreamAttempt)));
     auto reader = impl_->stub->WatchJob(&ctx, req);
     v1::WatchJobResponse m;
-    v1::Job last;
+    JobInfo last;
     bool got_any = false;
     while (reader->Read(&m)) {
       got_any = true;
       unreachable_since = absl::InfiniteFuture();
       backoff = absl::Milliseconds(100);
-      last = m.job();
-      if (!on_update(m)) {
+      JobUpdate update = FromProto(m);
+      last = update.job;
+      if (!on_update(update)) {
         ctx.TryCancel();
         reader->Finish().ok();
         return absl::CancelledError("watch stopped");

@@ -1,50 +1,69 @@
 // JobClient: a user's connection to the coordinator's JobService (used by the `latchkey` CLI,
-// scripts and tests). Every call carries a deadline (`ClientOptions::timeout`); errors come back
-// as absl::Status with the coordinator's code and message.
+// scripts and tests). It speaks the plain values of common/job_info.h; the wire messages stay
+// inside job_client.cc (converted by proto/wire.h).
 //
-// Thread-safety: all methods are thread-safe (one gRPC channel, shared).
+// Every call carries a deadline (`ClientOptions::timeout`); errors come back as absl::Status
+// with the coordinator's code and message (INVALID_ARGUMENT names the spec field, NOT_FOUND an
+// unknown job, FAILED_PRECONDITION a job in the wrong state, ABORTED a stale generation,
+// UNAVAILABLE / DEADLINE_EXCEEDED an unreachable or slow coordinator).
+//
+// Thread-safety: all methods are thread-safe (one gRPC channel, shared). The channel connects
+// lazily: constructing a JobClient never blocks.
 #ifndef LATCHKEY_CLIENT_JOB_CLIENT_H_
 #define LATCHKEY_CLIENT_JOB_CLIENT_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "latchkey/v1/job_service.pb.h"
+#include "common/job_info.h"
+#include "common/states.h"
+#include "common/timeouts.h"
 
 namespace latchkey {
 
-inline constexpr char kDefaultCoordinator[] = "localhost:50051";
-inline constexpr absl::Duration kDefaultRpcTimeout = absl::Seconds(10);
-
 struct ClientOptions {
-  std::string coordinator = kDefaultCoordinator;  // HOST:PORT
-  absl::Duration timeout = kDefaultRpcTimeout;    // per unary call
+  std::string coordinator = kDefaultCoordinatorAddress;           // HOST:PORT
+  absl::Duration timeout = absl::FromChrono(kDefaultRpcTimeout);  // per unary call
 };
 
 class JobClient {
  public:
   explicit JobClient(ClientOptions options);
   ~JobClient();
+  JobClient(const JobClient&) = delete;
+  JobClient& operator=(const JobClient&) = delete;
 
-  absl::StatusOr<v1::SubmitJobResponse> SubmitJob(const v1::SubmitJobRequest& req);
-  absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
-  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& req);
-  absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
-  absl::StatusOr<v1::UpdateJobPolicyResponse> UpdateJobPolicy(
-      const v1::UpdateJobPolicyRequest& req);
-  absl::StatusOr<v1::ListLatchesResponse> ListLatches(const v1::ListLatchesRequest& req);
+  // Validates the spec and creates a pending job.
+  absl::StatusOr<SubmittedJob> SubmitJob(const JobSubmission& submission);
+  // The job with its per-worker list.
+  absl::StatusOr<JobInfo> GetJob(const std::string& job_id);
+  // Newest first, without the per-worker lists. Empty `states`: every state. `limit` 0: 100.
+  absl::StatusOr<std::vector<JobInfo>> ListJobs(const std::vector<JobState>& states = {},
+                                                int limit = 0);
+  // Pending/running -> cancelled; returns the job as it is then.
+  absl::StatusOr<JobInfo> CancelJob(const std::string& job_id, const std::string& reason);
+  // Changes the policy from the first window not yet published.
+  absl::StatusOr<JobPolicyUpdateResult> UpdateJobPolicy(const JobPolicyUpdate& update);
+  // One page of the latch audit from `start_window`; `page_size` 0: the coordinator's default.
+  absl::StatusOr<LatchAuditPage> ListLatches(const std::string& job_id, int64_t start_window = 0,
+                                             int page_size = 0);
+  // Every page of the audit from `start_window`, concatenated.
+  absl::StatusOr<LatchAuditPage> ListAllLatches(const std::string& job_id,
+                                                int64_t start_window = 0);
 
   // Streams the job's changes to `on_update` until the job ends (returns the final job), or
   // `on_update` returns false (CANCELLED), or `deadline` passes (DEADLINE_EXCEEDED). A stream
   // broken by a coordinator restart is reopened (with backoff, up to `timeout` unreachable), and
   // so is each stream after 30 minutes (every call has a deadline, even an endless watch); a
-  // reopened stream starts again with the job as it is.
-  absl::StatusOr<v1::Job> WatchJob(
-      const std::string& job_id, const std::function<bool(const v1::WatchJobResponse&)>& on_update,
-      absl::Time deadline);
+  // reopened stream starts again with the job as it is. `on_update` runs on the caller's thread.
+  absl::StatusOr<JobInfo> WatchJob(const std::string& job_id,
+                                   const std::function<bool(const JobUpdate&)>& on_update,
+                                   absl::Time deadline);
 
  private:
   struct Impl;

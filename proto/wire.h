@@ -6,10 +6,13 @@
 #include <optional>
 
 #include "absl/time/time.h"
+#include "common/job_info.h"
 #include "common/job_spec.h"
 #include "common/latch.h"
+#include "common/states.h"
 #include "google/protobuf/duration.pb.h"
 #include "google/protobuf/timestamp.pb.h"
+#include "latchkey/v1/job_service.pb.h"
 #include "latchkey/v1/types.pb.h"
 
 namespace latchkey {
@@ -26,6 +29,37 @@ std::optional<KvReducePolicy> FromProto(latchkey::v1::KvReducePolicy policy);
 latchkey::v1::Latch ToProto(const Latch& latch);
 // Unknown kv_mode values become kPerMicroBatch (the always-valid choice).
 Latch FromProto(const latchkey::v1::Latch& latch);
+
+// Job and worker states: the values are equal (common/states.h); nullopt for UNSPECIFIED or
+// an unknown value.
+latchkey::v1::JobState ToProto(JobState state);
+std::optional<JobState> FromProto(latchkey::v1::JobState state);
+latchkey::v1::WorkerState ToProto(WorkerState state);
+std::optional<WorkerState> FromProto(latchkey::v1::WorkerState state);
+
+// JobPolicy carries kv_reduce, gradient_accumulation_steps and generation, not no_sync.
+// An unknown kv_reduce becomes kAuto.
+latchkey::v1::JobPolicy ToProto(const LatchPolicy& policy);
+LatchPolicy FromProto(const latchkey::v1::JobPolicy& policy);
+
+// JobService's messages and the plain values of common/job_info.h. Unknown enum values
+// become the field's default; an unset Timestamp is absl::UnixEpoch() and back.
+latchkey::v1::StepSummary ToProto(const CompletedStep& step);
+CompletedStep FromProto(const latchkey::v1::StepSummary& step);
+latchkey::v1::WorkerInfo ToProto(const JobWorkerInfo& worker);
+JobWorkerInfo FromProto(const latchkey::v1::WorkerInfo& worker);
+latchkey::v1::Job ToProto(const JobInfo& job);
+JobInfo FromProto(const latchkey::v1::Job& job);
+latchkey::v1::SubmitJobRequest ToProto(const JobSubmission& submission);
+latchkey::v1::SubmitJobResponse ToProto(const SubmittedJob& submitted);
+SubmittedJob FromProto(const latchkey::v1::SubmitJobResponse& submitted);
+latchkey::v1::UpdateJobPolicyRequest ToProto(const JobPolicyUpdate& update);
+latchkey::v1::UpdateJobPolicyResponse ToProto(const JobPolicyUpdateResult& result);
+JobPolicyUpdateResult FromProto(const latchkey::v1::UpdateJobPolicyResponse& result);
+latchkey::v1::WatchJobResponse ToProto(const JobUpdate& update);
+JobUpdate FromProto(const latchkey::v1::WatchJobResponse& update);
+latchkey::v1::ListLatchesResponse ToProto(const LatchAuditPage& page);
+LatchAuditPage FromProto(const latchkey::v1::ListLatchesResponse& page);
 
 google::protobuf::Timestamp ToProtoTime(absl::Time t);
 absl::Time FromProtoTime(const google::protobuf::Timestamp& t);

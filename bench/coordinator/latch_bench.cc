@@ -139,8 +139,8 @@ Row Run(const std::string& bin, int streams, int windows, int lookahead) {
   p.world_size = streams;
   p.tp = 1;
   p.steps = windows;
-  latchkey::v1::SubmitJobRequest req;
-  req.set_spec_json(latchkey::testing::SpecJson(p));
+  latchkey::JobSubmission req;
+  req.spec_json = latchkey::testing::SpecJson(p);
   auto job = client.SubmitJob(req);
   if (!job.ok()) {
     row.error = std::string(job.status().message());
@@ -159,8 +159,8 @@ Row Run(const std::string& bin, int streams, int windows, int lookahead) {
     threads.emplace_back([&, i] {
       WorkerSessionOptions o;
       o.coordinator = address;
-      o.job_id = job->job_id();
-      o.join_token = job->join_token();
+      o.job_id = job->job_id;
+      o.join_token = job->join_token;
       o.worker_id = "bench-" + std::to_string(i);
       o.heartbeat = false;  // the coordinator runs with a 600 s liveness timeout
       o.rpc_timeout = absl::Seconds(60);
@@ -202,8 +202,8 @@ Row Run(const std::string& bin, int streams, int windows, int lookahead) {
   }
   // Wait until every rank holds its stream, then measure from the first window on.
   for (int i = 0; i < 6000; ++i) {
-    auto j = client.GetJob(job->job_id());
-    if (j.ok() && j->state() == latchkey::v1::JOB_STATE_RUNNING) break;
+    auto j = client.GetJob(job->job_id);
+    if (j.ok() && j->state == latchkey::JobState::kRunning) break;
     absl::SleepFor(absl::Milliseconds(20));
   }
   const double coord_cpu0 = ProcessCpuSeconds(coord.pid);

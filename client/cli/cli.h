@@ -12,12 +12,13 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "client/job_client.h"
+#include "common/timeouts.h"
 
 namespace latchkey::cli {
 
 // Exit codes scripts can rely on (also in `latchkey --help`).
 enum ExitCode : int {
-  kOk = 0,               // success; for submit --watch / watch: the job SUCCEEDED
+  kOk = 0,               // success; for submit --watch / watch: the job succeeded
   kError = 1,            // anything else (internal error, unexpected reply)
   kUsage = 2,            // bad command line, unreadable spec file
   kInvalid = 3,          // INVALID_ARGUMENT: spec or argument refused (message names the field)
@@ -25,8 +26,8 @@ enum ExitCode : int {
   kConflict = 5,         // FAILED_PRECONDITION / ABORTED: wrong state, stale generation
   kUnavailable = 6,      // UNAVAILABLE / DEADLINE_EXCEEDED: coordinator unreachable or slow
   kUnauthenticated = 7,  // UNAUTHENTICATED / PERMISSION_DENIED
-  kJobFailed = 10,       // watched job ended FAILED
-  kJobCancelled = 11,    // watched job ended CANCELLED
+  kJobFailed = 10,       // watched job ended failed
+  kJobCancelled = 11,    // watched job ended cancelled
 };
 
 inline constexpr char kExitCodeHelp[] =
@@ -35,8 +36,8 @@ inline constexpr char kExitCodeHelp[] =
     "7 unauthenticated, 10 watched job failed, 11 watched job cancelled.";
 
 struct CliContext {
-  std::string coordinator = kDefaultCoordinator;
-  double timeout_s = absl::ToDoubleSeconds(kDefaultRpcTimeout);
+  std::string coordinator = kDefaultCoordinatorAddress;
+  double timeout_s = absl::ToDoubleSeconds(absl::FromChrono(kDefaultRpcTimeout));
   bool json = false;  // machine-readable output where a command supports it
 
   ClientOptions client_options() const {

@@ -1,28 +1,30 @@
-// Text rendering of coordinator messages for the CLI.
+// Text rendering of what JobClient returns, for the CLI. States, K/V modes and policies are
+// spelled with the one lowercase name table of common/ ("running", "coalesced", "auto"); the
+// `--json` output is the wire's proto JSON (ToJson), whose enums keep their proto names.
 #ifndef LATCHKEY_CLIENT_CLI_FORMAT_H_
 #define LATCHKEY_CLIENT_CLI_FORMAT_H_
 
 #include <string>
 
+#include "absl/time/time.h"
+#include "common/job_info.h"
 #include "google/protobuf/message.h"
-#include "latchkey/v1/job_service.pb.h"
 
 namespace latchkey::cli {
 
-std::string StateName(v1::JobState s);                         // "RUNNING"
-std::string WorkerStateName(v1::WorkerState s);                // "active"
-std::string KvModeName(v1::KvMode m);                          // "coalesced"
-std::string KvReduceName(v1::KvReducePolicy p);                // "auto"
-std::string FormatTime(const google::protobuf::Timestamp& t);  // RFC 3339, UTC
-std::string ToJson(const google::protobuf::Message& m);        // one line
+std::string FormatTimestamp(absl::Time t);               // RFC 3339, UTC; "-" when unset
+std::string ToJson(const google::protobuf::Message& m);  // one line, proto field names
 
 std::string JobTableHeader();
-std::string JobTableRow(const v1::Job& job);
-std::string JobDetails(const v1::Job& job);  // multi-line `status` output
-// "[#####.....] step 12/20 loss 3.2100 tok/s 12345 kv-ar/step 1 RUNNING"
-std::string ProgressLine(const v1::Job& job, const v1::StepSummary* step);
-std::string LatchRow(const v1::Latch& latch);
+std::string JobTableRow(const JobInfo& job);
+std::string JobDetails(const JobInfo& job);  // multi-line `status` output
+// "[#####.....] step 12/20 loss 3.2100 tok/s 12345 kv-allreduce/step 1 (coalesced) running"
+std::string ProgressLine(const JobInfo& job, const CompletedStep* step);
 std::string LatchTableHeader();
+std::string LatchRow(const Latch& latch);
+std::string PolicyChangeLine(const AuditedPolicyChange& change);
+// "kv_reduce=auto gas=spec" (gas 0: the spec's gradient_accumulation_steps).
+std::string PolicySummary(const LatchPolicy& policy);
 
 }  // namespace latchkey::cli
 

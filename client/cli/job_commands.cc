@@ -7,6 +7,7 @@
 #include "client/cli/cli.h"
 #include "client/cli/format.h"
 #include "common/job_spec.h"
+#include "common/states.h"
 #include "proto/wire.h"
 
 namespace latchkey::cli {
@@ -43,29 +44,29 @@ void AddListCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   sub->add_option("--state", *states, "only these states (pending, running, succeeded, ...)");
   sub->add_option("--limit", *limit, "at most this many (default 100)");
   sub->callback([states, limit, &ctx, exit_code] {
-    v1::ListJobsRequest req;
+    std::vector<JobState> wanted;
     for (const std::string& s : *states) {
-      v1::JobState st;
-      if (!v1::JobState_Parse("JOB_STATE_" + absl::AsciiStrToUpper(s), &st) ||
-          st == v1::JOB_STATE_UNSPECIFIED) {
+      const std::optional<JobState> st = ParseJobState(absl::AsciiStrToLower(s));
+      if (!st) {
         std::cerr << "latchkey: --state: unknown state " << s << "\n";
         *exit_code = kUsage;
         return;
       }
-      req.add_states(st);
+      wanted.push_back(*st);
     }
-    req.set_page_size(*limit);
     JobClient client(ctx.client_options());
-    auto resp = client.ListJobs(req);
-    if (!resp.ok()) {
-      *exit_code = Fail(resp.status());
+    auto jobs = client.ListJobs(wanted, *limit);
+    if (!jobs.ok()) {
+      *exit_code = Fail(jobs.status());
       return;
     }
     if (ctx.json) {
-      std::cout << ToJson(*resp) << std::endl;
+      v1::ListJobsResponse resp;
+      for (const JobInfo& j : *jobs) *resp.add_jobs() = ToProto(j);
+      std::cout << ToJson(resp) << std::endl;
     } else {
       std::cout << JobTableHeader() << "\n";
-      for (const v1::Job& j : resp->jobs()) std::cout << JobTableRow(j) << "\n";
+      for (const JobInfo& j : *jobs) std::cout << JobTableRow(j) << "\n";
     }
     *exit_code = kOk;
   });
@@ -82,7 +83,7 @@ void AddStatusCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
       *exit_code = Fail(job.status());
       return;
     }
-    std::cout << (ctx.json ? ToJson(*job) + "\n" : JobDetails(*job));
+    std::cout << (ctx.json ? ToJson(ToProto(*job)) + "\n" : JobDetails(*job));
     *exit_code = kOk;
   });
 }
@@ -100,8 +101,8 @@ void AddCancelCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
       *exit_code = Fail(job.status());
       return;
     }
-    std::cout << (ctx.json ? ToJson(*job)
-                           : absl::StrCat(job->job_id(), " ", StateName(job->state())))
+    std::cout << (ctx.json ? ToJson(ToProto(*job))
+                           : absl::StrCat(job->job_id, " ", JobStateName(job->state)))
               << "\n";
     *exit_code = kOk;
   });
@@ -129,36 +130,29 @@ void AddUpdateCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
       *exit_code = kUsage;
       return;
     }
-    v1::UpdateJobPolicyRequest req;
-    req.set_job_id(args->job_id);
+    JobPolicyUpdate update;
+    update.job_id = args->job_id;
     if (kv->count() > 0) {
-      auto policy = ParseKvReducePolicy(args->kv_reduce);
-      if (!policy) {
+      update.kv_reduce = ParseKvReducePolicy(args->kv_reduce);
+      if (!update.kv_reduce) {
         std::cerr << "latchkey: --kv-reduce: unknown mode " << args->kv_reduce << "\n";
         *exit_code = kUsage;
         return;
       }
-      req.set_kv_reduce(ToProto(*policy));
     }
-    if (gas->count() > 0) req.mutable_gradient_accumulation_steps()->set_value(args->gas);
-    if (args->expected_generation >= 0)
-      req.mutable_expected_generation()->set_value(args->expected_generation);
+    if (gas->count() > 0) update.gradient_accumulation_steps = args->gas;
+    if (args->expected_generation >= 0) update.expected_generation = args->expected_generation;
     JobClient client(ctx.client_options());
-    auto resp = client.UpdateJobPolicy(req);
+    auto resp = client.UpdateJobPolicy(update);
     if (!resp.ok()) {
       *exit_code = Fail(resp.status());
       return;
     }
     if (ctx.json) {
-      std::cout << ToJson(*resp) << "\n";
+      std::cout << ToJson(ToProto(*resp)) << "\n";
     } else {
-      const v1::JobPolicy& p = resp->policy();
-      std::cout << args->job_id << ": policy generation " << p.generation()
-                << " (kv_reduce=" << KvReduceName(p.kv_reduce()) << " gas="
-                << (p.gradient_accumulation_steps() > 0
-                        ? std::to_string(p.gradient_accumulation_steps())
-                        : std::string("spec"))
-                << ") from window " << resp->first_window() << "\n";
+      std::cout << args->job_id << ": policy generation " << resp->policy.generation << " ("
+                << PolicySummary(resp->policy) << ") from window " << resp->first_window << "\n";
     }
     *exit_code = kOk;
   });
@@ -172,33 +166,20 @@ void AddLatchesCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   sub->add_option("--from", *start, "first window to show");
   sub->callback([job_id, start, &ctx, exit_code] {
     JobClient client(ctx.client_options());
-    v1::ListLatchesRequest req;
-    req.set_job_id(*job_id);
-    req.set_start_window(*start);
-    v1::ListLatchesResponse all;
-    while (true) {
-      auto page = client.ListLatches(req);
-      if (!page.ok()) {
-        *exit_code = Fail(page.status());
-        return;
-      }
-      all.mutable_latches()->MergeFrom(page->latches());
-      *all.mutable_policy_changes() = page->policy_changes();
-      if (page->next_start_window() == 0) break;
-      req.set_start_window(page->next_start_window());
+    auto all = client.ListAllLatches(*job_id, *start);
+    if (!all.ok()) {
+      *exit_code = Fail(all.status());
+      return;
     }
     if (ctx.json) {
-      std::cout << ToJson(all) << "\n";
+      std::cout << ToJson(ToProto(*all)) << "\n";
       *exit_code = kOk;
       return;
     }
     std::cout << LatchTableHeader() << "\n";
-    for (const v1::Latch& l : all.latches()) std::cout << LatchRow(l) << "\n";
-    for (const v1::PolicyChange& c : all.policy_changes()) {
-      std::cout << "policy generation " << c.policy().generation() << " from window "
-                << c.first_window() << ": kv_reduce=" << KvReduceName(c.policy().kv_reduce())
-                << " gas=" << c.policy().gradient_accumulation_steps() << " at "
-                << FormatTime(c.change_time()) << "\n";
+    for (const AuditedLatch& l : all->latches) std::cout << LatchRow(l.latch) << "\n";
+    for (const AuditedPolicyChange& c : all->policy_changes) {
+      std::cout << PolicyChangeLine(c) << "\n";
     }
     *exit_code = kOk;
   });

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "client/cli/cli.h"
+#include "common/timeouts.h"
 
 int main(int argc, char** argv) {
   using namespace latchkey::cli;  // NOLINT: the CLI's own namespace
@@ -14,7 +15,8 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("LATCHKEY_COORDINATOR"); env && *env) ctx.coordinator = env;
   CLI::App app{"latchkey: submit and follow latchkey training jobs", "latchkey"};
   app.footer(std::string(kExitCodeHelp) +
-             "\nThe coordinator defaults to $LATCHKEY_COORDINATOR, else localhost:50051.");
+             "\nThe coordinator defaults to $LATCHKEY_COORDINATOR, else " +
+             latchkey::kDefaultCoordinatorAddress + ".");
   app.require_subcommand(1);
   app.add_option("--coordinator", ctx.coordinator, "coordinator address HOST:PORT")
       ->capture_default_str();

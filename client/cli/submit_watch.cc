@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
 #include "client/cli/format.h"
+#include "proto/wire.h"
 
 namespace latchkey::cli {
 
@@ -18,12 +19,12 @@ int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_s
   const absl::Time deadline =
       max_seconds > 0 ? absl::Now() + absl::Seconds(max_seconds) : absl::InfiniteFuture();
   std::string last_line;
-  auto on_update = [&](const v1::WatchJobResponse& m) {
+  auto on_update = [&](const JobUpdate& m) {
     if (ctx.json) {
-      std::cout << ToJson(m) << std::endl;
+      std::cout << ToJson(ToProto(m)) << std::endl;
       return true;
     }
-    const std::string line = ProgressLine(m.job(), m.has_step() ? &m.step() : nullptr);
+    const std::string line = ProgressLine(m.job, m.step ? &*m.step : nullptr);
     if (line == last_line) return true;
     last_line = line;
     if (tty) {
@@ -36,18 +37,20 @@ int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_s
   auto final_job = client.WatchJob(job_id, on_update, deadline);
   if (tty) std::cout << std::endl;
   if (!final_job.ok()) return Fail(final_job.status());
-  switch (final_job->state()) {
-    case v1::JOB_STATE_SUCCEEDED:
+  switch (final_job->state) {
+    case JobState::kSucceeded:
       return kOk;
-    case v1::JOB_STATE_CANCELLED:
-      std::cerr << "latchkey: " << job_id << " cancelled: " << final_job->failure_reason() << "\n";
+    case JobState::kCancelled:
+      std::cerr << "latchkey: " << job_id << " cancelled: " << final_job->failure_reason << "\n";
       return kJobCancelled;
-    case v1::JOB_STATE_FAILED:
-      std::cerr << "latchkey: " << job_id << " failed: " << final_job->failure_reason() << "\n";
+    case JobState::kFailed:
+      std::cerr << "latchkey: " << job_id << " failed: " << final_job->failure_reason << "\n";
       return kJobFailed;
-    default:
-      return kError;
+    case JobState::kPending:
+    case JobState::kRunning:
+      break;
   }
+  return kError;  // the stream ended while the job had not
 }
 
 void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
@@ -77,28 +80,28 @@ void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
     }
     std::stringstream text;
     text << in.rdbuf();
-    v1::SubmitJobRequest req;
-    req.set_spec_json(text.str());
+    JobSubmission submission;
+    submission.spec_json = text.str();
     std::error_code ec;
     // Relative paths in the spec resolve against its folder, wherever the workers run.
     const auto abs = std::filesystem::absolute(args->spec_path, ec);
-    req.set_base_dir(ec ? std::string() : abs.parent_path().string());
-    req.set_rendezvous_host(args->rendezvous_host);
-    req.set_rendezvous_port(args->rendezvous_port);
+    submission.base_dir = ec ? std::string() : abs.parent_path().string();
+    submission.rendezvous_host = args->rendezvous_host;
+    submission.rendezvous_port = args->rendezvous_port;
     JobClient client(ctx.client_options());
-    auto resp = client.SubmitJob(req);
+    auto resp = client.SubmitJob(submission);
     if (!resp.ok()) {
       *exit_code = Fail(resp.status());
       return;
     }
     if (ctx.json) {
-      std::cout << ToJson(*resp) << std::endl;
+      std::cout << ToJson(ToProto(*resp)) << std::endl;
     } else {
-      std::cout << "job_id: " << resp->job_id() << "\n"
-                << "join_token: " << resp->join_token() << "\n";
-      for (const std::string& w : resp->job().warnings()) std::cerr << "warning: " << w << "\n";
+      std::cout << "job_id: " << resp->job_id << "\n"
+                << "join_token: " << resp->join_token << "\n";
+      for (const std::string& w : resp->job.warnings) std::cerr << "warning: " << w << "\n";
     }
-    *exit_code = args->watch ? WatchUntilEnd(ctx, resp->job_id(), args->watch_seconds) : kOk;
+    *exit_code = args->watch ? WatchUntilEnd(ctx, resp->job_id, args->watch_seconds) : kOk;
   });
 }
 

@@ -3,12 +3,14 @@
 // CPU), shows live progress, prints where the metrics endpoints are, and ends with a summary
 // table from the ranks' per-step JSONL. Ctrl-C cancels the job and stops everything it started.
 // A crashed worker fails the job (the coordinator names the rank) and `up` exits non-zero.
+// Without --spec it runs the built-in job (builtin_spec.h), which reads no files, and keeps that
+// spec as <run>/spec.json to edit and pass back with --spec.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,13 +22,13 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "client/cli/builtin_spec.h"
 #include "client/cli/cli.h"
 
 extern char** environ;
@@ -37,7 +39,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct UpOptions {
-  std::string spec = "examples/demo.json";
+  std::string spec;     // empty: the built-in job
   std::string run_dir;  // default runs/up-<unix time>
   int workers = 0;      // 0 = the spec's world size
   double liveness_s = 10;
@@ -56,7 +58,8 @@ std::string ReadFile(const std::string& path) {
 // PATH. Prefer siblings of this executable's folder, then PATH.
 std::string FindBinary(const std::string& name, const std::string& subdir) {
   const fs::path self = fs::read_symlink("/proc/self/exe");
-  for (const fs::path& p : {self.parent_path() / name, self.parent_path().parent_path() / subdir / name}) {
+  for (const fs::path& p :
+       {self.parent_path() / name, self.parent_path().parent_path() / subdir / name}) {
     if (fs::exists(p)) return p.string();
   }
   return name;  // PATH lookup by posix_spawnp
@@ -161,19 +164,19 @@ void PrintSummary(const std::string& jsonl) {
   }
   const double median = Median(secs);
   std::printf("\nsummary (rank 0)\n");
-  std::printf("  %-30s %zu\n", "steps", rows.size());
-  std::printf("  %-30s %.4f -> %.4f\n", "loss first -> final", rows.front()["loss"].get<double>(),
+  std::printf("  %-36s %zu\n", "steps", rows.size());
+  std::printf("  %-36s %.4f -> %.4f\n", "loss first -> final", rows.front()["loss"].get<double>(),
               rows.back()["loss"].get<double>());
   for (const auto& [mode, k] : kv) {
-    std::printf("  %-30s %.1f  (%lld steps)\n", ("K/V all-reduces/step, " + mode).c_str(),
+    std::printf("  %-36s %.1f  (%lld steps)\n", ("K/V all-reduces/step, " + mode).c_str(),
                 static_cast<double>(k.first) / k.second, static_cast<long long>(k.second));
   }
   for (const auto& [key, n] : calls) {
-    std::printf("  %-30s %.1f\n", ("collectives/step " + key).c_str(),
+    std::printf("  %-36s %.1f\n", ("collectives/step " + key).c_str(),
                 static_cast<double>(n) / rows.size());
   }
-  std::printf("  %-30s %.3f s\n", "median step time", median);
-  std::printf("  %-30s %.0f\n", "tokens/s (median step)",
+  std::printf("  %-36s %.3f s\n", "median step time", median);
+  std::printf("  %-36s %.0f\n", "tokens/s (median step)",
               rows.back()["tokens"].get<double>() / std::max(median, 1e-9));
 }
 
@@ -186,34 +189,47 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   sigaddset(&sigs, SIGUSR1);  // our own wake-up of the signal thread at the end
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  std::ifstream spec_in(o.spec);
-  if (!spec_in) return Fail(absl::InvalidArgumentError("--spec: cannot read '" + o.spec + "'"));
-  const std::string spec_text = ReadFile(o.spec);
+  const bool built_in = o.spec.empty();
+  if (!built_in && !std::ifstream(o.spec)) {
+    return Fail(absl::InvalidArgumentError("--spec: cannot read '" + o.spec + "'"));
+  }
+  const std::string spec_text = built_in ? std::string(kBuiltInJobSpec) : ReadFile(o.spec);
   const nlohmann::json spec = nlohmann::json::parse(spec_text, nullptr, false);
   if (spec.is_discarded()) return Fail(absl::InvalidArgumentError("--spec: not valid JSON"));
   int world = o.workers;
   if (world == 0) {
-    world = spec.value("latchkey", nlohmann::json::object())
-                .value("world_size",
-                       spec.value("tensor_parallel", nlohmann::json::object()).value("autotp_size", 1));
+    world =
+        spec.value("latchkey", nlohmann::json::object())
+            .value("world_size",
+                   spec.value("tensor_parallel", nlohmann::json::object()).value("autotp_size", 1));
   }
-  const std::string run = fs::absolute(o.run_dir.empty()
-                                           ? "runs/up-" + std::to_string(std::time(nullptr))
-                                           : o.run_dir)
-                              .string();
-  fs::create_directories(run);
+  const std::string run =
+      fs::absolute(o.run_dir.empty() ? "runs/up-" + std::to_string(std::time(nullptr)) : o.run_dir)
+          .string();
+  std::error_code mkdir_error;
+  fs::create_directories(run, mkdir_error);
+  if (mkdir_error) {
+    return Fail(absl::PermissionDeniedError("--run-dir: cannot create '" + run +
+                                            "': " + mkdir_error.message()));
+  }
+  if (built_in) {
+    std::ofstream(run + "/spec.json") << spec_text;
+    std::printf(
+        "spec         built-in job (demo model, synthetic data, %lld steps; %s/spec.json, "
+        "or pass --spec FILE)\n",
+        static_cast<long long>(spec["latchkey"]["steps"].get<int64_t>()), run.c_str());
+  }
 
   std::vector<pid_t> children;
   const std::string coord_log = run + "/coordinator.log";
   // A run folder can be reused (the database keeps earlier jobs): never read a stale port file.
   fs::remove(run + "/ports.json");
-  const pid_t coord = Spawn({FindBinary("latchkey-coordinator", "server"), "--listen",
-                             "127.0.0.1:0", "--db", run + "/coordinator.db", "--metrics-host",
-                             "127.0.0.1", "--metrics-port", "0", "--port-file",
-                             run + "/ports.json", "--liveness-timeout",
-                             std::to_string(o.liveness_s), "--heartbeat-interval",
-                             std::to_string(std::max(0.5, o.liveness_s / 5))},
-                            {}, coord_log);
+  const pid_t coord =
+      Spawn({FindBinary("latchkey-coordinator", "server"), "--listen", "127.0.0.1:0", "--db",
+             run + "/coordinator.db", "--metrics-host", "127.0.0.1", "--metrics-port", "0",
+             "--port-file", run + "/ports.json", "--liveness-timeout", std::to_string(o.liveness_s),
+             "--heartbeat-interval", std::to_string(std::max(0.5, o.liveness_s / 5))},
+            {}, coord_log);
   if (coord <= 0) return Fail(absl::UnavailableError("cannot start latchkey-coordinator"));
   children.push_back(coord);
   nlohmann::json ports;
@@ -232,26 +248,27 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
               ctx.coordinator.c_str(), ports.value("metrics_port", 0), run.c_str());
 
   JobClient client(ctx.client_options());
-  v1::SubmitJobRequest req;
-  req.set_spec_json(spec_text);
-  req.set_base_dir(fs::absolute(o.spec).parent_path().string());
-  req.set_rendezvous_host("127.0.0.1");
+  JobSubmission submission;
+  submission.spec_json = spec_text;
+  // The built-in spec names no files; a spec file's relative paths resolve against its folder.
+  submission.base_dir = built_in ? run : fs::absolute(o.spec).parent_path().string();
+  submission.rendezvous_host = "127.0.0.1";
   // A port free right now on this machine, rather than the coordinator's range, which other
   // local coordinators (other `up` runs) hand out too.
-  req.set_rendezvous_port(FreeLocalPort());
-  auto submitted = client.SubmitJob(req);
+  submission.rendezvous_port = FreeLocalPort();
+  auto submitted = client.SubmitJob(submission);
   if (!submitted.ok()) {
     Stop(children, std::chrono::seconds(2));
     return Fail(submitted.status());
   }
-  const std::string job = submitted->job_id();
+  const std::string job = submitted->job_id;
   std::printf("job          %s  (%d workers, run folder %s)\n", job.c_str(), world, run.c_str());
 
   std::vector<pid_t> workers;
   for (int r = 0; r < world; ++r) {
     const pid_t p = Spawn(
         {FindBinary("latchkey-worker", "worker"), "--coordinator", ctx.coordinator, "--job", job,
-         "--join-token", submitted->join_token(), "--metrics-host", "127.0.0.1", "--metrics-port",
+         "--join-token", submitted->join_token, "--metrics-host", "127.0.0.1", "--metrics-port",
          "0", "--metrics-jsonl", run + "/steps-{rank}.jsonl", "--save", run + "/final",
          "--collective-timeout-seconds", std::to_string(o.collective_timeout_s), "--quiet"},
         {"RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(world)},
@@ -298,8 +315,8 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   if (code == kOk) {
     std::printf("weights      %s/final (HF GPTBigCode checkpoint)\n", run.c_str());
   } else {
-    std::fprintf(stderr, "latchkey up: job %s did not succeed (exit %d); logs in %s\n",
-                 job.c_str(), code, run.c_str());
+    std::fprintf(stderr, "latchkey up: job %s did not succeed (exit %d); logs in %s\n", job.c_str(),
+                 code, run.c_str());
   }
   return code;
 }
@@ -310,7 +327,8 @@ void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   auto opts = std::make_shared<UpOptions>();
   CLI::App* up = app.add_subcommand(
       "up", "Run a job locally: embedded coordinator + one worker process per rank (Gloo, CPU)");
-  up->add_option("--spec", opts->spec, "job spec JSON")->capture_default_str();
+  up->add_option("--spec", opts->spec,
+                 "job spec JSON (default: the built-in job: the demo model on synthetic data)");
   up->add_option("--run-dir", opts->run_dir, "folder for the database, logs, JSONL, weights");
   up->add_option("--workers", opts->workers, "worker processes (default: the spec's world size)");
   up->add_option("--liveness-timeout", opts->liveness_s,

@@ -1,0 +1,125 @@
+// What a user's client says to and hears from the coordinator's JobService, as plain C++ values:
+// the vocabulary of JobClient (client/job_client.h). proto/wire.h converts each of them to and
+// from its latchkey.v1 message, so nothing else needs the generated types.
+//
+// Value types only: copyable, no invariants beyond the field comments. Times are absl::Time;
+// absl::UnixEpoch() means "not set" (the wire's unset Timestamp).
+#ifndef LATCHKEY_COMMON_JOB_INFO_H_
+#define LATCHKEY_COMMON_JOB_INFO_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/job_spec.h"
+#include "common/latch.h"
+#include "common/states.h"
+#include "common/step_report.h"
+
+namespace latchkey {
+
+// One rank's worker as the coordinator sees it (latchkey.v1.WorkerInfo).
+struct JobWorkerInfo {
+  int rank = 0;
+  std::string worker_id;
+  WorkerState state = WorkerState::kJoined;
+  int tp_rank = 0;
+  int dp_rank = 0;
+  std::string host;  // the host the worker advertised, or its peer address
+  absl::Time last_seen = absl::UnixEpoch();
+  int64_t steps_reported = 0;  // highest reported step + 1
+};
+
+// A step every rank has reported (latchkey.v1.StepSummary). `report` is rank 0's report except
+// step_seconds, which is the slowest rank's. The coordinator passes on step, micro_batches,
+// loss, grad_norm, kv_mode, kv_allreduce_calls, step_seconds and tokens; the report's other
+// fields keep their defaults.
+struct CompletedStep {
+  StepReport report;
+  int ranks_reported = 0;
+};
+
+// A job (latchkey.v1.Job).
+struct JobInfo {
+  std::string job_id;
+  JobState state = JobState::kPending;
+  std::string spec_json;  // as the coordinator stores it
+  std::string base_dir;   // folder relative spec paths resolve against (on the workers)
+  int world_size = 0;
+  int tp = 0;
+  int dp = 0;
+  int64_t steps = 0;
+  LatchPolicy policy;           // kv_reduce, gradient_accumulation_steps (0: spec), generation
+  std::string rendezvous_host;  // empty until known
+  int rendezvous_port = 0;
+  int workers_joined = 0;
+  std::vector<JobWorkerInfo> workers;  // GetJob only; rank order, joined ranks only
+  int64_t windows_published = 0;       // latches 0 .. windows_published-1 exist
+  int64_t steps_completed = 0;         // steps every rank has reported
+  std::optional<CompletedStep> last_step;
+  std::string failure_reason;  // failed / cancelled: why (names the rank or field)
+  std::vector<std::string> warnings;
+  absl::Time create_time = absl::UnixEpoch();
+  absl::Time update_time = absl::UnixEpoch();
+};
+
+// SubmitJob's request.
+struct JobSubmission {
+  std::string spec_json;
+  // Folder that relative paths in the spec resolve against on the workers; empty: their cwd.
+  std::string base_dir;
+  std::string rendezvous_host;  // empty: the host rank 0 advertises
+  int rendezvous_port = 0;      // 0: one from the coordinator's range
+};
+
+// SubmitJob's answer.
+struct SubmittedJob {
+  std::string job_id;
+  std::string join_token;  // workers present it at Join; keep it secret
+  JobInfo job;
+};
+
+// UpdateJobPolicy's request: unset fields stay as they are.
+struct JobPolicyUpdate {
+  std::string job_id;
+  std::optional<KvReducePolicy> kv_reduce;
+  std::optional<int> gradient_accumulation_steps;  // >= 1
+  std::optional<int64_t> expected_generation;      // apply only at this generation
+};
+
+// UpdateJobPolicy's answer.
+struct JobPolicyUpdateResult {
+  LatchPolicy policy;        // the new policy (generation bumped)
+  int64_t first_window = 0;  // the first window decided under it
+};
+
+// One message of WatchJob: the job after a change, and the step it completed, if any.
+struct JobUpdate {
+  JobInfo job;  // without the per-worker list
+  std::optional<CompletedStep> step;
+};
+
+// A published latch as the audit shows it.
+struct AuditedLatch {
+  Latch latch;
+  absl::Time publish_time = absl::UnixEpoch();
+};
+
+struct AuditedPolicyChange {
+  LatchPolicy policy;
+  int64_t first_window = 0;
+  absl::Time change_time = absl::UnixEpoch();
+};
+
+// One page of ListLatches.
+struct LatchAuditPage {
+  std::vector<AuditedLatch> latches;  // window order
+  std::vector<AuditedPolicyChange> policy_changes;
+  int64_t next_start_window = 0;  // 0: no more pages
+};
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_COMMON_JOB_INFO_H_
