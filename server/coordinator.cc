@@ -1,16 +1,20 @@
-// Coordinator: construction, loading from the store, and the JobService half.
-// The WorkerService half, latch publication and liveness are in coordinator_workers.cc.
+// Coordinator: construction, the notifier and liveness threads, the job registry and the
+// JobService calls. The WorkerService calls are in coordinator_workers.cc, recovery in
+// coordinator_recovery.cc; what each call changes is owned by the components of
+// coordinator_internal.h.
 #include "server/coordinator.h"
 
 #include <algorithm>
-#include <limits>
 #include <random>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "server/coordinator_internal.h"
+#include "server/job_state_machine.h"
 
 namespace latchkey {
 
@@ -32,7 +36,11 @@ std::string RandomToken() {
 
 Coordinator::Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions options,
                          CoordinatorObserver* observer)
-    : options_(std::move(options)), observer_(observer), store_(std::move(store)) {}
+    : options_(std::move(options)),
+      clock_(options_.clock ? options_.clock : RealClock()),
+      observer_(observer),
+      store_(std::move(store)),
+      machine_(std::make_unique<JobStateMachine>(store_.get(), observer_, &options_.log, clock_)) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr<JobStore> store,
                                                                  CoordinatorOptions options,
@@ -50,8 +58,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(store), std::move(options), observer));
   {
     absl::MutexLock lock(&c->mu_);
-    absl::Status s = c->Load();
-    if (!s.ok()) return s;
+    LK_RETURN_IF_ERROR(c->Load());
   }
   Coordinator* raw = c.get();
   c->notifier_ = std::thread([raw] { raw->NotifierLoop(); });
@@ -102,6 +109,7 @@ void Coordinator::NotifierLoop() {
 
 void Coordinator::StartLivenessChecker() {
   if (liveness_thread_.joinable()) return;
+  // The period is real time: it paces the checks; the verdict reads the coordinator's clock.
   const absl::Duration period =
       std::min(absl::Seconds(1), std::max(absl::Milliseconds(10), options_.liveness_timeout / 4));
   liveness_thread_ = std::thread([this, period] {
@@ -116,96 +124,29 @@ void Coordinator::StartLivenessChecker() {
   });
 }
 
-absl::Status Coordinator::Load() {
-  auto jobs = store_->LoadJobs();
-  if (!jobs.ok()) return jobs.status();
-  auto workers = store_->LoadWorkers();
-  if (!workers.ok()) return workers.status();
-  auto progress = store_->LoadProgress();
-  if (!progress.ok()) return progress.status();
-  const absl::Time now = absl::Now();
-
-  std::vector<std::pair<Job*, std::string>> unparsable;
-  for (JobRecord& rec : *jobs) {
-    auto job = std::make_unique<Job>();
-    auto spec = ParseJobSpec(rec.spec_json, rec.base_dir);
-    if (spec.ok()) {
-      job->spec = *std::move(spec);
-    } else {
-      // A spec this build no longer accepts: the job cannot run on; keep it, failed.
-      job->spec.world_size = 1;
-      unparsable.emplace_back(
-          job.get(), absl::StrCat("stored spec no longer valid: ", spec.status().message()));
-    }
-    job->ranks.resize(static_cast<size_t>(std::max(1, job->spec.world_size)));
-    last_seq_ = std::max(last_seq_, rec.seq);
-    job->rec = std::move(rec);
-    job->latch_base = job->rec.next_window;
-    if (observer_) observer_->AddJobs(job->rec.state, 1);
-    std::string id = job->rec.job_id;
-    jobs_.emplace(std::move(id), std::move(job));
-  }
-  for (const WorkerRecord& w : *workers) {
-    auto it = jobs_.find(w.job_id);
-    if (it == jobs_.end() || w.rank < 0 || w.rank >= it->second->world_size()) continue;
-    Rank& r = it->second->ranks[static_cast<size_t>(w.rank)];
-    r.worker_id = w.worker_id;
-    r.host = w.host;
-    r.state = w.state;
-    r.join_time = w.join_time;
-    r.last_seen = now;
-    it->second->joined++;
-    if (observer_) observer_->AddWorkers(w.state, 1);
-  }
-  for (const RankProgress& p : *progress) {
-    auto it = jobs_.find(p.job_id);
-    if (it == jobs_.end() || p.rank < 0 || p.rank >= it->second->world_size()) continue;
-    it->second->ranks[static_cast<size_t>(p.rank)].steps_reported = p.max_step + 1;
-  }
-  for (auto& [job, reason] : unparsable) {
-    if (!IsTerminal(job->rec.state)) {
-      absl::Status s = EndJob(*job, JobState::kFailed, reason, WorkerState::kDone);
-      if (!s.ok()) return s;
-    }
-  }
+void Coordinator::CheckLiveness() {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return;
+  const absl::Time now = clock_->Now();
   for (auto& [id, job] : jobs_) {
-    absl::Status s = LoadJobSteps(*job);
-    if (!s.ok()) return s;
     if (IsTerminal(job->rec.state)) continue;
-    auto latches = store_->LoadLatches(id, 0, std::numeric_limits<int64_t>::max());
-    if (!latches.ok()) return latches.status();
-    if (static_cast<int64_t>(latches->size()) != job->rec.next_window) {
-      return absl::DataLossError(absl::StrCat(
-          id, ": ", latches->size(), " latches stored but next_window is ", job->rec.next_window));
+    const std::vector<int> late = job->ranks.Late(now, options_.liveness_timeout);
+    if (late.empty()) continue;
+    std::vector<std::string> names;
+    for (int i : late) {
+      const RankTable::Rank& r = job->ranks.at(i);
+      names.push_back(absl::StrCat(
+          "rank ", i, " (worker ", r.worker_id, ", unseen for ",
+          absl::FormatDuration(absl::Trunc(now - r.last_seen, absl::Milliseconds(100))), ")"));
+      SetWorkerState(*job, i, WorkerState::kLost).IgnoreError();  // EndJob reports a store error
     }
-    job->latches.assign(std::make_move_iterator(latches->begin()),
-                        std::make_move_iterator(latches->end()));
-    job->latch_base = 0;
-    // Finish what a crash may have interrupted between two writes.
-    if (job->rec.state == JobState::kPending && job->joined == job->world_size()) {
-      s = SetJobState(*job, JobState::kRunning, "");
-      for (Rank& r : job->ranks) {
-        if (s.ok()) s = SetWorkerState(*job, r, WorkerState::kActive);
-      }
-    }
-    if (s.ok()) s = RecomputeProgress(*job);
-    if (!s.ok()) return s;
+    absl::Status s =
+        EndJob(*job, JobState::kFailed,
+               absl::StrCat(absl::StrJoin(names, ", "), " missed the liveness deadline of ",
+                            absl::FormatDuration(options_.liveness_timeout)),
+               WorkerState::kDone);
+    (void)s;  // a store failure leaves the job live; the next check tries again
   }
-  return absl::OkStatus();
-}
-
-absl::Status Coordinator::LoadJobSteps(Job& job) {
-  job.steps_completed = 0;
-  if (job.joined == job.world_size()) {
-    job.steps_completed = std::numeric_limits<int64_t>::max();
-    for (const Rank& r : job.ranks)
-      job.steps_completed = std::min(job.steps_completed, r.steps_reported);
-  }
-  auto reports =
-      store_->LoadStepReports(job.rec.job_id, std::max<int64_t>(0, job.steps_completed - 1));
-  if (!reports.ok()) return reports.status();
-  for (const StepReportRecord& r : *reports) AddStepReport(job, r);
-  return absl::OkStatus();
 }
 
 absl::StatusOr<Coordinator::Job*> Coordinator::FindJob(const std::string& job_id) {
@@ -227,26 +168,27 @@ void Coordinator::Touch(Job& job) {
 }
 
 JobView Coordinator::View(const Job& job, bool with_workers) const {
+  const RankGrid& grid = job.ranks.grid();
   JobView v;
   v.record = job.rec;
   v.record.join_token.clear();
-  v.world_size = job.world_size();
+  v.world_size = grid.world_size;
   v.tp = job.spec.tp;
-  v.dp = job.spec.tp > 0 ? job.world_size() / job.spec.tp : 0;
+  v.dp = job.spec.tp > 0 ? grid.dp() : 0;
   v.steps = job.spec.steps;
-  v.workers_joined = job.joined;
+  v.workers_joined = job.ranks.joined();
   v.steps_completed = job.steps_completed;
-  if (!job.recent.empty()) v.last_step = job.recent.rbegin()->second;
+  v.last_step = job.steps.Last();
   if (with_workers) {
-    for (int i = 0; i < job.world_size(); ++i) {
-      const Rank& r = job.ranks[static_cast<size_t>(i)];
+    for (int i = 0; i < grid.world_size; ++i) {
+      const RankTable::Rank& r = job.ranks.at(i);
       if (r.worker_id.empty()) continue;
       WorkerView w;
       w.rank = i;
       w.worker_id = r.worker_id;
       w.state = r.state;
-      w.tp_rank = i % std::max(1, job.spec.tp);
-      w.dp_rank = i / std::max(1, job.spec.tp);
+      w.tp_rank = grid.tp_rank(i);
+      w.dp_rank = grid.dp_rank(i);
       w.host = r.host;
       w.last_seen = r.last_seen;
       w.steps_reported = r.steps_reported;
@@ -254,6 +196,64 @@ JobView Coordinator::View(const Job& job, bool with_workers) const {
     }
   }
   return v;
+}
+
+absl::Status Coordinator::StartJob(Job& job) {
+  absl::Status s = machine_->Start(job.rec, job.ranks);
+  Touch(job);
+  LK_RETURN_IF_ERROR(s);
+  return Publish(job);
+}
+
+absl::Status Coordinator::EndJob(Job& job, JobState state, const std::string& reason,
+                                 WorkerState worker_state) {
+  absl::Status s = machine_->End(job.rec, job.ranks, state, reason, worker_state);
+  Touch(job);
+  LK_RETURN_IF_ERROR(s);
+  // Ended jobs serve no stream: their latches are read from the store if ever asked for.
+  job.latches.ForgetAll();
+  job.steps.DropPartial();
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::SetWorkerState(Job& job, int rank, WorkerState state) {
+  absl::Status s = machine_->SetWorkerState(job.rec.job_id, job.ranks, rank, state);
+  Touch(job);
+  return s;
+}
+
+absl::Status Coordinator::Publish(Job& job) {
+  if (job.rec.state != JobState::kRunning) return absl::OkStatus();
+  const int64_t frontier =
+      std::min<int64_t>(job.spec.steps, job.steps_completed + 1 + options_.latch_lookahead);
+  LK_ASSIGN_OR_RETURN(
+      std::vector<PublishedLatch> published,
+      job.latches.Publish(*store_, job.spec, job.rec.policy, frontier, clock_->Now()));
+  if (published.empty()) return absl::OkStatus();
+  job.rec.next_window = job.latches.next_window();
+  job.rec.next_first_micro_batch = job.latches.next_first_micro_batch();
+  if (observer_) {
+    for (const PublishedLatch& p : published) observer_->LatchPublished(p.latch.kv_mode);
+  }
+  Touch(job);
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::Advance(Job& job) {
+  const int64_t completed = job.ranks.StepsCompleted();
+  if (completed != job.steps_completed) {
+    job.steps_completed = completed;
+    Touch(job);
+    // Keep a few windows behind the slowest rank in memory; a long job's older latches are
+    // served from the store.
+    constexpr int64_t kKeptBehind = 16;
+    job.latches.ForgetBefore(job.steps_completed - kKeptBehind);
+  }
+  if (job.rec.state == JobState::kRunning && job.ranks.all_joined() &&
+      job.steps_completed >= job.spec.steps) {
+    return EndJob(job, JobState::kSucceeded, "", WorkerState::kDone);
+  }
+  return Publish(job);
 }
 
 int Coordinator::PickRendezvousPort() const {
@@ -278,25 +278,21 @@ absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const SubmitArgs& args) {
         absl::StrCat("rendezvous_port: ", args.rendezvous_port, " is not a port"));
   }
   // Parse outside the lock: it is pure and may take a while on a large spec.
-  auto spec = ParseJobSpec(args.spec_json, args.base_dir);
-  if (!spec.ok()) return spec.status();
-  if (spec->world_size > options_.max_world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("latchkey.world_size: ", spec->world_size,
+  LK_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(args.spec_json, args.base_dir));
+  if (spec.world_size > options_.max_world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("latchkey.world_size: ", spec.world_size,
                                                    " exceeds the coordinator's limit of ",
                                                    options_.max_world_size));
   }
 
   absl::MutexLock lock(&mu_);
   if (shutdown_) return Unavailable();
-  const absl::Time now = absl::Now();
-  auto job = std::make_unique<Job>();
-  job->spec = *spec;
-  job->ranks.resize(static_cast<size_t>(spec->world_size));
-  JobRecord& rec = job->rec;
+  const absl::Time now = clock_->Now();
+  JobRecord rec;
   rec.seq = last_seq_ + 1;
   rec.job_id = absl::StrFormat("job-%06d", rec.seq);
   rec.state = JobState::kPending;
-  rec.spec_json = JobSpecToJson(*spec);
+  rec.spec_json = JobSpecToJson(spec);
   rec.base_dir = args.base_dir;
   rec.join_token = RandomToken();
   rec.rendezvous_host = args.rendezvous_host;
@@ -307,28 +303,28 @@ absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const SubmitArgs& args) {
         "rendezvous_port: every port in ", options_.rendezvous_port_first, "-",
         options_.rendezvous_port_last, " is held by a live job; name one or widen the range"));
   }
-  rec.policy = InitialPolicy(*spec);
-  rec.warnings = spec->warnings;
+  rec.policy = InitialPolicy(spec);
+  rec.warnings = spec.warnings;
   rec.create_time = rec.update_time = now;
-  absl::Status s = store_->CreateJob(rec);
-  if (!s.ok()) return s;
+  LK_RETURN_IF_ERROR(store_->CreateJob(rec));
   last_seq_ = rec.seq;
   if (observer_) observer_->AddJobs(JobState::kPending, 1);
-  Log(absl::StrCat(rec.job_id, ": submitted (world ", spec->world_size, ", tp ", spec->tp,
-                   ", steps ", spec->steps, ", rendezvous port ", rec.rendezvous_port, ")"));
+  Log(absl::StrCat(rec.job_id, ": submitted (world ", spec.world_size, ", tp ", spec.tp, ", steps ",
+                   spec.steps, ", rendezvous port ", rec.rendezvous_port, ")"));
+  const RankGrid grid{spec.world_size, spec.tp};
+  auto job = std::make_unique<Job>(std::move(rec), std::move(spec), grid, options_.recent_steps);
   SubmitResult out;
-  out.join_token = rec.join_token;
+  out.join_token = job->rec.join_token;
   out.job = View(*job, false);
-  std::string id = rec.job_id;
+  std::string id = job->rec.job_id;
   jobs_.emplace(std::move(id), std::move(job));
   return out;
 }
 
 absl::StatusOr<JobView> Coordinator::GetJob(const std::string& job_id, bool with_workers) {
   absl::MutexLock lock(&mu_);
-  auto job = FindJob(job_id);
-  if (!job.ok()) return job.status();
-  return View(**job, with_workers);
+  LK_ASSIGN_OR_RETURN(Job * job, FindJob(job_id));
+  return View(*job, with_workers);
 }
 
 absl::StatusOr<std::vector<JobView>> Coordinator::ListJobs(const std::vector<JobState>& states,
@@ -355,24 +351,20 @@ absl::StatusOr<std::vector<JobView>> Coordinator::ListJobs(const std::vector<Job
 absl::StatusOr<JobView> Coordinator::CancelJob(const std::string& job_id,
                                                const std::string& reason) {
   absl::MutexLock lock(&mu_);
-  auto job = FindJob(job_id);
-  if (!job.ok()) return job.status();
-  Job& j = **job;
-  if (IsTerminal(j.rec.state)) {
+  LK_ASSIGN_OR_RETURN(Job * job, FindJob(job_id));
+  if (IsTerminal(job->rec.state)) {
     return absl::FailedPreconditionError(
-        absl::StrCat(job_id, ": already ended (", JobStateName(j.rec.state), ")"));
+        absl::StrCat(job_id, ": already ended (", JobStateName(job->rec.state), ")"));
   }
-  absl::Status s = EndJob(j, JobState::kCancelled, reason.empty() ? "cancelled by user" : reason,
-                          WorkerState::kDone);
-  if (!s.ok()) return s;
-  return View(j, true);
+  LK_RETURN_IF_ERROR(EndJob(*job, JobState::kCancelled,
+                            reason.empty() ? "cancelled by user" : reason, WorkerState::kDone));
+  return View(*job, true);
 }
 
 absl::StatusOr<PolicyUpdateResult> Coordinator::UpdateJobPolicy(const PolicyUpdate& update) {
   absl::MutexLock lock(&mu_);
-  auto job = FindJob(update.job_id);
-  if (!job.ok()) return job.status();
-  Job& j = **job;
+  LK_ASSIGN_OR_RETURN(Job * found, FindJob(update.job_id));
+  Job& j = *found;
   if (!update.kv_reduce && !update.gradient_accumulation_steps) {
     return absl::InvalidArgumentError(
         "kv_reduce, gradient_accumulation_steps: nothing to update (set at least one)");
@@ -399,16 +391,15 @@ absl::StatusOr<PolicyUpdateResult> Coordinator::UpdateJobPolicy(const PolicyUpda
   }
   PolicyChangeRecord change;
   change.job_id = j.rec.job_id;
-  change.policy = j.rec.policy;
+  change.policy = j.rec.policy;  // the no_sync mask carries over
   if (update.kv_reduce) change.policy.kv_reduce = *update.kv_reduce;
   if (update.gradient_accumulation_steps) {
     change.policy.gradient_accumulation_steps = *update.gradient_accumulation_steps;
   }
   change.policy.generation++;
-  change.first_window = j.rec.next_window;  // published windows never change
-  change.change_time = absl::Now();
-  absl::Status s = store_->AppendPolicyChange(change);
-  if (!s.ok()) return s;
+  change.first_window = j.latches.next_window();  // published windows never change
+  change.change_time = clock_->Now();
+  LK_RETURN_IF_ERROR(store_->AppendPolicyChange(change));
   j.rec.policy = change.policy;
   j.rec.update_time = change.change_time;
   Log(absl::StrCat(j.rec.job_id, ": policy generation ", change.policy.generation,
@@ -424,20 +415,16 @@ absl::StatusOr<JobWatchUpdate> Coordinator::WaitJobChange(const std::string& job
                                                           int64_t after_step, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   while (true) {
-    auto job = FindJob(job_id);
-    if (!job.ok()) return job.status();
-    Job& j = **job;
-    if (j.version > after_version) {
+    LK_ASSIGN_OR_RETURN(Job * j, FindJob(job_id));
+    if (j->version > after_version) {
       JobWatchUpdate out;
-      out.version = j.version;
-      out.job = View(j, false);
-      for (auto it = j.recent.upper_bound(after_step); it != j.recent.end(); ++it) {
-        out.steps.push_back(it->second);
-      }
+      out.version = j->version;
+      out.job = View(*j, false);
+      out.steps = j->steps.After(after_step);
       return out;
     }
     if (absl::Now() >= deadline) return absl::DeadlineExceededError("no change");
-    j.cv.WaitWithDeadline(&mu_, deadline);
+    j->cv.WaitWithDeadline(&mu_, deadline);
   }
 }
 
@@ -448,20 +435,15 @@ absl::StatusOr<LatchAudit> Coordinator::ListLatches(const std::string& job_id, i
   if (limit == 0) limit = 1000;
   limit = std::min(limit, 10000);
   absl::MutexLock lock(&mu_);
-  auto job = FindJob(job_id);
-  if (!job.ok()) return job.status();
+  LK_RETURN_IF_ERROR(FindJob(job_id).status());
   LatchAudit out;
   // The audit is read from the store: it is what survives a restart.
-  auto latches = store_->LoadLatches(job_id, start_window, limit + 1);
-  if (!latches.ok()) return latches.status();
-  out.latches = *std::move(latches);
+  LK_ASSIGN_OR_RETURN(out.latches, store_->LoadLatches(job_id, start_window, limit + 1));
   if (out.latches.size() > static_cast<size_t>(limit)) {
     out.latches.resize(static_cast<size_t>(limit));
     out.next_start_window = out.latches.back().latch.window + 1;
   }
-  auto changes = store_->LoadPolicyChanges(job_id);
-  if (!changes.ok()) return changes.status();
-  out.policy_changes = *std::move(changes);
+  LK_ASSIGN_OR_RETURN(out.policy_changes, store_->LoadPolicyChanges(job_id));
   return out;
 }
 

@@ -2,16 +2,21 @@
 // and the latch authority. Plain C++ and absl::Status only; the gRPC services (job_service.h,
 // worker_service.h) are thin adapters over this class.
 //
-// Latch authority (DESIGN.md "Terms"): latch(s) = DecideLatch(spec, policy, s, M_s), published in
-// window order while the job runs, at most `latch_lookahead` windows beyond the slowest rank's
-// current window (its reported steps), persisted (JobStore::AppendLatches) before any caller can
-// see it, and never changed afterwards. A policy update applies from the first unpublished window,
-// for every rank alike. M_s advances by each published n_s, so a change of accumulation steps
-// keeps the data order.
+// Latch authority: latch(s) = DecideLatch(spec, policy, s, M_s), published in window order while
+// the job runs, at most `latch_lookahead` windows beyond the slowest rank's current window (its
+// reported steps), persisted (JobStore::AppendLatches) before any caller can see it, and never
+// changed afterwards. A policy update applies from the first unpublished window, for every rank
+// alike. M_s advances by each published n_s, so a change of accumulation steps keeps the data
+// order.
 //
-// Errors follow the table: unknown job NOT_FOUND; bad join token UNAUTHENTICATED; wrong
-// state FAILED_PRECONDITION; stale generation or rank conflict ABORTED; bad input
-// INVALID_ARGUMENT naming the field; after Shutdown() UNAVAILABLE.
+// Inside, each concern has one owner (private headers, not part of this interface): LatchLog
+// (publication, lookahead position, the latch cache), JobStateMachine (job and worker states),
+// StepAggregator (per-step summaries), RankTable (who holds which rank, liveness), and the
+// recovery on load (coordinator_recovery.cc).
+//
+// Errors: unknown job NOT_FOUND; bad join token UNAUTHENTICATED; wrong state
+// FAILED_PRECONDITION; stale generation or rank conflict ABORTED; bad input INVALID_ARGUMENT
+// naming the field; a damaged store DATA_LOSS; after Shutdown() UNAVAILABLE.
 //
 // Thread-safety: every public method is thread-safe. The Wait* methods block (up to their
 // deadline) without holding the lock.
@@ -31,11 +36,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/job_info.h"
 #include "common/job_spec.h"
+#include "common/join_info.h"
 #include "common/latch.h"
 #include "server/store.h"
 
 namespace latchkey {
+
+class JobStateMachine;
 
 struct CoordinatorOptions {
   // Windows published beyond the window the slowest rank is running, so a short coordinator
@@ -43,6 +53,9 @@ struct CoordinatorOptions {
   int latch_lookahead = 2;
   // A worker unseen (Join, Heartbeat, ReportStep, WatchLatches) for this long fails its job.
   absl::Duration liveness_timeout = absl::Seconds(30);
+  // Stamps records and measures liveness; null: RealClock(). Not owned; must outlive the
+  // coordinator. The Wait* deadlines are real time (absl::Now()) whatever the clock.
+  const Clock* clock = nullptr;
   // Told to workers at Join; a third of the timeout leaves room for two lost heartbeats.
   absl::Duration heartbeat_interval = absl::Seconds(10);
   // Rendezvous ports handed out at submit when the submitter names none (inclusive range).
@@ -148,20 +161,8 @@ struct JoinArgs {
   std::string advertise_host;
   std::string peer_host;  // the host part of the caller's address, as the transport saw it
 };
-struct JoinResult {
-  int rank = 0;
-  int world_size = 0;
-  int tp = 0;
-  int dp = 0;
-  std::string spec_json;
-  std::string base_dir;
-  std::string rendezvous_host;
-  int rendezvous_port = 0;
-  JobState state = JobState::kPending;
-  absl::Duration heartbeat_interval;
-  absl::Duration liveness_timeout;
-  int64_t steps = 0;
-};
+// The rank's answer (common/join_info.h); tp_rank and dp_rank from the job's RankGrid.
+using JoinResult = JoinInfo;
 
 struct LatchBatch {
   std::vector<PublishedLatch> latches;  // consecutive, from the requested window
@@ -191,6 +192,12 @@ struct WorkerStatus {
   std::string reason;
   bool duplicate = false;  // ReportStep only
 };
+
+// The same values as JobService's plain types (common/job_info.h), which proto/wire.h puts on
+// the wire. The join token is never part of them.
+JobInfo ToJobInfo(const JobView& view);
+CompletedStep ToCompletedStep(const StepSummary& step);
+LatchAuditPage ToAuditPage(const LatchAudit& audit);
 
 class Coordinator {
  public:
@@ -245,48 +252,47 @@ class Coordinator {
   const CoordinatorOptions& options() const { return options_; }
 
  private:
-  struct Rank;
-  struct PartialStep;
-  struct Job;
+  struct Job;  // coordinator_internal.h
 
   Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions options,
               CoordinatorObserver* observer);
+  // Recovery (coordinator_recovery.cc): rebuilds every job from the store and finishes what a
+  // crash interrupted.
   absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status LoadJobSteps(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::StatusOr<Job*> FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // FindJob + token check (+ rank ownership when call.rank >= 0).
+  // FindJob + token check (+ rank ownership when check_rank).
   absl::StatusOr<Job*> FindForWorker(const WorkerCall& call, bool check_rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobView View(const Job& job, bool with_workers) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // State changes keep the observer's counts right; both persist and wake the job's waiters.
-  absl::Status SetJobState(Job& job, JobState state, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status SetWorkerState(Job& job, Rank& rank, WorkerState state)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the job: every rank still joined/active becomes `worker_state`.
+  // State changes go through the JobStateMachine; these also wake the job's waiters.
+  absl::Status StartJob(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status EndJob(Job& job, JobState state, const std::string& reason, WorkerState worker_state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SetWorkerState(Job& job, int rank, WorkerState state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Publishes latches up to the lookahead frontier of a RUNNING job.
   absl::Status Publish(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a rank's progress moved: completed steps, success, publication.
+  absl::Status Advance(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The latches from `window` on, or job_ended; false when the caller has to wait.
+  absl::StatusOr<bool> LatchesNow(Job& job, int64_t window, int max, LatchBatch* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // version++, wake waiters
   void Log(const std::string& line) const {
     if (options_.log) options_.log(line);
   }
-  // The latches from `window` on, or job_ended; false when the caller has to wait.
-  absl::StatusOr<bool> LatchesNow(Job& job, int64_t window, int max, LatchBatch* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NotifierLoop();
   int PickRendezvousPort() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AddStepReport(Job& job, const StepReportRecord& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status RecomputeProgress(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
+  const Clock* const clock_;
   CoordinatorObserver* const observer_;
 
   mutable absl::Mutex mu_;
   std::unique_ptr<JobStore> store_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<JobStateMachine> machine_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   int64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;

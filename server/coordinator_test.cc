@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "common/clock.h"
 #include "gtest/gtest.h"
 #include "server/sqlite_store.h"
 #include "server/test_specs.h"
@@ -49,11 +52,11 @@ std::vector<PublishedLatch> Latches(Coordinator& c, const WorkerCall& call, int6
 
 absl::Status Report(Coordinator& c, const WorkerCall& call, int64_t step, int64_t gen) {
   StepReportRecord r;
-  r.step = step;
-  r.latch_generation = gen;
-  r.loss = 1.0 / (step + 1);
-  r.tokens = 128;
-  r.step_seconds = 0.01;
+  r.report.step = step;
+  r.report.latch_generation = gen;
+  r.report.loss = 1.0 / (step + 1);
+  r.report.tokens = 128;
+  r.report.step_seconds = 0.01;
   return c.ReportStep(call, r).status();
 }
 
@@ -216,23 +219,84 @@ TEST(CoordinatorTest, GasUpdateRefusedForUnmanagedSchedule) {
 }
 
 TEST(CoordinatorTest, MissedLivenessDeadlineFailsJobNamingRank) {
+  ManualClock clock;
   CoordinatorOptions opt;
-  opt.liveness_timeout = absl::Milliseconds(100);
+  opt.liveness_timeout = absl::Seconds(30);
+  opt.clock = &clock;
   auto c = Make(opt);
   auto job = c->SubmitJob({SpecJson(), "", "", 0});
   auto calls = JoinAll(*c, *job, 2);
-  absl::SleepFor(absl::Milliseconds(150));
+  const std::string id = job->job.record.job_id;
+  clock.Advance(absl::Seconds(20));
   ASSERT_TRUE(c->Heartbeat(calls[0]).ok());  // rank 0 is alive, rank 1 is not
   c->CheckLiveness();
-  auto v = c->GetJob(job->job.record.job_id, true);
+  EXPECT_EQ(c->GetJob(id, false)->record.state, JobState::kRunning);  // 20 s: within the deadline
+  clock.Advance(absl::Seconds(11));  // rank 1: 31 s unseen; rank 0: 11 s
+  c->CheckLiveness();
+  auto v = c->GetJob(id, true);
   EXPECT_EQ(v->record.state, JobState::kFailed);
-  EXPECT_NE(v->record.failure_reason.find("rank 1 (worker w1"), std::string::npos)
+  EXPECT_NE(v->record.failure_reason.find("rank 1 (worker w1, unseen for 31s)"), std::string::npos)
       << v->record.failure_reason;
+  EXPECT_EQ(v->record.failure_reason.find("rank 0"), std::string::npos) << v->record.failure_reason;
+  EXPECT_EQ(v->workers[0].state, WorkerState::kDone);
   EXPECT_EQ(v->workers[1].state, WorkerState::kLost);
   auto end = c->WaitLatches(calls[0], 0, 10, absl::Now());
   ASSERT_TRUE(end.ok());
   EXPECT_TRUE(end->job_ended);
   EXPECT_EQ(end->state, JobState::kFailed);
+}
+
+class NullListener : public JobListener {
+ public:
+  void OnJobChanged() override {}
+};
+
+TEST(CoordinatorTest, OpenLatchStreamKeepsARankAliveAndItsEndStartsTheDeadline) {
+  ManualClock clock;
+  CoordinatorOptions opt;
+  opt.liveness_timeout = absl::Seconds(30);
+  opt.clock = &clock;
+  auto c = Make(opt);
+  auto job = c->SubmitJob({SpecJson(), "", "", 0});
+  auto calls = JoinAll(*c, *job, 2);
+  const std::string id = job->job.record.job_id;
+  auto sub = c->SubscribeLatches(calls[1], std::make_shared<NullListener>());
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  for (int i = 0; i < 4; ++i) {  // two minutes: rank 0 heartbeats, rank 1 only has its stream
+    clock.Advance(absl::Seconds(29));
+    ASSERT_TRUE(c->Heartbeat(calls[0]).ok());
+    c->CheckLiveness();
+    ASSERT_EQ(c->GetJob(id, false)->record.state, JobState::kRunning) << i;
+  }
+  c->Unsubscribe(*sub);
+  clock.Advance(absl::Seconds(29));
+  ASSERT_TRUE(c->Heartbeat(calls[0]).ok());
+  c->CheckLiveness();
+  EXPECT_EQ(c->GetJob(id, false)->record.state, JobState::kRunning);
+  clock.Advance(absl::Seconds(2));  // 31 s after the stream closed
+  ASSERT_TRUE(c->Heartbeat(calls[0]).ok());
+  c->CheckLiveness();
+  auto v = c->GetJob(id, false);
+  EXPECT_EQ(v->record.state, JobState::kFailed);
+  EXPECT_NE(v->record.failure_reason.find("rank 1 (worker w1"), std::string::npos)
+      << v->record.failure_reason;
+}
+
+TEST(CoordinatorTest, RecordsAreStampedWithTheInjectedClock) {
+  ManualClock clock(absl::FromUnixSeconds(1000));
+  CoordinatorOptions opt;
+  opt.clock = &clock;
+  auto c = Make(opt);
+  auto job = c->SubmitJob({SpecJson(), "", "", 0});
+  EXPECT_EQ(job->job.record.create_time, absl::FromUnixSeconds(1000));
+  clock.Advance(absl::Seconds(5));
+  auto calls = JoinAll(*c, *job, 2);
+  auto latches = Latches(*c, calls[0], 0);
+  ASSERT_FALSE(latches.empty());
+  EXPECT_EQ(latches[0].publish_time, absl::FromUnixSeconds(1005));
+  auto v = c->GetJob(job->job.record.job_id, true);
+  EXPECT_EQ(v->record.update_time, absl::FromUnixSeconds(1005));
+  EXPECT_EQ(v->workers[0].last_seen, absl::FromUnixSeconds(1005));
 }
 
 TEST(CoordinatorTest, WorkerFailureFailsJobWithItsMessage) {
@@ -300,7 +364,7 @@ TEST(CoordinatorTest, RestartOnSameFileServesSameLatchesAndState) {
   for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(after[i].latch, before[i].latch) << i;
   // The duplicate report from before the restart is still recognised.
   StepReportRecord again;
-  again.step = 1;
+  again.report.step = 1;
   auto dup = c->ReportStep(Call(job, "w0", 0), again);
   ASSERT_TRUE(dup.ok()) << dup.status();
   EXPECT_TRUE(dup->duplicate);

@@ -5,13 +5,18 @@
 #include <map>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "server/sqlite_values.h"
 
 namespace latchkey {
 namespace {
 
-constexpr const char* kSchema = R"sql(
+// Version 1, as the first release created it. v1 kept its version in the table `meta`, not in
+// PRAGMA user_version (0 there). Never edit: later versions are migrations below.
+constexpr const char* kSchemaV1 = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('schema_version', '1');
 CREATE TABLE IF NOT EXISTS jobs (
@@ -49,19 +54,17 @@ CREATE TABLE IF NOT EXISTS step_reports (
   report_us INTEGER NOT NULL, PRIMARY KEY (job_id, rank, step));
 )sql";
 
+// v1 -> v2: the policy's no_sync mask is stored with the job and with every policy change (v1
+// lost it on a restart); the version moves to PRAGMA user_version. The masks of existing jobs
+// are filled in from their specs by MigrateV1ToV2.
+constexpr const char* kMigrateV1ToV2 = R"sql(
+ALTER TABLE jobs ADD COLUMN no_sync TEXT NOT NULL DEFAULT '';
+ALTER TABLE policy_changes ADD COLUMN no_sync TEXT NOT NULL DEFAULT '';
+DROP TABLE IF EXISTS meta;
+)sql";
+
 int64_t Us(absl::Time t) { return absl::ToUnixMicros(t); }
 absl::Time FromUs(int64_t us) { return absl::FromUnixMicros(us); }
-
-std::string NoSyncText(const std::vector<bool>& mask) {
-  std::string s;
-  for (bool b : mask) s.push_back(b ? '1' : '0');
-  return s;
-}
-std::vector<bool> NoSyncFromText(const std::string& s) {
-  std::vector<bool> mask;
-  for (char c : s) mask.push_back(c == '1');
-  return mask;
-}
 
 }  // namespace
 
@@ -133,6 +136,11 @@ SqliteStore::~SqliteStore() {
   sqlite3_close(db_);
 }
 
+// A prepared statement from the cache, or the caller returns the prepare error.
+#define LK_ASSIGN_STMT(var, sql)                       \
+  LK_ASSIGN_OR_RETURN(Stmt* var##_ptr, Prepared(sql)); \
+  Stmt& var = *var##_ptr
+
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path,
                                                                SqliteSync sync) {
   sqlite3* db = nullptr;
@@ -152,9 +160,84 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
     s = store->Exec(sync == SqliteSync::kFull ? "PRAGMA synchronous=FULL;"
                                               : "PRAGMA synchronous=NORMAL;");
   }
-  if (s.ok()) s = store->Exec(kSchema);
-  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--db ", path, ": ", s.message()));
+  if (s.ok()) s = store->Upgrade(path);
+  if (!s.ok()) {
+    if (absl::StartsWith(s.message(), "--db ")) return s;
+    return absl::Status(s.code(), absl::StrCat("--db ", path, ": ", s.message()));
+  }
   return store;
+}
+
+absl::StatusOr<int> SqliteStore::SchemaVersion() {
+  LK_ASSIGN_STMT(st, "PRAGMA user_version");
+  LK_ASSIGN_OR_RETURN(bool row, st.Step());
+  const int version = row ? static_cast<int>(st.Int(0)) : 0;
+  st.Reset();
+  return version;
+}
+
+absl::Status SqliteStore::Upgrade(const std::string& path) {
+  LK_ASSIGN_OR_RETURN(int version, SchemaVersion());
+  if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--db ", path, ": schema version ", version, " is newer than this coordinator's (",
+        kSchemaVersion, "); open it with the latchkey-coordinator that wrote it, or a newer one"));
+  }
+  if (version == 0) {
+    // A new file, or a v1 one (v1 left user_version at 0): the DDL is idempotent on both.
+    LK_RETURN_IF_ERROR(Exec(kSchemaV1));
+    version = 1;
+  }
+  while (version < kSchemaVersion) {
+    LK_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    absl::Status s = Migrate(version);
+    if (s.ok()) s = Exec(absl::StrCat("PRAGMA user_version = ", version + 1).c_str());
+    if (s.ok()) s = Exec("COMMIT");
+    if (!s.ok()) {
+      Exec("ROLLBACK").IgnoreError();
+      return absl::Status(s.code(), absl::StrCat("migrating schema v", version, " -> v",
+                                                 version + 1, ": ", s.message()));
+    }
+    version++;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::Migrate(int from) {
+  switch (from) {
+    case 1:
+      return MigrateV1ToV2();
+  }
+  return absl::InternalError(absl::StrCat("no migration from schema v", from));
+}
+
+absl::Status SqliteStore::MigrateV1ToV2() {
+  LK_RETURN_IF_ERROR(Exec(kMigrateV1ToV2));
+  std::vector<std::pair<std::string, std::string>> masks;  // job_id, no_sync
+  {
+    LK_ASSIGN_STMT(st, "SELECT job_id, spec_json FROM jobs");
+    while (true) {
+      LK_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      // The mask a v1 job ran with: its spec's (v1 never let it change).
+      masks.emplace_back(st.Text(0), SpecNoSync(st.Text(1)));
+    }
+    st.Reset();
+  }
+  // policy_changes are append-only; the trigger steps aside for the backfill only.
+  LK_RETURN_IF_ERROR(Exec("DROP TRIGGER policy_changes_no_update"));
+  for (const auto& [job_id, mask] : masks) {
+    if (mask.empty()) continue;
+    LK_ASSIGN_STMT(job, "UPDATE jobs SET no_sync=?2 WHERE job_id=?1");
+    job.Bind(1, job_id).Bind(2, mask);
+    LK_RETURN_IF_ERROR(job.Run());
+    LK_ASSIGN_STMT(change, "UPDATE policy_changes SET no_sync=?2 WHERE job_id=?1");
+    change.Bind(1, job_id).Bind(2, mask);
+    LK_RETURN_IF_ERROR(change.Run());
+  }
+  return Exec(
+      "CREATE TRIGGER policy_changes_no_update BEFORE UPDATE ON policy_changes "
+      "BEGIN SELECT RAISE(ABORT, 'policy_changes are append-only'); END;");
 }
 
 absl::Status SqliteStore::Exec(const char* sql) {
@@ -183,20 +266,12 @@ absl::StatusOr<SqliteStore::Stmt*> SqliteStore::Prepared(const char* sql) {
   return raw;
 }
 
-#define LK_ASSIGN_STMT(var, sql)                \
-  auto var##_or = Prepared(sql);                \
-  if (!var##_or.ok()) return var##_or.status(); \
-  Stmt& var = **var##_or
-
-#define LK_RETURN_IF_ERROR(expr) \
-  do {                           \
-    absl::Status _s = (expr);    \
-    if (!_s.ok()) return _s;     \
-  } while (0)
-
 absl::Status SqliteStore::CreateJob(const JobRecord& j) {
   static constexpr const char* kSql =
-      "INSERT INTO jobs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)";
+      "INSERT INTO jobs (job_id, seq, state, spec_json, base_dir, join_token, rendezvous_host, "
+      "rendezvous_port, rendezvous_host_fixed, kv_reduce, gas, generation, next_window, "
+      "next_first_micro_batch, failure_reason, warnings_json, create_us, update_us, no_sync) "
+      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)";
   LK_ASSIGN_STMT(st, kSql);
   st.Bind(1, j.job_id).Bind(2, j.seq).Bind(3, static_cast<int>(j.state)).Bind(4, j.spec_json);
   st.Bind(5, j.base_dir).Bind(6, j.join_token).Bind(7, j.rendezvous_host);
@@ -206,6 +281,7 @@ absl::Status SqliteStore::CreateJob(const JobRecord& j) {
   st.Bind(13, j.next_window).Bind(14, j.next_first_micro_batch).Bind(15, j.failure_reason);
   st.Bind(16, nlohmann::json(j.warnings).dump());
   st.Bind(17, Us(j.create_time)).Bind(18, Us(j.update_time));
+  st.Bind(19, NoSyncText(j.policy.no_sync));
   return st.Run();
 }
 
@@ -257,20 +333,24 @@ absl::Status SqliteStore::AppendLatches(const std::string& job_id,
 }
 
 absl::Status SqliteStore::AppendPolicyChange(const PolicyChangeRecord& c) {
-  static constexpr const char* kInsert = "INSERT INTO policy_changes VALUES (?1,?2,?3,?4,?5,?6)";
+  static constexpr const char* kInsert =
+      "INSERT INTO policy_changes (job_id, generation, kv_reduce, gas, first_window, change_us, "
+      "no_sync) VALUES (?1,?2,?3,?4,?5,?6,?7)";
   static constexpr const char* kJob =
-      "UPDATE jobs SET kv_reduce=?2, gas=?3, generation=?4, update_us=?5 WHERE job_id=?1";
+      "UPDATE jobs SET kv_reduce=?2, gas=?3, generation=?4, update_us=?5, no_sync=?6 "
+      "WHERE job_id=?1";
   LK_ASSIGN_STMT(ins, kInsert);
   LK_ASSIGN_STMT(job, kJob);
   const std::string kv = KvReducePolicyName(c.policy.kv_reduce);
+  const std::string mask = NoSyncText(c.policy.no_sync);
   LK_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   ins.Bind(1, c.job_id).Bind(2, c.policy.generation).Bind(3, kv);
   ins.Bind(4, c.policy.gradient_accumulation_steps).Bind(5, c.first_window);
-  ins.Bind(6, Us(c.change_time));
+  ins.Bind(6, Us(c.change_time)).Bind(7, mask);
   absl::Status s = ins.Run();
   if (s.ok()) {
     job.Bind(1, c.job_id).Bind(2, kv).Bind(3, c.policy.gradient_accumulation_steps);
-    job.Bind(4, c.policy.generation).Bind(5, Us(c.change_time));
+    job.Bind(4, c.policy.generation).Bind(5, Us(c.change_time)).Bind(6, mask);
     s = job.Run();
   }
   if (!s.ok()) {
@@ -280,37 +360,42 @@ absl::Status SqliteStore::AppendPolicyChange(const PolicyChangeRecord& c) {
   return Exec("COMMIT");
 }
 
-absl::StatusOr<bool> SqliteStore::InsertStepReport(const StepReportRecord& r) {
+absl::StatusOr<bool> SqliteStore::InsertStepReport(const StepReportRecord& record) {
   static constexpr const char* kSql =
       "INSERT OR IGNORE INTO step_reports VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)";
   LK_ASSIGN_STMT(st, kSql);
-  st.Bind(1, r.job_id).Bind(2, r.rank).Bind(3, r.step).Bind(4, r.micro_batches);
+  const StepReport& r = record.report;
+  st.Bind(1, record.job_id).Bind(2, record.rank).Bind(3, r.step).Bind(4, r.micro_batches);
   st.Bind(5, r.loss).Bind(6, r.grad_norm).Bind(7, std::string(KvModeName(r.kv_mode)));
   st.Bind(8, r.kv_allreduce_calls).Bind(9, nlohmann::json(r.collective_calls).dump());
   st.Bind(10, r.step_seconds).Bind(11, r.tokens).Bind(12, r.latch_generation);
-  st.Bind(13, Us(r.report_time));
+  st.Bind(13, Us(record.report_time));
   LK_RETURN_IF_ERROR(st.Run());
   return sqlite3_changes(db_) > 0;
 }
 
 absl::StatusOr<std::vector<JobRecord>> SqliteStore::LoadJobs() {
-  LK_ASSIGN_STMT(st, "SELECT * FROM jobs ORDER BY seq");
+  LK_ASSIGN_STMT(st,
+                 "SELECT job_id, seq, state, spec_json, base_dir, join_token, rendezvous_host, "
+                 "rendezvous_port, rendezvous_host_fixed, kv_reduce, gas, generation, "
+                 "next_window, next_first_micro_batch, failure_reason, warnings_json, create_us, "
+                 "update_us, no_sync FROM jobs ORDER BY seq");
   std::vector<JobRecord> out;
   while (true) {
-    auto row = st.Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+    LK_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
     JobRecord j;
     j.job_id = st.Text(0);
+    const std::string where = absl::StrCat("job ", j.job_id);
     j.seq = st.Int(1);
-    j.state = static_cast<JobState>(st.Int(2));
+    LK_ASSIGN_OR_RETURN(j.state, JobStateFromInt(where, st.Int(2)));
     j.spec_json = st.Text(3);
     j.base_dir = st.Text(4);
     j.join_token = st.Text(5);
     j.rendezvous_host = st.Text(6);
     j.rendezvous_port = static_cast<int>(st.Int(7));
     j.rendezvous_host_fixed = st.Int(8) != 0;
-    j.policy.kv_reduce = ParseKvReducePolicy(st.Text(9)).value_or(KvReducePolicy::kAuto);
+    LK_ASSIGN_OR_RETURN(j.policy.kv_reduce, KvReduceFromText(where, st.Text(9)));
     j.policy.gradient_accumulation_steps = static_cast<int>(st.Int(10));
     j.policy.generation = st.Int(11);
     j.next_window = st.Int(12);
@@ -324,6 +409,7 @@ absl::StatusOr<std::vector<JobRecord>> SqliteStore::LoadJobs() {
     }
     j.create_time = FromUs(st.Int(16));
     j.update_time = FromUs(st.Int(17));
+    LK_ASSIGN_OR_RETURN(j.policy.no_sync, NoSyncFromText(where, st.Text(18)));
     out.push_back(std::move(j));
   }
   st.Reset();
@@ -331,18 +417,21 @@ absl::StatusOr<std::vector<JobRecord>> SqliteStore::LoadJobs() {
 }
 
 absl::StatusOr<std::vector<WorkerRecord>> SqliteStore::LoadWorkers() {
-  LK_ASSIGN_STMT(st, "SELECT * FROM workers ORDER BY job_id, rank");
+  LK_ASSIGN_STMT(st,
+                 "SELECT job_id, rank, worker_id, host, state, join_us FROM workers "
+                 "ORDER BY job_id, rank");
   std::vector<WorkerRecord> out;
   while (true) {
-    auto row = st.Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+    LK_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
     WorkerRecord w;
     w.job_id = st.Text(0);
     w.rank = static_cast<int>(st.Int(1));
     w.worker_id = st.Text(2);
     w.host = st.Text(3);
-    w.state = static_cast<WorkerState>(st.Int(4));
+    LK_ASSIGN_OR_RETURN(
+        w.state,
+        WorkerStateFromInt(absl::StrCat("worker ", w.job_id, "/rank ", w.rank), st.Int(4)));
     w.join_time = FromUs(st.Int(5));
     out.push_back(std::move(w));
   }
@@ -354,9 +443,8 @@ absl::StatusOr<std::vector<RankProgress>> SqliteStore::LoadProgress() {
   LK_ASSIGN_STMT(st, "SELECT job_id, rank, MAX(step) FROM step_reports GROUP BY job_id, rank");
   std::vector<RankProgress> out;
   while (true) {
-    auto row = st.Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+    LK_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
     out.push_back({st.Text(0), static_cast<int>(st.Int(1)), st.Int(2)});
   }
   st.Reset();
@@ -367,22 +455,29 @@ absl::StatusOr<std::vector<PublishedLatch>> SqliteStore::LoadLatches(const std::
                                                                      int64_t start_window,
                                                                      int64_t limit) {
   LK_ASSIGN_STMT(st,
-                 "SELECT * FROM latches WHERE job_id=?1 AND window>=?2 ORDER BY window LIMIT ?3");
+                 "SELECT job_id, window, generation, first_micro_batch, n, kv_mode, no_sync, "
+                 "reason, publish_us FROM latches WHERE job_id=?1 AND window>=?2 "
+                 "ORDER BY window LIMIT ?3");
   st.Bind(1, job_id).Bind(2, start_window).Bind(3, limit);
   std::vector<PublishedLatch> out;
   while (true) {
-    auto row = st.Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+    LK_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
     PublishedLatch p;
-    p.latch.job_id = st.Text(0);
-    p.latch.window = st.Int(1);
-    p.latch.generation = st.Int(2);
-    p.latch.first_micro_batch = st.Int(3);
-    p.latch.n = static_cast<int>(st.Int(4));
-    p.latch.kv_mode = ParseKvMode(st.Text(5)).value_or(KvMode::kPerMicroBatch);
-    p.latch.no_sync = NoSyncFromText(st.Text(6));
-    p.latch.reason = st.Text(7);
+    Latch& l = p.latch;
+    l.job_id = st.Text(0);
+    l.window = st.Int(1);
+    const std::string where = absl::StrCat("latch(", l.window, ") of job ", l.job_id);
+    l.generation = st.Int(2);
+    l.first_micro_batch = st.Int(3);
+    l.n = static_cast<int>(st.Int(4));
+    LK_ASSIGN_OR_RETURN(l.kv_mode, KvModeFromText(where, st.Text(5)));
+    LK_ASSIGN_OR_RETURN(l.no_sync, NoSyncFromText(where, st.Text(6)));
+    if (l.n < 1 || l.no_sync.size() != static_cast<size_t>(l.n) || l.no_sync.back()) {
+      return Corrupt(where, absl::StrCat("no_sync '", st.Text(6), "' is not a mask of ", l.n,
+                                         " micro-batches ending in a synchronizing one"));
+    }
+    l.reason = st.Text(7);
     p.publish_time = FromUs(st.Int(8));
     out.push_back(std::move(p));
   }
@@ -392,20 +487,24 @@ absl::StatusOr<std::vector<PublishedLatch>> SqliteStore::LoadLatches(const std::
 
 absl::StatusOr<std::vector<PolicyChangeRecord>> SqliteStore::LoadPolicyChanges(
     const std::string& job_id) {
-  LK_ASSIGN_STMT(st, "SELECT * FROM policy_changes WHERE job_id=?1 ORDER BY generation");
+  LK_ASSIGN_STMT(st,
+                 "SELECT job_id, generation, kv_reduce, gas, first_window, change_us, no_sync "
+                 "FROM policy_changes WHERE job_id=?1 ORDER BY generation");
   st.Bind(1, job_id);
   std::vector<PolicyChangeRecord> out;
   while (true) {
-    auto row = st.Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+    LK_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
     PolicyChangeRecord c;
     c.job_id = st.Text(0);
     c.policy.generation = st.Int(1);
-    c.policy.kv_reduce = ParseKvReducePolicy(st.Text(2)).value_or(KvReducePolicy::kAuto);
+    const std::string where =
+        absl::StrCat("policy change ", c.policy.generation, " of job ", c.job_id);
+    LK_ASSIGN_OR_RETURN(c.policy.kv_reduce, KvReduceFromText(where, st.Text(2)));
     c.policy.gradient_accumulation_steps = static_cast<int>(st.Int(3));
     c.first_window = st.Int(4);
     c.change_time = FromUs(st.Int(5));
+    LK_ASSIGN_OR_RETURN(c.policy.no_sync, NoSyncFromText(where, st.Text(6)));
     out.push_back(std::move(c));
   }
   st.Reset();
@@ -414,29 +513,35 @@ absl::StatusOr<std::vector<PolicyChangeRecord>> SqliteStore::LoadPolicyChanges(
 
 absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::LoadStepReports(
     const std::string& job_id, int64_t from_step) {
-  LK_ASSIGN_STMT(st, "SELECT * FROM step_reports WHERE job_id=?1 AND step>=?2 ORDER BY step, rank");
+  LK_ASSIGN_STMT(st,
+                 "SELECT job_id, rank, step, micro_batches, loss, grad_norm, kv_mode, "
+                 "kv_allreduce_calls, collective_calls_json, step_seconds, tokens, "
+                 "latch_generation, report_us FROM step_reports WHERE job_id=?1 AND step>=?2 "
+                 "ORDER BY step, rank");
   st.Bind(1, job_id).Bind(2, from_step);
   std::vector<StepReportRecord> out;
   while (true) {
-    auto row = st.Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    StepReportRecord r;
-    r.job_id = st.Text(0);
-    r.rank = static_cast<int>(st.Int(1));
+    LK_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    StepReportRecord record;
+    StepReport& r = record.report;
+    record.job_id = st.Text(0);
+    record.rank = static_cast<int>(st.Int(1));
     r.step = st.Int(2);
+    const std::string where =
+        absl::StrCat("step report ", r.step, " of job ", record.job_id, " rank ", record.rank);
     r.micro_batches = static_cast<int>(st.Int(3));
     r.loss = st.Real(4);
     r.grad_norm = st.Real(5);
-    r.kv_mode = ParseKvMode(st.Text(6)).value_or(KvMode::kPerMicroBatch);
+    LK_ASSIGN_OR_RETURN(r.kv_mode, KvModeFromText(where, st.Text(6)));
     r.kv_allreduce_calls = st.Int(7);
     auto calls = nlohmann::json::parse(st.Text(8), nullptr, false);
     if (calls.is_object()) r.collective_calls = calls.get<std::map<std::string, int64_t>>();
     r.step_seconds = st.Real(9);
     r.tokens = st.Int(10);
     r.latch_generation = st.Int(11);
-    r.report_time = FromUs(st.Int(12));
-    out.push_back(std::move(r));
+    record.report_time = FromUs(st.Int(12));
+    out.push_back(std::move(record));
   }
   st.Reset();
   return out;

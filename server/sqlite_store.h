@@ -1,8 +1,11 @@
 // JobStore on SQLite (WAL journal). One connection, owned by the store.
 //
-// Schema (version 1) — see sqlite_store.cc for the DDL:
+// Schema (version kSchemaVersion, in PRAGMA user_version) — see sqlite_store.cc for the DDL:
 //   jobs, workers, latches (append-only: triggers refuse UPDATE and DELETE),
 //   policy_changes (append-only), step_reports (primary key (job_id, rank, step)).
+// Open() brings an older file up to date with explicit migrations (v1 -> v2 -> ...), each in one
+// transaction, and refuses a file from a newer build with FAILED_PRECONDITION naming the file and
+// both versions. A value it cannot read back is DATA_LOSS (store.h).
 //
 // Durability: `sync` kNormal survives a crash of the process (kill -9): a committed transaction
 // is in the WAL file. kFull also fsyncs every commit, surviving power loss, at ~1 fsync per
@@ -26,6 +29,9 @@ enum class SqliteSync { kNormal, kFull };
 
 class SqliteStore : public JobStore {
  public:
+  // The schema this build writes. v2: the policy's no_sync mask is stored.
+  static constexpr int kSchemaVersion = 2;
+
   // Opens (creating if needed) the database at `path`; ":memory:" for tests.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,
                                                            SqliteSync sync = SqliteSync::kNormal);
@@ -55,6 +61,11 @@ class SqliteStore : public JobStore {
  private:
   class Stmt;
   explicit SqliteStore(sqlite3* db);
+  absl::StatusOr<int> SchemaVersion();
+  // Creates or migrates the schema to kSchemaVersion; `path` names the file in errors.
+  absl::Status Upgrade(const std::string& path);
+  absl::Status Migrate(int from);  // from -> from + 1, inside the caller's transaction
+  absl::Status MigrateV1ToV2();
   absl::Status Exec(const char* sql);
   absl::StatusOr<Stmt*> Prepared(const char* sql);  // cached by the sql text's address
 

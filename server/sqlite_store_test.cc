@@ -115,13 +115,13 @@ TEST(SqliteStoreTest, StepReportsAreIdempotentPerJobRankStep) {
   StepReportRecord r;
   r.job_id = "job-1";
   r.rank = 1;
-  r.step = 3;
-  r.loss = 2.5;
-  r.collective_calls = {{"all_reduce/tp", 96}, {"all_reduce/dp", 1}};
+  r.report.step = 3;
+  r.report.loss = 2.5;
+  r.report.collective_calls = {{"all_reduce/tp", 96}, {"all_reduce/dp", 1}};
   auto first = (*store)->InsertStepReport(r);
   ASSERT_TRUE(first.ok());
   EXPECT_TRUE(*first);
-  r.loss = 9.0;  // a repeat with different numbers does not overwrite the first
+  r.report.loss = 9.0;  // a repeat with different numbers does not overwrite the first
   auto second = (*store)->InsertStepReport(r);
   ASSERT_TRUE(second.ok());
   EXPECT_FALSE(*second);
@@ -130,8 +130,8 @@ TEST(SqliteStoreTest, StepReportsAreIdempotentPerJobRankStep) {
   auto all = (*store)->LoadStepReports("job-1", 0);
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 2u);
-  EXPECT_EQ((*all)[1].loss, 2.5);
-  EXPECT_EQ((*all)[1].collective_calls.at("all_reduce/tp"), 96);
+  EXPECT_EQ((*all)[1].report.loss, 2.5);
+  EXPECT_EQ((*all)[1].report.collective_calls.at("all_reduce/tp"), 96);
   auto progress = (*store)->LoadProgress();
   ASSERT_TRUE(progress.ok());
   EXPECT_EQ(progress->size(), 2u);

@@ -1,9 +1,12 @@
 // Durable state of the coordinator: jobs, workers, the append-only audit of published latches,
-// policy changes and step reports (DESIGN.md; issue 4 "Persistence").
+// policy changes and step reports (docs/protocol.md "Persistence").
 //
 // Contract: every mutating call is durable when it returns OK (against a process crash; against
 // power loss too when the implementation syncs fully). AppendLatches is the only way latches
 // enter the store and it never overwrites one: published latches are immutable.
+//
+// A stored value this build cannot read back (an unknown K/V mode, a malformed no_sync mask, a
+// state number out of range) is DATA_LOSS naming the row: it is never replaced by a default.
 //
 // Thread-safety: implementations need not be thread-safe; the Coordinator serialises calls.
 #ifndef LATCHKEY_SERVER_STORE_H_
@@ -19,6 +22,7 @@
 #include "absl/time/time.h"
 #include "common/latch.h"
 #include "common/states.h"
+#include "common/step_report.h"
 
 namespace latchkey {
 
@@ -32,7 +36,7 @@ struct JobRecord {
   std::string rendezvous_host;  // empty until known
   int rendezvous_port = 0;
   bool rendezvous_host_fixed = false;  // set by the submitter (else: rank 0's host)
-  LatchPolicy policy;                  // no_sync is not persisted (not user-settable yet)
+  LatchPolicy policy;                  // every field persisted, the no_sync mask included
   int64_t next_window = 0;             // first unpublished window
   int64_t next_first_micro_batch = 0;  // M of next_window
   std::string failure_reason;
@@ -62,19 +66,12 @@ struct PolicyChangeRecord {
   absl::Time change_time = absl::UnixEpoch();
 };
 
+// One rank's report of one step, as stored. StepReport's optimizer_state_bytes and
+// latch_wait_seconds are not on the wire (ReportStep) and not stored: they read back as 0.
 struct StepReportRecord {
   std::string job_id;
   int rank = 0;
-  int64_t step = 0;
-  int micro_batches = 0;
-  double loss = 0;
-  double grad_norm = 0;
-  KvMode kv_mode = KvMode::kPerMicroBatch;
-  int64_t kv_allreduce_calls = 0;
-  std::map<std::string, int64_t> collective_calls;  // "op/group" -> count
-  double step_seconds = 0;
-  int64_t tokens = 0;
-  int64_t latch_generation = 0;
+  StepReport report;
   absl::Time report_time = absl::UnixEpoch();
 };
 

@@ -102,20 +102,7 @@ grpc::Status WorkerServiceImpl::DoJoin(const std::string& peer, const v1::JoinRe
   args.peer_host = PeerHost(peer);
   auto r = core_->Join(args);
   if (!r.ok()) return ToGrpcStatus(r.status());
-  resp->set_rank(r->rank);
-  resp->set_world_size(r->world_size);
-  resp->set_tp(r->tp);
-  resp->set_dp(r->dp);
-  resp->set_tp_rank(r->tp > 0 ? r->rank % r->tp : 0);
-  resp->set_dp_rank(r->tp > 0 ? r->rank / r->tp : 0);
-  resp->set_spec_json(r->spec_json);
-  resp->set_base_dir(r->base_dir);
-  resp->mutable_rendezvous()->set_host(r->rendezvous_host);
-  resp->mutable_rendezvous()->set_port(r->rendezvous_port);
-  resp->set_state(static_cast<v1::JobState>(r->state));
-  *resp->mutable_heartbeat_interval() = ToProtoDuration(r->heartbeat_interval);
-  *resp->mutable_liveness_timeout() = ToProtoDuration(r->liveness_timeout);
-  resp->set_steps(r->steps);
+  *resp = ToProto(*r);
   return grpc::Status::OK;
 }
 
@@ -212,7 +199,7 @@ class LatchStreamReactor : public grpc::ServerWriteReactor<v1::WatchLatchesRespo
       }
       if (batch->job_ended) {
         v1::WatchLatchesResponse m;
-        m.mutable_job_ended()->set_state(static_cast<v1::JobState>(batch->state));
+        m.mutable_job_ended()->set_state(ToProto(batch->state));
         m.mutable_job_ended()->set_reason(batch->reason);
         pending_.push_back(std::move(m));
         ended_ = true;
@@ -272,23 +259,14 @@ grpc::Status WorkerServiceImpl::DoReportStep(const v1::ReportStepRequest& reques
   if (req->collective_calls_size() > kMaxCollectiveKeys) {
     return Invalid(absl::StrCat("collective_calls: more than ", kMaxCollectiveKeys, " keys"));
   }
+  auto report = FromProto(*req);
+  if (!report.ok()) return ToGrpcStatus(report.status());
   StepReportRecord r;
-  r.step = req->step();
-  r.micro_batches = req->micro_batches();
-  r.loss = req->loss();
-  r.grad_norm = req->grad_norm();
-  auto mode = FromProto(req->kv_mode());
-  if (!mode) return Invalid("kv_mode: required (the mode the step ran)");
-  r.kv_mode = *mode;
-  r.kv_allreduce_calls = req->kv_allreduce_calls();
-  for (const auto& [k, v] : req->collective_calls()) r.collective_calls[k] = v;
-  r.step_seconds = req->step_seconds();
-  r.tokens = req->tokens();
-  r.latch_generation = req->latch_generation();
+  r.report = *std::move(report);
   auto out = core_->ReportStep(call, std::move(r));
   if (!out.ok()) return ToGrpcStatus(out.status());
   resp->set_duplicate(out->duplicate);
-  resp->set_state(static_cast<v1::JobState>(out->state));
+  resp->set_state(ToProto(out->state));
   return grpc::Status::OK;
 }
 
@@ -300,7 +278,7 @@ grpc::Status WorkerServiceImpl::DoHeartbeat(const v1::HeartbeatRequest& request,
   if (!st.ok()) return st;
   auto out = core_->Heartbeat(call);
   if (!out.ok()) return ToGrpcStatus(out.status());
-  resp->set_state(static_cast<v1::JobState>(out->state));
+  resp->set_state(ToProto(out->state));
   resp->set_reason(out->reason);
   return grpc::Status::OK;
 }
@@ -313,7 +291,7 @@ grpc::Status WorkerServiceImpl::DoReportFailure(const v1::ReportFailureRequest& 
   if (!st.ok()) return st;
   auto out = core_->ReportFailure(call, req->message().substr(0, kMaxFailureBytes));
   if (!out.ok()) return ToGrpcStatus(out.status());
-  resp->set_state(static_cast<v1::JobState>(out->state));
+  resp->set_state(ToProto(out->state));
   return grpc::Status::OK;
 }
 

@@ -7,10 +7,10 @@
 
 #include "absl/synchronization/mutex.h"
 #include "client/job_client.h"
-#include "worker/session/worker_session.h"
 #include "gtest/gtest.h"
 #include "server/test_specs.h"
 #include "tests/coordinator/harness.h"
+#include "worker/session/worker_session.h"
 
 namespace latchkey::testing {
 namespace {
@@ -21,12 +21,12 @@ struct SimResult {
   absl::Status status;
 };
 
-WorkerSessionOptions SessionOptions(const std::string& address, const v1::SubmitJobResponse& job,
+WorkerSessionOptions SessionOptions(const std::string& address, const SubmittedJob& job,
                                     const std::string& worker) {
   WorkerSessionOptions o;
   o.coordinator = address;
-  o.job_id = job.job_id();
-  o.join_token = job.join_token();
+  o.job_id = job.job_id;
+  o.join_token = job.join_token;
   o.worker_id = worker;
   o.retry_max = absl::Milliseconds(200);
   return o;
@@ -59,8 +59,8 @@ TEST(ClusterTest, EightRanksSameLatchesAndPolicyUpdateFromOneWindow) {
   p.world_size = kWorld;
   p.tp = 2;
   p.steps = kSteps;
-  v1::SubmitJobRequest req;
-  req.set_spec_json(SpecJson(p));
+  JobSubmission req;
+  req.spec_json = SpecJson(p);
   auto job = client.SubmitJob(req);
   ASSERT_TRUE(job.ok()) << job.status();
 
@@ -103,13 +103,13 @@ TEST(ClusterTest, EightRanksSameLatchesAndPolicyUpdateFromOneWindow) {
     ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all_paused), absl::Seconds(60)));
   }
   // Every rank reported windows 0..5, so 0..(6 + lookahead) are published and immutable.
-  v1::UpdateJobPolicyRequest update;
-  update.set_job_id(job->job_id());
-  update.mutable_gradient_accumulation_steps()->set_value(2);
-  update.set_kv_reduce(v1::KV_REDUCE_POLICY_DEFERRED);
+  JobPolicyUpdate update;
+  update.job_id = job->job_id;
+  update.gradient_accumulation_steps = 2;
+  update.kv_reduce = KvReducePolicy::kDeferred;
   auto updated = client.UpdateJobPolicy(update);
   ASSERT_TRUE(updated.ok()) << updated.status();
-  const int64_t first = updated->first_window();
+  const int64_t first = updated->first_window;
   EXPECT_EQ(first, kPauseAt + 1 + kLookahead);
   {
     absl::MutexLock lock(&mu);
@@ -142,19 +142,17 @@ TEST(ClusterTest, EightRanksSameLatchesAndPolicyUpdateFromOneWindow) {
       EXPECT_EQ(x.kv_mode, KvMode::kDeferred) << s;
     }
   }
-  auto final_job = client.GetJob(job->job_id());
+  auto final_job = client.GetJob(job->job_id);
   ASSERT_TRUE(final_job.ok());
-  EXPECT_EQ(final_job->state(), v1::JOB_STATE_SUCCEEDED);
-  EXPECT_EQ(final_job->steps_completed(), kSteps);
+  EXPECT_EQ(final_job->state, JobState::kSucceeded);
+  EXPECT_EQ(final_job->steps_completed, kSteps);
   // The audit is what the ranks ran.
-  v1::ListLatchesRequest lreq;
-  lreq.set_job_id(job->job_id());
-  auto audit = client.ListLatches(lreq);
+  auto audit = client.ListLatches(job->job_id);
   ASSERT_TRUE(audit.ok());
-  ASSERT_EQ(audit->latches_size(), kSteps);
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_EQ(audit->latches(s).micro_batches(), l[static_cast<size_t>(s)].n);
-    EXPECT_EQ(audit->latches(s).generation(), l[static_cast<size_t>(s)].generation);
+  ASSERT_EQ(audit->latches.size(), static_cast<size_t>(kSteps));
+  for (size_t s = 0; s < static_cast<size_t>(kSteps); ++s) {
+    EXPECT_EQ(audit->latches[s].latch.n, l[s].n);
+    EXPECT_EQ(audit->latches[s].latch.generation, l[s].generation);
   }
 }
 
@@ -163,8 +161,8 @@ TEST(ClusterTest, CancelReachesWaitingWorkersThroughTheirStream) {
   JobClient client({server.address(), absl::Seconds(10)});
   SpecParams p;
   p.steps = 100;
-  v1::SubmitJobRequest req;
-  req.set_spec_json(SpecJson(p));
+  JobSubmission req;
+  req.spec_json = SpecJson(p);
   auto job = client.SubmitJob(req);
   ASSERT_TRUE(job.ok());
   std::vector<std::unique_ptr<WorkerSession>> sessions;
@@ -176,14 +174,14 @@ TEST(ClusterTest, CancelReachesWaitingWorkersThroughTheirStream) {
   }
   std::thread canceller([&] {
     absl::SleepFor(absl::Milliseconds(200));
-    EXPECT_TRUE(client.CancelJob(job->job_id(), "operator said stop").ok());
+    EXPECT_TRUE(client.CancelJob(job->job_id, "operator said stop").ok());
   });
   for (auto& s : sessions) {
     auto latch = s->AwaitLatch(50, absl::Seconds(20));
     EXPECT_EQ(latch.status().code(), absl::StatusCode::kCancelled) << latch.status();
     EXPECT_NE(latch.status().message().find("operator said stop"), absl::string_view::npos);
     ASSERT_TRUE(s->job_end().has_value());
-    EXPECT_EQ(s->job_end()->state, "cancelled");
+    EXPECT_EQ(s->job_end()->state, JobState::kCancelled);
   }
   canceller.join();
 }
@@ -194,8 +192,8 @@ TEST(ClusterTest, SilentWorkerFailsJobAfterLivenessDeadline) {
   opt.heartbeat_interval = absl::Milliseconds(100);
   InProcessCoordinator server(opt);
   JobClient client({server.address(), absl::Seconds(10)});
-  v1::SubmitJobRequest req;
-  req.set_spec_json(SpecJson());
+  JobSubmission req;
+  req.spec_json = SpecJson();
   auto job = client.SubmitJob(req);
   ASSERT_TRUE(job.ok());
   auto alive = WorkerSession::Join(SessionOptions(server.address(), *job, "alive"));
@@ -208,13 +206,13 @@ TEST(ClusterTest, SilentWorkerFailsJobAfterLivenessDeadline) {
   (*alive)->StartLatches(100);
   auto latch = (*alive)->AwaitLatch(100, absl::Seconds(20));
   EXPECT_EQ(latch.status().code(), absl::StatusCode::kFailedPrecondition) << latch.status();
-  auto j = client.GetJob(job->job_id());
+  auto j = client.GetJob(job->job_id);
   ASSERT_TRUE(j.ok());
-  EXPECT_EQ(j->state(), v1::JOB_STATE_FAILED);
-  EXPECT_NE(j->failure_reason().find("rank " + std::to_string(silent_rank) + " (worker silent"),
+  EXPECT_EQ(j->state, JobState::kFailed);
+  EXPECT_NE(j->failure_reason.find("rank " + std::to_string(silent_rank) + " (worker silent"),
             std::string::npos)
-      << j->failure_reason();
-  EXPECT_NE(j->failure_reason().find("liveness"), std::string::npos);
+      << j->failure_reason;
+  EXPECT_NE(j->failure_reason.find("liveness"), std::string::npos);
 }
 
 }  // namespace

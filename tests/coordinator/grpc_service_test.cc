@@ -2,14 +2,17 @@
 // error code of the table in docs/protocol.md.
 #include <grpcpp/grpcpp.h>
 
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "proto/channel.h"
 #include "client/job_client.h"
 #include "gtest/gtest.h"
 #include "latchkey/v1/job_service.grpc.pb.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
+#include "proto/channel.h"
 #include "server/test_specs.h"
 #include "tests/coordinator/harness.h"
 
@@ -360,26 +363,28 @@ TEST_F(GrpcServiceTest, WatchJobStreamsStateAndSteps) {
   p.steps = 2;
   v1::SubmitJobResponse job = Submit(p);
   JobClient client({server_->address(), absl::Seconds(5)});
-  std::vector<v1::WatchJobResponse> seen;
+  std::vector<JobUpdate> seen;
   absl::Notification first;
-  v1::JobState first_state = v1::JOB_STATE_UNSPECIFIED;
+  std::optional<JobState> first_state;
   std::thread watcher([&] {
     auto end = client.WatchJob(
         job.job_id(),
-        [&](const v1::WatchJobResponse& m) {
+        [&](const JobUpdate& m) {
           seen.push_back(m);
           if (!first.HasBeenNotified()) {
-            first_state = m.job().state();
+            first_state = m.job.state;
             first.Notify();
           }
           return true;
         },
         absl::Now() + absl::Seconds(20));
     EXPECT_TRUE(end.ok()) << end.status();
-    EXPECT_EQ(end->state(), v1::JOB_STATE_SUCCEEDED);
+    if (end.ok()) {
+      EXPECT_EQ(end->state, JobState::kSucceeded);
+    }
   });
   ASSERT_TRUE(first.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  EXPECT_EQ(first_state, v1::JOB_STATE_PENDING);  // the job as it was
+  EXPECT_EQ(first_state, JobState::kPending);  // the job as it was
   v1::JoinResponse r;
   ASSERT_TRUE(Join(job, "solo", &r).ok());
   for (int64_t s = 0; s < 2; ++s) {
@@ -393,14 +398,13 @@ TEST_F(GrpcServiceTest, WatchJobStreamsStateAndSteps) {
   }
   watcher.join();
   ASSERT_FALSE(seen.empty());
-  EXPECT_EQ(seen.back().job().state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(seen.back().job.state, JobState::kSucceeded);
   int steps = 0;
-  for (const auto& m : seen) steps += m.has_step() ? 1 : 0;
+  for (const auto& m : seen) steps += m.step.has_value() ? 1 : 0;
   EXPECT_GE(steps, 1);
   // NOT_FOUND through the stream.
   auto missing = client.WatchJob(
-      "job-555555", [](const v1::WatchJobResponse&) { return true; },
-      absl::Now() + absl::Seconds(5));
+      "job-555555", [](const JobUpdate&) { return true; }, absl::Now() + absl::Seconds(5));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
 

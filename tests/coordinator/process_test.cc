@@ -8,7 +8,6 @@
 
 #include "absl/synchronization/mutex.h"
 #include "client/job_client.h"
-#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/test_specs.h"
@@ -18,21 +17,18 @@
 namespace latchkey::testing {
 namespace {
 
-v1::SubmitJobResponse SubmitOrDie(JobClient& client, const SpecParams& p) {
-  v1::SubmitJobRequest req;
-  req.set_spec_json(SpecJson(p));
+SubmittedJob SubmitOrDie(JobClient& client, const SpecParams& p) {
+  JobSubmission req;
+  req.spec_json = SpecJson(p);
   auto r = client.SubmitJob(req);
   EXPECT_TRUE(r.ok()) << r.status();
-  return r.ok() ? *r : v1::SubmitJobResponse();
+  return r.ok() ? *r : SubmittedJob();
 }
 
-std::vector<v1::Latch> Audit(JobClient& client, const std::string& job_id) {
-  v1::ListLatchesRequest req;
-  req.set_job_id(job_id);
-  auto r = client.ListLatches(req);
+std::vector<AuditedLatch> Audit(JobClient& client, const std::string& job_id) {
+  auto r = client.ListAllLatches(job_id);
   EXPECT_TRUE(r.ok()) << r.status();
-  return r.ok() ? std::vector<v1::Latch>(r->latches().begin(), r->latches().end())
-                : std::vector<v1::Latch>();
+  return r.ok() ? r->latches : std::vector<AuditedLatch>();
 }
 
 TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
@@ -49,7 +45,7 @@ TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
   p.world_size = kWorld;
   p.tp = 2;
   p.steps = kSteps;
-  const v1::SubmitJobResponse job = SubmitOrDie(client, p);
+  const SubmittedJob job = SubmitOrDie(client, p);
 
   absl::Mutex mu;
   std::vector<int64_t> acked(kWorld, -1);  // highest step whose report the coordinator acked
@@ -60,8 +56,8 @@ TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
     workers.emplace_back([&, i] {
       WorkerSessionOptions o;
       o.coordinator = address;
-      o.job_id = job.job_id();
-      o.join_token = job.join_token();
+      o.job_id = job.job_id;
+      o.join_token = job.join_token;
       o.worker_id = "proc-worker-" + std::to_string(i);
       o.requested_rank = i;
       o.retry_max = absl::Milliseconds(300);
@@ -98,11 +94,11 @@ TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
   }
   // Let the job get going, then kill the coordinator without warning.
   for (int i = 0; i < 300; ++i) {
-    auto j = client.GetJob(job.job_id());
-    if (j.ok() && j->steps_completed() >= 8) break;
+    auto j = client.GetJob(job.job_id);
+    if (j.ok() && j->steps_completed >= 8) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
-  const std::vector<v1::Latch> before = Audit(client, job.job_id());
+  const std::vector<AuditedLatch> before = Audit(client, job.job_id);
   ASSERT_GE(before.size(), 9u);
   first->Kill9();
   std::vector<int64_t> acked_at_kill;
@@ -114,21 +110,20 @@ TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
 
   CoordinatorProcess second(db, port, args);
   ASSERT_TRUE(second.Start());
-  auto restarted = client.GetJob(job.job_id());
+  auto restarted = client.GetJob(job.job_id);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
-  EXPECT_NE(restarted->state(), v1::JOB_STATE_FAILED) << restarted->failure_reason();
-  for (const v1::WorkerInfo& w : restarted->workers()) {
+  EXPECT_NE(restarted->state, JobState::kFailed) << restarted->failure_reason;
+  for (const JobWorkerInfo& w : restarted->workers) {
     // Nothing acknowledged before the kill is lost.
-    EXPECT_GE(w.steps_reported(), acked_at_kill[static_cast<size_t>(w.rank())] + 1)
-        << "rank " << w.rank();
+    EXPECT_GE(w.steps_reported, acked_at_kill[static_cast<size_t>(w.rank)] + 1)
+        << "rank " << w.rank;
   }
-  const std::vector<v1::Latch> after_restart = Audit(client, job.job_id());
+  const std::vector<AuditedLatch> after_restart = Audit(client, job.job_id);
   ASSERT_GE(after_restart.size(), before.size());
   for (size_t w = 0; w < before.size(); ++w) {
-    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(before[w], after_restart[w]))
-        << "latch " << w << " changed across the restart:\n"
-        << before[w].DebugString() << "vs\n"
-        << after_restart[w].DebugString();
+    EXPECT_EQ(before[w].latch, after_restart[w].latch)
+        << "latch " << w << " changed across the restart";
+    EXPECT_EQ(before[w].publish_time, after_restart[w].publish_time) << "latch " << w;
   }
 
   for (auto& t : workers) t.join();
@@ -137,15 +132,15 @@ TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
     EXPECT_EQ(received[i].size(), static_cast<size_t>(kSteps)) << "worker " << i;
     EXPECT_EQ(received[i], received[0]) << "worker " << i;
   }
-  auto done = client.GetJob(job.job_id());
+  auto done = client.GetJob(job.job_id);
   ASSERT_TRUE(done.ok());
-  EXPECT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->failure_reason();
-  EXPECT_EQ(done->steps_completed(), kSteps);
-  const std::vector<v1::Latch> final_audit = Audit(client, job.job_id());
+  EXPECT_EQ(done->state, JobState::kSucceeded) << done->failure_reason;
+  EXPECT_EQ(done->steps_completed, kSteps);
+  const std::vector<AuditedLatch> final_audit = Audit(client, job.job_id);
   ASSERT_EQ(final_audit.size(), static_cast<size_t>(kSteps));
   for (int s = 0; s < kSteps; ++s) {
-    EXPECT_EQ(final_audit[s].first_micro_batch(), received[0][s].first_micro_batch);
-    EXPECT_EQ(final_audit[s].generation(), received[0][s].generation);
+    EXPECT_EQ(final_audit[s].latch.first_micro_batch, received[0][s].first_micro_batch);
+    EXPECT_EQ(final_audit[s].latch.generation, received[0][s].generation);
   }
   EXPECT_EQ(second.Terminate(), 0);
 }
@@ -169,15 +164,15 @@ TEST(ProcessTest, NoSyncMaskSurvivesKillNineAndRestart) {
   p.gas = 4;
   p.steps = kSteps;
   p.extra_latchkey = R"(, "no_sync": [false, true, true, false])";
-  const v1::SubmitJobResponse job = SubmitOrDie(client, p);
-  ASSERT_FALSE(job.job_id().empty());
+  const SubmittedJob job = SubmitOrDie(client, p);
+  ASSERT_FALSE(job.job_id.empty());
 
   std::vector<std::unique_ptr<WorkerSession>> sessions;
   for (int i = 0; i < kWorld; ++i) {
     WorkerSessionOptions o;
     o.coordinator = first->address();
-    o.job_id = job.job_id();
-    o.join_token = job.join_token();
+    o.job_id = job.job_id;
+    o.join_token = job.join_token;
     o.worker_id = "mask-worker-" + std::to_string(i);
     o.requested_rank = i;
     o.retry_max = absl::Milliseconds(200);
@@ -202,7 +197,7 @@ TEST(ProcessTest, NoSyncMaskSurvivesKillNineAndRestart) {
     }
   };
   for (int64_t s = 0; s < kStepsBeforeKill; ++s) run_step(s);
-  const size_t published_before_kill = Audit(client, job.job_id()).size();
+  const size_t published_before_kill = Audit(client, job.job_id).size();
   // Windows [0, completed + 1 + lookahead): the rest are published by the restarted coordinator.
   ASSERT_EQ(published_before_kill, static_cast<size_t>(kStepsBeforeKill + 2));
   ASSERT_LT(published_before_kill, static_cast<size_t>(kSteps));
@@ -213,19 +208,19 @@ TEST(ProcessTest, NoSyncMaskSurvivesKillNineAndRestart) {
   for (int64_t s = kStepsBeforeKill; s < kSteps; ++s) run_step(s);
   for (auto& s : sessions) s->Close();
 
-  const std::vector<v1::Latch> audit = Audit(client, job.job_id());
+  const std::vector<AuditedLatch> audit = Audit(client, job.job_id);
   ASSERT_EQ(audit.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(received.size(), static_cast<size_t>(kSteps));
   for (int s = 0; s < kSteps; ++s) {
-    const std::vector<bool> stored(audit[s].no_sync().begin(), audit[s].no_sync().end());
+    const std::vector<bool>& stored = audit[s].latch.no_sync;
     EXPECT_EQ(stored, mask) << "latch " << s << " (published "
                             << (static_cast<size_t>(s) < published_before_kill ? "before" : "after")
                             << " the restart)";
     EXPECT_EQ(received[static_cast<size_t>(s)].no_sync, mask) << "window " << s;
   }
-  auto done = client.GetJob(job.job_id());
+  auto done = client.GetJob(job.job_id);
   ASSERT_TRUE(done.ok()) << done.status();
-  EXPECT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->failure_reason();
+  EXPECT_EQ(done->state, JobState::kSucceeded) << done->failure_reason;
   EXPECT_EQ(second.Terminate(), 0);
 }
 
@@ -238,12 +233,12 @@ TEST(ProcessTest, MetricsEndpointPassesPromtoolAndSigtermExitsCleanly) {
   p.world_size = 1;
   p.tp = 1;
   p.steps = 3;
-  const v1::SubmitJobResponse job = SubmitOrDie(client, p);
+  const SubmittedJob job = SubmitOrDie(client, p);
   SubmitOrDie(client, SpecParams());  // stays pending
   WorkerSessionOptions o;
   o.coordinator = proc.address();
-  o.job_id = job.job_id();
-  o.join_token = job.join_token();
+  o.job_id = job.job_id;
+  o.join_token = job.join_token;
   auto session = WorkerSession::Join(o);
   ASSERT_TRUE(session.ok()) << session.status();
   (*session)->StartLatches(0);
@@ -317,7 +312,7 @@ TEST_F(CliTest, ExitCodesScriptsCanRelyOn) {
 
   r = Cli({"status", "job-000001"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("PENDING"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("pending"), std::string::npos) << r.output;  // states are lowercase
   r = Cli({"--json", "list"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto listed = nlohmann::json::parse(r.output, nullptr, false);
@@ -346,13 +341,13 @@ TEST_F(CliTest, WatchFollowsAJobToSuccess) {
   p.world_size = 1;
   p.tp = 1;
   p.steps = 5;
-  const v1::SubmitJobResponse job = SubmitOrDie(client, p);
+  const SubmittedJob job = SubmitOrDie(client, p);
   CommandResult watch;
-  std::thread watcher([&] { watch = Cli({"watch", job.job_id()}, 60); });
+  std::thread watcher([&] { watch = Cli({"watch", job.job_id}, 60); });
   WorkerSessionOptions o;
   o.coordinator = proc_->address();
-  o.job_id = job.job_id();
-  o.join_token = job.join_token();
+  o.job_id = job.job_id;
+  o.join_token = job.join_token;
   auto session = WorkerSession::Join(o);
   ASSERT_TRUE(session.ok()) << session.status();
   (*session)->StartLatches(0);
@@ -373,7 +368,7 @@ TEST_F(CliTest, WatchFollowsAJobToSuccess) {
   EXPECT_NE(watch.output.find("step 5/5"), std::string::npos) << watch.output;
   EXPECT_NE(watch.output.find("loss 2.5000"), std::string::npos) << watch.output;
   EXPECT_NE(watch.output.find("tok/s 10000"), std::string::npos) << watch.output;
-  EXPECT_NE(watch.output.find("SUCCEEDED"), std::string::npos) << watch.output;
+  EXPECT_NE(watch.output.find("succeeded"), std::string::npos) << watch.output;
 }
 
 }  // namespace

@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "proto/channel.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
+#include "proto/channel.h"
 #include "proto/grpc_status.h"
 #include "proto/wire.h"
 
@@ -26,18 +26,8 @@ std::string DefaultWorkerId() {
   return absl::StrCat(host, ":", getpid(), ":", counter++);
 }
 
-const char* EndStateName(v1::JobState s) {
-  switch (s) {
-    case v1::JOB_STATE_SUCCEEDED:
-      return "succeeded";
-    case v1::JOB_STATE_FAILED:
-      return "failed";
-    case v1::JOB_STATE_CANCELLED:
-      return "cancelled";
-    default:
-      return nullptr;  // not an end
-  }
-}
+// Closing a session ends its calls with ABORTED: distinct from a cancelled job (CANCELLED).
+absl::Status SessionClosed() { return absl::AbortedError("session closed"); }
 
 // The stream may also break with these when the coordinator dies mid-call.
 bool StreamRetryable(int code) {
@@ -80,11 +70,11 @@ struct WorkerSession::Impl {
     return !closed;
   }
 
-  void SetEnd(v1::JobState state, const std::string& reason) {
-    const char* name = EndStateName(state);
-    if (name == nullptr) return;
+  void SetEnd(v1::JobState wire_state, const std::string& reason) {
+    const std::optional<JobState> state = FromProto(wire_state);
+    if (!state || !IsTerminal(*state)) return;  // not an end
     absl::MutexLock lock(&mu);
-    if (!end) end = JobEnd{name, reason};
+    if (!end) end = JobEnd{*state, reason};
     cv.SignalAll();
   }
 
@@ -100,7 +90,7 @@ struct WorkerSession::Impl {
       if (!IsRetryable(st.error_code()) || absl::Now() - start > opt.reconnect_timeout) {
         return FromGrpcStatus(st);
       }
-      if (!Sleep(backoff)) return absl::CancelledError("session closed");
+      if (!Sleep(backoff)) return SessionClosed();
       backoff = std::min(backoff * 2, opt.retry_max);
     }
   }
@@ -206,22 +196,9 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSession
     if (!s.ok()) return s;
     // The host is unknown only while rank 0 has not joined (and the submitter named none).
     if (!resp.rendezvous().host().empty() || absl::Now() - start > opt.rendezvous_wait) break;
-    if (!impl->Sleep(opt.retry_max)) return absl::CancelledError("session closed");
+    if (!impl->Sleep(opt.retry_max)) return SessionClosed();
   }
-  JoinInfo& info = impl->info;
-  info.rank = resp.rank();
-  info.world_size = resp.world_size();
-  info.tp = resp.tp();
-  info.dp = resp.dp();
-  info.tp_rank = resp.tp_rank();
-  info.dp_rank = resp.dp_rank();
-  info.spec_json = resp.spec_json();
-  info.base_dir = resp.base_dir();
-  info.rendezvous_host = resp.rendezvous().host();
-  info.rendezvous_port = resp.rendezvous().port();
-  info.steps = resp.steps();
-  info.heartbeat_interval = FromProtoDuration(resp.heartbeat_interval());
-  info.liveness_timeout = FromProtoDuration(resp.liveness_timeout());
+  impl->info = FromProto(resp);
   std::unique_ptr<WorkerSession> session(new WorkerSession(std::move(impl)));
   Impl* raw = session->impl_.get();
   if (raw->opt.heartbeat) raw->heart = std::thread([raw] { raw->HeartbeatLoop(); });
@@ -257,13 +234,13 @@ absl::StatusOr<ReceivedLatch> WorkerSession::AwaitLatch(int64_t window, absl::Du
       return absl::OutOfRangeError(absl::StrCat("latch(", window, ") was already consumed"));
     }
     if (im.end) {
-      const std::string msg = absl::StrCat("job ", im.opt.job_id, " ", im.end->state,
+      const std::string msg = absl::StrCat("job ", im.opt.job_id, " ", JobStateName(im.end->state),
                                            im.end->reason.empty() ? "" : ": ", im.end->reason);
-      if (im.end->state == "cancelled") return absl::CancelledError(msg);
+      if (im.end->state == JobState::kCancelled) return absl::CancelledError(msg);
       return absl::FailedPreconditionError(msg);
     }
     if (!im.stream_error.ok()) return im.stream_error;
-    if (im.closed) return absl::CancelledError("session closed");
+    if (im.closed) return SessionClosed();
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("latch(", window, ") not published within ", absl::FormatDuration(timeout)));
@@ -273,19 +250,9 @@ absl::StatusOr<ReceivedLatch> WorkerSession::AwaitLatch(int64_t window, absl::Du
 }
 
 absl::Status WorkerSession::ReportStep(const StepMetrics& m) {
-  v1::ReportStepRequest req;
+  v1::ReportStepRequest req = ToProto(m);
   *req.mutable_identity() = impl_->Identity();
   req.set_rank(impl_->info.rank);
-  req.set_step(m.step);
-  req.set_micro_batches(m.micro_batches);
-  req.set_loss(m.loss);
-  req.set_grad_norm(m.grad_norm);
-  req.set_kv_mode(ToProto(m.kv_mode));
-  req.set_kv_allreduce_calls(m.kv_allreduce_calls);
-  for (const auto& [k, v] : m.collective_calls) (*req.mutable_collective_calls())[k] = v;
-  req.set_step_seconds(m.step_seconds);
-  req.set_tokens(m.tokens);
-  req.set_latch_generation(m.latch_generation);
   v1::ReportStepResponse resp;
   absl::Status s = impl_->Retry(
       [&](grpc::ClientContext* ctx) { return impl_->stub->ReportStep(ctx, req, &resp); });

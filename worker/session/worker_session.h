@@ -28,43 +28,30 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/join_info.h"
 #include "common/latch.h"
+#include "common/states.h"
 #include "common/step_report.h"
+#include "common/timeouts.h"
 
 namespace latchkey {
 
 struct WorkerSessionOptions {
-  std::string coordinator = "localhost:50051";
+  std::string coordinator = kDefaultCoordinatorAddress;
   std::string job_id;
   std::string join_token;
   std::string worker_id;  // stable for the process, e.g. "host:pid"; a rejoin presents it again
   std::optional<int> requested_rank;
   std::string advertise_host;  // empty: the address the coordinator sees
-  absl::Duration rpc_timeout = absl::Seconds(10);
+  absl::Duration rpc_timeout = absl::FromChrono(kDefaultRpcTimeout);
   absl::Duration retry_initial = absl::Milliseconds(100);
   absl::Duration retry_max = absl::Seconds(2);
-  absl::Duration reconnect_timeout = absl::Seconds(120);
+  absl::Duration reconnect_timeout = absl::FromChrono(kDefaultReconnectTimeout);
   // Each WatchLatches call ends after this and is reopened transparently (a bounded deadline).
   absl::Duration stream_deadline = absl::Hours(1);
   // Join waits (re-joining) until the rendezvous host is known, at most this long.
   absl::Duration rendezvous_wait = absl::Minutes(10);
   bool heartbeat = true;
-};
-
-struct JoinInfo {
-  int rank = 0;
-  int world_size = 1;
-  int tp = 1;
-  int dp = 1;
-  int tp_rank = 0;
-  int dp_rank = 0;
-  std::string spec_json;  // ParseJobSpec(spec_json, base_dir) gives the job's JobSpec
-  std::string base_dir;
-  std::string rendezvous_host;
-  int rendezvous_port = 0;
-  int64_t steps = 0;
-  absl::Duration heartbeat_interval;
-  absl::Duration liveness_timeout;
 };
 
 struct ReceivedLatch {
@@ -76,10 +63,9 @@ struct ReceivedLatch {
 // The per-step report a rank sends (common/step_report.h).
 using StepMetrics = StepReport;
 
-
-// How the job ended, as the coordinator said ("succeeded", "failed", "cancelled").
+// How the job ended, as the coordinator said. `state` is terminal (IsTerminal).
 struct JobEnd {
-  std::string state;
+  JobState state = JobState::kFailed;
   std::string reason;
 };
 
@@ -87,6 +73,7 @@ class WorkerSession {
  public:
   // Joins (retrying while the coordinator is unreachable). Errors: UNAUTHENTICATED (token),
   // NOT_FOUND (job), ABORTED (rank conflict / job full), FAILED_PRECONDITION (job ended).
+  // info() (common/join_info.h) is what the coordinator answered.
   static absl::StatusOr<std::unique_ptr<WorkerSession>> Join(WorkerSessionOptions options);
   ~WorkerSession();
   WorkerSession(const WorkerSession&) = delete;
@@ -97,9 +84,12 @@ class WorkerSession {
   // Opens the latch stream from `start_window` (once; later calls are ignored).
   void StartLatches(int64_t start_window = 0);
   // latch(window), waiting up to `timeout`. Errors: DEADLINE_EXCEEDED (not yet), CANCELLED
-  // (job cancelled), FAILED_PRECONDITION (job failed, or ended before this window),
-  // UNAVAILABLE (coordinator gone past reconnect_timeout), or the stream's own error.
+  // (the job was cancelled), FAILED_PRECONDITION (the job failed, or ended before this window),
+  // ABORTED (this session was closed: Close() ran; a new session may join again),
+  // OUT_OF_RANGE (the window was consumed already), UNAVAILABLE (coordinator gone past
+  // reconnect_timeout), or the stream's own error.
   absl::StatusOr<ReceivedLatch> AwaitLatch(int64_t window, absl::Duration timeout);
+  // Unary calls retry while the coordinator is unreachable; ABORTED once the session is closed.
   absl::Status ReportStep(const StepMetrics& metrics);
   absl::Status ReportFailure(const std::string& message);
   absl::Status Heartbeat();

@@ -1,0 +1,73 @@
+// Coordinator: recovery on load. Rebuilds every job's components from the store, gives every
+// worker a fresh liveness deadline, and finishes what a crash may have interrupted between two
+// writes (a job whose last rank joined but that never started).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/coordinator.h"
+#include "server/coordinator_internal.h"
+
+namespace latchkey {
+
+absl::Status Coordinator::Load() {
+  LK_ASSIGN_OR_RETURN(std::vector<JobRecord> records, store_->LoadJobs());
+  LK_ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->LoadWorkers());
+  LK_ASSIGN_OR_RETURN(std::vector<RankProgress> progress, store_->LoadProgress());
+  const absl::Time now = clock_->Now();
+
+  std::vector<std::pair<Job*, std::string>> unparsable;
+  for (JobRecord& rec : records) {
+    JobSpec spec;
+    std::string invalid;
+    if (auto parsed = ParseJobSpec(rec.spec_json, rec.base_dir); parsed.ok()) {
+      spec = *std::move(parsed);
+    } else {
+      // A spec this build no longer accepts: the job cannot run on; keep it, failed.
+      invalid = absl::StrCat("stored spec no longer valid: ", parsed.status().message());
+      spec.world_size = 1;
+      spec.tp = 1;
+    }
+    const RankGrid grid{std::max(1, spec.world_size), std::max(1, spec.tp)};
+    last_seq_ = std::max(last_seq_, rec.seq);
+    if (observer_) observer_->AddJobs(rec.state, 1);
+    auto job = std::make_unique<Job>(std::move(rec), std::move(spec), grid, options_.recent_steps);
+    if (!invalid.empty()) unparsable.emplace_back(job.get(), std::move(invalid));
+    std::string id = job->rec.job_id;
+    jobs_.emplace(std::move(id), std::move(job));
+  }
+  for (const WorkerRecord& w : workers) {
+    auto it = jobs_.find(w.job_id);
+    if (it == jobs_.end() || !it->second->ranks.grid().contains(w.rank)) continue;
+    it->second->ranks.Place(w, now);
+    if (observer_) observer_->AddWorkers(w.state, 1);
+  }
+  for (const RankProgress& p : progress) {
+    auto it = jobs_.find(p.job_id);
+    if (it == jobs_.end() || !it->second->ranks.grid().contains(p.rank)) continue;
+    it->second->ranks.SetProgress(p.rank, p.max_step);
+  }
+  for (auto& [job, reason] : unparsable) {
+    if (!IsTerminal(job->rec.state)) {
+      LK_RETURN_IF_ERROR(EndJob(*job, JobState::kFailed, reason, WorkerState::kDone));
+    }
+  }
+  for (auto& [id, job] : jobs_) {
+    // Summaries of the steps not every rank has finished, and of the last completed one.
+    job->steps_completed = job->ranks.StepsCompleted();
+    LK_ASSIGN_OR_RETURN(
+        std::vector<StepReportRecord> reports,
+        store_->LoadStepReports(id, std::max<int64_t>(0, job->steps_completed - 1)));
+    for (const StepReportRecord& r : reports) job->steps.Add(r);
+    if (IsTerminal(job->rec.state)) continue;
+    LK_RETURN_IF_ERROR(job->latches.Restore(*store_));
+    if (job->rec.state == JobState::kPending && job->ranks.all_joined()) {
+      LK_RETURN_IF_ERROR(StartJob(*job));
+    }
+    LK_RETURN_IF_ERROR(Advance(*job));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace latchkey

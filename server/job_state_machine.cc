@@ -1,0 +1,90 @@
+#include "server/job_state_machine.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace latchkey {
+
+bool JobStateMachine::Allowed(JobState from, JobState to) {
+  switch (to) {
+    case JobState::kRunning:
+      return from == JobState::kPending;
+    case JobState::kSucceeded:
+      return from == JobState::kRunning;
+    case JobState::kFailed:
+    case JobState::kCancelled:
+      return !IsTerminal(from);
+    case JobState::kPending:
+      return false;
+  }
+  return false;
+}
+
+absl::Status JobStateMachine::SetJobState(JobRecord& job, JobState state,
+                                          const std::string& reason) {
+  if (!Allowed(job.state, state)) {
+    return absl::InternalError(absl::StrCat(job.job_id, ": no transition ", JobStateName(job.state),
+                                            " -> ", JobStateName(state)));
+  }
+  JobRecord next = job;
+  next.state = state;
+  next.failure_reason = reason;
+  next.update_time = clock_->Now();
+  LK_RETURN_IF_ERROR(store_->UpdateJob(next));
+  if (observer_) {
+    observer_->AddJobs(job.state, -1);
+    observer_->AddJobs(state, 1);
+  }
+  if (log_ && *log_) {
+    (*log_)(absl::StrCat(job.job_id, ": ", JobStateName(job.state), " -> ", JobStateName(state),
+                         reason.empty() ? "" : absl::StrCat(" (", reason, ")")));
+  }
+  job = std::move(next);
+  return absl::OkStatus();
+}
+
+absl::Status JobStateMachine::SetWorkerState(const std::string& job_id, RankTable& ranks, int rank,
+                                             WorkerState state) {
+  RankTable::Rank& r = ranks.at(rank);
+  if (r.worker_id.empty() || r.state == state) return absl::OkStatus();
+  WorkerRecord w;
+  w.job_id = job_id;
+  w.rank = rank;
+  w.worker_id = r.worker_id;
+  w.host = r.host;
+  w.state = state;
+  w.join_time = r.join_time;
+  LK_RETURN_IF_ERROR(store_->PutWorker(w));
+  if (observer_) {
+    observer_->AddWorkers(r.state, -1);
+    observer_->AddWorkers(state, 1);
+  }
+  r.state = state;
+  return absl::OkStatus();
+}
+
+absl::Status JobStateMachine::Start(JobRecord& job, RankTable& ranks) {
+  LK_RETURN_IF_ERROR(SetJobState(job, JobState::kRunning, ""));
+  for (int i = 0; i < ranks.world_size(); ++i) {
+    LK_RETURN_IF_ERROR(SetWorkerState(job.job_id, ranks, i, WorkerState::kActive));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobStateMachine::End(JobRecord& job, RankTable& ranks, JobState state,
+                                  const std::string& reason, WorkerState worker_state) {
+  if (!IsTerminal(state) || !Allowed(job.state, state)) {
+    return absl::InternalError(absl::StrCat(job.job_id, ": cannot end ", JobStateName(job.state),
+                                            " as ", JobStateName(state)));
+  }
+  for (int i = 0; i < ranks.world_size(); ++i) {
+    if (IsLive(ranks.at(i).state)) {
+      LK_RETURN_IF_ERROR(SetWorkerState(job.job_id, ranks, i, worker_state));
+    }
+  }
+  return SetJobState(job, state, reason);
+}
+
+}  // namespace latchkey

@@ -1,0 +1,59 @@
+// JobStateMachine: the job and worker state transitions, each persisted before it shows, counted
+// for the metrics and logged. Part of the Coordinator's private implementation.
+//
+//   pending -> running               every rank joined (its workers become active)
+//   running -> succeeded             every rank reported the last step
+//   pending | running -> failed      a worker failed or missed its liveness deadline
+//   pending | running -> cancelled   a user cancelled it
+//
+// Succeeded, failed and cancelled are terminal. Asking for any other transition is a bug in the
+// caller and returns INTERNAL, changing nothing.
+//
+// Thread-safety: none; the Coordinator holds its lock around every call. The store, observer,
+// log and clock passed at construction must outlive the machine.
+#ifndef LATCHKEY_SERVER_JOB_STATE_MACHINE_H_
+#define LATCHKEY_SERVER_JOB_STATE_MACHINE_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "common/states.h"
+#include "server/coordinator.h"
+#include "server/rank_table.h"
+#include "server/store.h"
+
+namespace latchkey {
+
+class JobStateMachine {
+ public:
+  using Log = std::function<void(const std::string&)>;
+  // `observer` may be null; `log` may be empty.
+  JobStateMachine(JobStore* store, CoordinatorObserver* observer, const Log* log,
+                  const Clock* clock)
+      : store_(store), observer_(observer), log_(log), clock_(clock) {}
+
+  static bool Allowed(JobState from, JobState to);
+
+  // pending -> running; every joined rank becomes active.
+  absl::Status Start(JobRecord& job, RankTable& ranks);
+  // -> `state` (terminal) with `reason`; every live rank becomes `worker_state`.
+  absl::Status End(JobRecord& job, RankTable& ranks, JobState state, const std::string& reason,
+                   WorkerState worker_state);
+  // One rank's worker state (no-op for a free rank or an unchanged state).
+  absl::Status SetWorkerState(const std::string& job_id, RankTable& ranks, int rank,
+                              WorkerState state);
+
+ private:
+  absl::Status SetJobState(JobRecord& job, JobState state, const std::string& reason);
+
+  JobStore* store_;
+  CoordinatorObserver* observer_;
+  const Log* log_;
+  const Clock* clock_;
+};
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_SERVER_JOB_STATE_MACHINE_H_

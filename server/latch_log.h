@@ -1,0 +1,71 @@
+// LatchLog: the published latches of one job, in window order. Part of the Coordinator's private
+// implementation.
+//
+// Owns the publication rule (latch(s) = DecideLatch(spec, policy, s, M_s), persisted with
+// JobStore::AppendLatches before anything can read it, never changed afterwards), the position
+// of the next window (s and M_s), and the in-memory cache of recent latches the streams read.
+// Latches older than the cache, and all of an ended job's, are read back from the store: Read()
+// is the only lookup, whichever place a latch is in.
+//
+// Thread-safety: none; the Coordinator holds its lock around every call. The JobStore passed to
+// each call must be the one the job is stored in.
+#ifndef LATCHKEY_SERVER_LATCH_LOG_H_
+#define LATCHKEY_SERVER_LATCH_LOG_H_
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/job_spec.h"
+#include "common/latch.h"
+#include "server/store.h"
+
+namespace latchkey {
+
+class LatchLog {
+ public:
+  // A job that has published nothing yet, or one whose latches [0, next_window) are in the store
+  // (call Restore to serve them from memory).
+  LatchLog(std::string job_id, int64_t next_window, int64_t next_first_micro_batch)
+      : job_id_(std::move(job_id)),
+        next_window_(next_window),
+        next_first_micro_batch_(next_first_micro_batch),
+        cache_base_(next_window) {}
+
+  int64_t next_window() const { return next_window_; }                        // first unpublished
+  int64_t next_first_micro_batch() const { return next_first_micro_batch_; }  // its M
+
+  // Publishes windows [next_window(), frontier) under `policy`, persisting them first. Returns
+  // the latches it published (empty when the frontier was reached already).
+  absl::StatusOr<std::vector<PublishedLatch>> Publish(JobStore& store, const JobSpec& spec,
+                                                      const LatchPolicy& policy, int64_t frontier,
+                                                      absl::Time now);
+
+  // Published latches from `window` on, at most `max`, from memory or the store.
+  // REQUIRES: 0 <= window < next_window(), max >= 1.
+  absl::StatusOr<std::vector<PublishedLatch>> Read(JobStore& store, int64_t window,
+                                                   int64_t max) const;
+
+  // Loads every published latch into memory (recovery), checking the store holds exactly
+  // [0, next_window()). DATA_LOSS otherwise.
+  absl::Status Restore(JobStore& store);
+  // Drops cached latches before `window`; they stay readable from the store.
+  void ForgetBefore(int64_t window);
+  // Drops the whole cache (an ended job serves no stream).
+  void ForgetAll();
+
+ private:
+  std::string job_id_;
+  int64_t next_window_;
+  int64_t next_first_micro_batch_;
+  // Latches [cache_base_, next_window_) in memory.
+  std::deque<PublishedLatch> cache_;
+  int64_t cache_base_;
+};
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_SERVER_LATCH_LOG_H_

@@ -1,0 +1,82 @@
+#include "server/rank_table.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace latchkey {
+
+std::optional<int> RankTable::RankOf(const std::string& worker_id) const {
+  for (int i = 0; i < world_size(); ++i) {
+    if (at(i).worker_id == worker_id) return i;
+  }
+  return std::nullopt;
+}
+
+absl::Status RankTable::CheckHolder(const std::string& job_id, int rank,
+                                    const std::string& worker_id) const {
+  if (!grid_.contains(rank)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank: ", rank, " is outside [0, ", world_size(), ")"));
+  }
+  const Rank& r = at(rank);
+  if (r.worker_id != worker_id) {
+    return absl::AbortedError(absl::StrCat("rank ", rank, " of job ", job_id, " is held by ",
+                                           r.worker_id.empty()
+                                               ? std::string("no worker (join first)")
+                                               : absl::StrCat("worker ", r.worker_id),
+                                           ", not ", worker_id));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> RankTable::Claim(const std::string& job_id,
+                                     std::optional<int> requested) const {
+  if (requested) {
+    if (!grid_.contains(*requested)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("requested_rank: ", *requested, " is outside [0, ", world_size(), ")"));
+    }
+    const Rank& held = at(*requested);
+    if (!held.worker_id.empty()) {
+      return absl::AbortedError(absl::StrCat("rank ", *requested, " of job ", job_id,
+                                             " is held by worker ", held.worker_id));
+    }
+    return *requested;
+  }
+  for (int i = 0; i < world_size(); ++i) {
+    if (at(i).worker_id.empty()) return i;
+  }
+  return absl::AbortedError(absl::StrCat(job_id, ": all ", world_size(), " ranks taken"));
+}
+
+void RankTable::Place(const WorkerRecord& worker, absl::Time now) {
+  Rank& r = at(worker.rank);
+  if (r.worker_id.empty()) joined_++;
+  r.worker_id = worker.worker_id;
+  r.host = worker.host;
+  r.state = worker.state;
+  r.join_time = worker.join_time;
+  r.last_seen = now;
+}
+
+int64_t RankTable::StepsCompleted() const {
+  if (!all_joined()) return 0;
+  int64_t completed = std::numeric_limits<int64_t>::max();
+  for (const Rank& r : ranks_) completed = std::min(completed, r.steps_reported);
+  return completed;
+}
+
+std::vector<int> RankTable::Late(absl::Time now, absl::Duration timeout) {
+  std::vector<int> late;
+  for (int i = 0; i < world_size(); ++i) {
+    Rank& r = at(i);
+    if (r.worker_id.empty() || !IsLive(r.state)) continue;
+    if (r.open_streams > 0) r.last_seen = now;
+    if (now - r.last_seen > timeout) late.push_back(i);
+  }
+  return late;
+}
+
+}  // namespace latchkey

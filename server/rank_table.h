@@ -1,0 +1,79 @@
+// RankTable: which worker holds which rank of one job, where it runs, how far it has reported
+// and when it was last seen. Part of the Coordinator's private implementation.
+//
+// The table owns rank assignment (Claim/Place) and the liveness verdict (Late); it does not
+// persist anything or change worker states itself: the Coordinator writes WorkerRecords and
+// calls back with the outcome.
+//
+// Thread-safety: none; the Coordinator holds its lock around every call.
+#ifndef LATCHKEY_SERVER_RANK_TABLE_H_
+#define LATCHKEY_SERVER_RANK_TABLE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/rank_grid.h"
+#include "common/states.h"
+#include "server/store.h"
+
+namespace latchkey {
+
+class RankTable {
+ public:
+  struct Rank {
+    std::string worker_id;  // empty: free
+    std::string host;
+    WorkerState state = WorkerState::kJoined;
+    absl::Time join_time = absl::UnixEpoch();
+    absl::Time last_seen = absl::UnixEpoch();  // not persisted: a restart grants a fresh deadline
+    int64_t steps_reported = 0;                // highest reported step + 1
+    int open_streams = 0;                      // latch streams subscribed now
+  };
+
+  // REQUIRES: grid.valid().
+  explicit RankTable(RankGrid grid) : grid_(grid), ranks_(static_cast<size_t>(grid.world_size)) {}
+
+  const RankGrid& grid() const { return grid_; }
+  int world_size() const { return grid_.world_size; }
+  int joined() const { return joined_; }
+  bool all_joined() const { return joined_ == world_size(); }
+  // REQUIRES: grid().contains(rank).
+  Rank& at(int rank) { return ranks_[static_cast<size_t>(rank)]; }
+  const Rank& at(int rank) const { return ranks_[static_cast<size_t>(rank)]; }
+
+  // The rank `worker_id` holds, if any.
+  std::optional<int> RankOf(const std::string& worker_id) const;
+  // OK when `worker_id` holds `rank`. INVALID_ARGUMENT for a rank outside the grid, ABORTED
+  // when another worker (or none) holds it.
+  absl::Status CheckHolder(const std::string& job_id, int rank, const std::string& worker_id) const;
+  // The rank a new worker gets: `requested` if free, else the lowest free one. INVALID_ARGUMENT
+  // for a requested rank outside the grid; ABORTED when it is held or every rank is taken.
+  absl::StatusOr<int> Claim(const std::string& job_id, std::optional<int> requested) const;
+  // Records `worker` (already persisted) as the holder of worker.rank.
+  void Place(const WorkerRecord& worker, absl::Time now);
+  // Progress after a restart: the highest step each rank had reported.
+  void SetProgress(int rank, int64_t max_step) { at(rank).steps_reported = max_step + 1; }
+
+  // min over ranks of steps_reported; 0 until every rank has joined.
+  int64_t StepsCompleted() const;
+
+  // Ranks past the liveness deadline at `now`. A rank with an open latch stream counts as seen
+  // now (its connection closes if the process dies).
+  std::vector<int> Late(absl::Time now, absl::Duration timeout);
+
+ private:
+  RankGrid grid_;
+  std::vector<Rank> ranks_;
+  int joined_ = 0;
+};
+
+// A worker that can still take part (joined or active).
+inline bool IsLive(WorkerState s) { return s == WorkerState::kJoined || s == WorkerState::kActive; }
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_SERVER_RANK_TABLE_H_

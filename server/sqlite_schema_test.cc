@@ -1,0 +1,287 @@
+// The SQLite store's schema version: migration of an older file, refusal of a newer one, and
+// DATA_LOSS (never a default) for a stored value this build cannot read.
+#include <sqlite3.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/coordinator.h"
+#include "server/sqlite_store.h"
+#include "server/test_specs.h"
+
+namespace latchkey {
+namespace {
+
+using testing::ScopedTempDir;
+using testing::SpecJson;
+using testing::SpecParams;
+
+// The schema the first release wrote (user_version 0, version in `meta`), frozen here as the
+// fixture an old file is made from.
+constexpr const char* kV1Schema = R"sql(
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '1');
+CREATE TABLE jobs (
+  job_id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, state INTEGER NOT NULL,
+  spec_json TEXT NOT NULL, base_dir TEXT NOT NULL, join_token TEXT NOT NULL,
+  rendezvous_host TEXT NOT NULL, rendezvous_port INTEGER NOT NULL,
+  rendezvous_host_fixed INTEGER NOT NULL,
+  kv_reduce TEXT NOT NULL, gas INTEGER NOT NULL, generation INTEGER NOT NULL,
+  next_window INTEGER NOT NULL, next_first_micro_batch INTEGER NOT NULL,
+  failure_reason TEXT NOT NULL, warnings_json TEXT NOT NULL,
+  create_us INTEGER NOT NULL, update_us INTEGER NOT NULL);
+CREATE TABLE workers (
+  job_id TEXT NOT NULL, rank INTEGER NOT NULL, worker_id TEXT NOT NULL, host TEXT NOT NULL,
+  state INTEGER NOT NULL, join_us INTEGER NOT NULL, PRIMARY KEY (job_id, rank));
+CREATE TABLE latches (
+  job_id TEXT NOT NULL, window INTEGER NOT NULL, generation INTEGER NOT NULL,
+  first_micro_batch INTEGER NOT NULL, n INTEGER NOT NULL, kv_mode TEXT NOT NULL,
+  no_sync TEXT NOT NULL, reason TEXT NOT NULL, publish_us INTEGER NOT NULL,
+  PRIMARY KEY (job_id, window));
+CREATE TRIGGER latches_no_update BEFORE UPDATE ON latches
+  BEGIN SELECT RAISE(ABORT, 'latches are append-only'); END;
+CREATE TRIGGER latches_no_delete BEFORE DELETE ON latches
+  BEGIN SELECT RAISE(ABORT, 'latches are append-only'); END;
+CREATE TABLE policy_changes (
+  job_id TEXT NOT NULL, generation INTEGER NOT NULL, kv_reduce TEXT NOT NULL,
+  gas INTEGER NOT NULL, first_window INTEGER NOT NULL, change_us INTEGER NOT NULL,
+  PRIMARY KEY (job_id, generation));
+CREATE TRIGGER policy_changes_no_update BEFORE UPDATE ON policy_changes
+  BEGIN SELECT RAISE(ABORT, 'policy_changes are append-only'); END;
+CREATE TABLE step_reports (
+  job_id TEXT NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL,
+  micro_batches INTEGER NOT NULL, loss REAL NOT NULL, grad_norm REAL NOT NULL,
+  kv_mode TEXT NOT NULL, kv_allreduce_calls INTEGER NOT NULL, collective_calls_json TEXT NOT NULL,
+  step_seconds REAL NOT NULL, tokens INTEGER NOT NULL, latch_generation INTEGER NOT NULL,
+  report_us INTEGER NOT NULL, PRIMARY KEY (job_id, rank, step));
+INSERT INTO jobs VALUES ('job-000001', 1, 2,
+  '{"latchkey": {"no_sync": [false, true, true, false], "steps": 4}}', '', 'tok', '', 29500, 0,
+  'auto', 0, 1, 1, 4, '', '[]', 1, 1);
+INSERT INTO policy_changes VALUES ('job-000001', 1, 'deferred', 0, 1, 2);
+INSERT INTO latches VALUES ('job-000001', 0, 0, 0, 4, 'coalesced', '0110', 'r', 1);
+)sql";
+
+// Runs SQL on the file as any other SQLite client would. Returns SQLite's error, or "".
+std::string RawSql(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) return "cannot open";
+  char* err = nullptr;
+  std::string out;
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    out = err ? err : "error";
+  }
+  sqlite3_free(err);
+  sqlite3_close(db);
+  return out;
+}
+
+int64_t RawInt(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) return -1;
+  sqlite3_stmt* st = nullptr;
+  int64_t v = -1;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW) {
+    v = sqlite3_column_int64(st, 0);
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}
+
+const std::vector<bool> kMask = {false, true, true, false};
+
+TEST(SqliteSchemaTest, NewFileIsAtTheCurrentVersion) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  ASSERT_TRUE(SqliteStore::Open(path).ok());
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), SqliteStore::kSchemaVersion);
+  EXPECT_EQ(SqliteStore::kSchemaVersion, 2);
+}
+
+TEST(SqliteSchemaTest, MigratesAVersion1FileAndFillsTheMaskFromTheSpec) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  ASSERT_EQ(RawSql(path, kV1Schema), "");
+  ASSERT_EQ(RawInt(path, "PRAGMA user_version"), 0);
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto jobs = (*store)->LoadJobs();
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    ASSERT_EQ(jobs->size(), 1u);
+    EXPECT_EQ(jobs->front().policy.no_sync, kMask);
+    EXPECT_EQ(jobs->front().policy.generation, 1);
+    EXPECT_EQ(jobs->front().next_window, 1);
+    auto changes = (*store)->LoadPolicyChanges("job-000001");
+    ASSERT_TRUE(changes.ok()) << changes.status();
+    ASSERT_EQ(changes->size(), 1u);
+    EXPECT_EQ(changes->front().policy.no_sync, kMask);
+    EXPECT_EQ(changes->front().policy.kv_reduce, KvReducePolicy::kDeferred);
+    auto latches = (*store)->LoadLatches("job-000001", 0, 10);
+    ASSERT_TRUE(latches.ok()) << latches.status();
+    ASSERT_EQ(latches->size(), 1u);
+    EXPECT_EQ(latches->front().latch.no_sync, kMask);
+  }
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 2);
+  EXPECT_EQ(RawInt(path, "SELECT COUNT(*) FROM sqlite_master WHERE name='meta'"), 0);
+  // The migration kept the audit append-only.
+  EXPECT_NE(RawSql(path, "UPDATE policy_changes SET gas=7"), "");
+  EXPECT_NE(RawSql(path, "UPDATE latches SET n=9"), "");
+  // A second open finds nothing to migrate.
+  auto again = SqliteStore::Open(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->LoadJobs()->front().policy.no_sync, kMask);
+}
+
+TEST(SqliteSchemaTest, RefusesAFileFromANewerVersionNamingFileAndVersions) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  ASSERT_TRUE(SqliteStore::Open(path).ok());
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 3"), "");
+  auto store = SqliteStore::Open(path);
+  ASSERT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
+  const std::string msg(store.status().message());
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("schema version 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(2)"), std::string::npos) << msg;
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 3);  // left as it was
+}
+
+TEST(SqliteSchemaTest, PolicyMaskIsStoredWithTheJobAndEveryChange) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok());
+    JobRecord j;
+    j.job_id = "job-1";
+    j.seq = 1;
+    j.spec_json = "{}";
+    j.policy.no_sync = kMask;
+    ASSERT_TRUE((*store)->CreateJob(j).ok());
+    PolicyChangeRecord c;
+    c.job_id = "job-1";
+    c.policy.no_sync = {true, false};
+    c.policy.gradient_accumulation_steps = 2;
+    c.policy.generation = 1;
+    ASSERT_TRUE((*store)->AppendPolicyChange(c).ok());
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->LoadJobs()->front().policy.no_sync, (std::vector<bool>{true, false}));
+  EXPECT_EQ((*store)->LoadPolicyChanges("job-1")->front().policy.no_sync,
+            (std::vector<bool>{true, false}));
+}
+
+// A running job with latches [0, 3) published, in a file; returns its id.
+std::string RunningJob(const std::string& path) {
+  auto store = SqliteStore::Open(path);
+  EXPECT_TRUE(store.ok()) << store.status();
+  auto c = Coordinator::Create(*std::move(store), {}, nullptr);
+  EXPECT_TRUE(c.ok()) << c.status();
+  auto job = (*c)->SubmitJob({SpecJson(), "", "", 0});
+  EXPECT_TRUE(job.ok()) << job.status();
+  for (int i = 0; i < 2; ++i) {
+    JoinArgs a;
+    a.call = {job->job.record.job_id, job->join_token, "w" + std::to_string(i), -1};
+    EXPECT_TRUE((*c)->Join(a).ok());
+  }
+  EXPECT_EQ((*c)->GetJob(job->job.record.job_id, false)->record.next_window, 3);
+  return job->job.record.job_id;
+}
+
+TEST(SqliteSchemaTest, CorruptStoredKvModeIsDataLossNotADefault) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  const std::string id = RunningJob(path);
+  ASSERT_EQ(RawSql(path,
+                   "DROP TRIGGER latches_no_update; "
+                   "UPDATE latches SET kv_mode='sideways' WHERE window=1;"),
+            "");
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto latches = (*store)->LoadLatches(id, 0, 10);
+  ASSERT_EQ(latches.status().code(), absl::StatusCode::kDataLoss) << latches.status();
+  EXPECT_NE(latches.status().message().find("latch(1)"), absl::string_view::npos)
+      << latches.status();
+  EXPECT_NE(latches.status().message().find("sideways"), absl::string_view::npos);
+  // The coordinator refuses to serve the job from it rather than guess.
+  auto c = Coordinator::Create(*std::move(store), {}, nullptr);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kDataLoss) << c.status();
+}
+
+TEST(SqliteSchemaTest, CorruptStoredMaskIsDataLoss) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  const std::string id = RunningJob(path);
+  ASSERT_EQ(RawSql(path,
+                   "DROP TRIGGER latches_no_update; "
+                   "UPDATE latches SET no_sync='1x10' WHERE window=0; "
+                   "UPDATE latches SET no_sync='11' WHERE window=2;"),
+            "");
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->LoadLatches(id, 0, 1).status().code(), absl::StatusCode::kDataLoss);
+  // A mask of the wrong length, or one whose boundary micro-batch skips the reduction.
+  EXPECT_EQ((*store)->LoadLatches(id, 2, 1).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE((*store)->LoadLatches(id, 1, 1).ok());
+}
+
+TEST(SqliteSchemaTest, CorruptJobRowIsDataLoss) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  RunningJob(path);
+  ASSERT_EQ(RawSql(path, "UPDATE jobs SET state=42"), "");
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto jobs = (*store)->LoadJobs();
+  EXPECT_EQ(jobs.status().code(), absl::StatusCode::kDataLoss) << jobs.status();
+  ASSERT_EQ(RawSql(path, "UPDATE jobs SET state=2, kv_reduce='sometimes'"), "");
+  EXPECT_EQ((*store)->LoadJobs().status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(SqliteSchemaTest, RestartKeepsTheSpecMaskForLaterWindows) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  SpecParams p;
+  p.extra_latchkey = R"(, "no_sync": [false, true, true, false])";
+  p.steps = 6;
+  std::string id;
+  std::string token;
+  {
+    auto c = Coordinator::Create(*SqliteStore::Open(path), {}, nullptr);
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto job = (*c)->SubmitJob({SpecJson(p), "", "", 0});
+    ASSERT_TRUE(job.ok()) << job.status();
+    id = job->job.record.job_id;
+    token = job->join_token;
+    for (int i = 0; i < 2; ++i) {
+      JoinArgs a;
+      a.call = {id, token, "w" + std::to_string(i), -1};
+      ASSERT_TRUE((*c)->Join(a).ok());
+    }
+    EXPECT_EQ((*c)->GetJob(id, false)->record.next_window, 3);
+  }
+  auto c = Coordinator::Create(*SqliteStore::Open(path), {}, nullptr);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->GetJob(id, false)->record.policy.no_sync, kMask);
+  for (int64_t s = 0; s < 3; ++s) {
+    for (int r = 0; r < 2; ++r) {
+      StepReportRecord rec;
+      rec.report.step = s;
+      ASSERT_TRUE((*c)->ReportStep({id, token, "w" + std::to_string(r), r}, rec).ok()) << s;
+    }
+  }
+  auto audit = (*c)->ListLatches(id, 0, 0);
+  ASSERT_TRUE(audit.ok());
+  ASSERT_EQ(audit->latches.size(), 6u);  // 3..5 published after the restart
+  for (const PublishedLatch& l : audit->latches) {
+    EXPECT_EQ(l.latch.no_sync, kMask) << "window " << l.latch.window;
+  }
+}
+
+}  // namespace
+}  // namespace latchkey

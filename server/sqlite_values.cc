@@ -1,0 +1,71 @@
+#include "server/sqlite_values.h"
+
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace latchkey {
+
+std::string NoSyncText(const std::vector<bool>& mask) {
+  std::string s;
+  for (bool b : mask) s.push_back(b ? '1' : '0');
+  return s;
+}
+
+absl::Status Corrupt(const std::string& row, const std::string& what) {
+  return absl::DataLossError(absl::StrCat("stored ", row, ": ", what));
+}
+
+absl::StatusOr<std::vector<bool>> NoSyncFromText(const std::string& row, const std::string& s) {
+  std::vector<bool> mask;
+  for (char c : s) {
+    if (c != '0' && c != '1')
+      return Corrupt(row, absl::StrCat("no_sync '", s, "' is not 0s and 1s"));
+    mask.push_back(c == '1');
+  }
+  return mask;
+}
+
+absl::StatusOr<KvMode> KvModeFromText(const std::string& row, const std::string& s) {
+  std::optional<KvMode> mode = ParseKvMode(s);
+  if (!mode) return Corrupt(row, absl::StrCat("kv_mode '", s, "' is not a K/V mode"));
+  return *mode;
+}
+
+absl::StatusOr<KvReducePolicy> KvReduceFromText(const std::string& row, const std::string& s) {
+  std::optional<KvReducePolicy> policy = ParseKvReducePolicy(s);
+  if (!policy) return Corrupt(row, absl::StrCat("kv_reduce '", s, "' is not a K/V policy"));
+  return *policy;
+}
+
+absl::StatusOr<JobState> JobStateFromInt(const std::string& row, int64_t v) {
+  for (JobState s : kAllJobStates) {
+    if (static_cast<int64_t>(s) == v) return s;
+  }
+  return Corrupt(row, absl::StrCat("job state ", v, " is not a state"));
+}
+
+absl::StatusOr<WorkerState> WorkerStateFromInt(const std::string& row, int64_t v) {
+  for (WorkerState s : kAllWorkerStates) {
+    if (static_cast<int64_t>(s) == v) return s;
+  }
+  return Corrupt(row, absl::StrCat("worker state ", v, " is not a state"));
+}
+
+std::string SpecNoSync(const std::string& spec_json) {
+  auto spec = nlohmann::json::parse(spec_json, nullptr, false);
+  if (!spec.is_object() || !spec.contains("latchkey")) return "";
+  const nlohmann::json& latchkey = spec["latchkey"];
+  if (!latchkey.is_object() || !latchkey.contains("no_sync")) return "";
+  const nlohmann::json& mask = latchkey["no_sync"];
+  std::string out;
+  if (!mask.is_array()) return out;
+  for (const auto& b : mask) {
+    if (!b.is_boolean()) return "";
+    out.push_back(b.get<bool>() ? '1' : '0');
+  }
+  return out;
+}
+
+}  // namespace latchkey

@@ -1,0 +1,31 @@
+// Text and integer forms of the values the SQLite store keeps, and their checked inverses.
+// Private to sqlite_store.cc. A stored value that does not parse is DATA_LOSS naming the row
+// (`row`, e.g. "latch(3) of job job-000001"), never a default.
+#ifndef LATCHKEY_SERVER_SQLITE_VALUES_H_
+#define LATCHKEY_SERVER_SQLITE_VALUES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/job_spec.h"
+#include "common/states.h"
+
+namespace latchkey {
+
+absl::Status Corrupt(const std::string& row, const std::string& what);  // DATA_LOSS
+
+std::string NoSyncText(const std::vector<bool>& mask);  // "0110"
+absl::StatusOr<std::vector<bool>> NoSyncFromText(const std::string& row, const std::string& s);
+absl::StatusOr<KvMode> KvModeFromText(const std::string& row, const std::string& s);
+absl::StatusOr<KvReducePolicy> KvReduceFromText(const std::string& row, const std::string& s);
+absl::StatusOr<JobState> JobStateFromInt(const std::string& row, int64_t v);
+absl::StatusOr<WorkerState> WorkerStateFromInt(const std::string& row, int64_t v);
+
+// The mask of a spec's latchkey.no_sync as NoSyncText ("" when it has none).
+std::string SpecNoSync(const std::string& spec_json);
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_SERVER_SQLITE_VALUES_H_
