@@ -1,15 +1,22 @@
 // Collective communication for latchkey's worker: one interface, one implementation per backend
-// (Gloo on CPU now; NCCL slots in behind the same interface).
+// (Gloo on CPU now; a device backend slots in behind the same interface).
 //
 // Contract:
 //  - A Group is a fixed set of ranks that issue the same collectives in the same order.
+//  - Collectives take Buffers: typed, contiguous, non-owning spans that say which device their
+//    memory is on. A backend refuses a buffer on a device it cannot reach (INVALID_ARGUMENT,
+//    naming the device) before anything is issued; Gloo takes CPU buffers only. Buffers whose
+//    types, counts or devices do not fit together are INVALID_ARGUMENT as well.
 //  - Every collective blocks until done or until its timeout (CollectiveOptions::timeout, default
 //    kDefaultCollectiveTimeout) and returns DEADLINE_EXCEEDED / UNAVAILABLE instead of hanging.
 //  - Every collective that runs goes through Group's public methods, which count it (op, group,
 //    bytes, seconds, tag) in the process-wide CollectiveStats. Counts are therefore observed, never
-//    derived from a formula.
-//  - A group of size 1 is not parallel: its collectives are no-ops that issue and count nothing.
-//    Callers should test is_parallel() first (no flatten/copy work either).
+//    derived from a formula. Refused and failed collectives are not counted.
+//  - A group of size 1 is not parallel: its collectives issue and count nothing (all-gather and
+//    reduce-scatter copy `in` to `out` when they differ, on the buffers' device). Callers should
+//    test is_parallel() first (no flatten/copy work either).
+// This header is torch-free: callers holding tensors build Buffers from them
+// (worker/model/comm_buffer.h).
 // Thread-safety: a Group is used by one thread at a time (the training thread).
 #ifndef LATCHKEY_WORKER_COMM_COMM_H_
 #define LATCHKEY_WORKER_COMM_COMM_H_
@@ -25,11 +32,48 @@
 
 namespace latchkey::comm {
 
-inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{latchkey::kDefaultCollectiveTimeout};
+inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{
+    latchkey::kDefaultCollectiveTimeout};
 
 // kBFloat16 travels as raw 16-bit words: all-gather and broadcast only (no reductions).
 enum class DataType { kFloat32, kFloat64, kBFloat16 };
 size_t DataTypeSize(DataType t);
+const char* DataTypeName(DataType t);  // "float32", "float64", "bfloat16"
+
+// Where a buffer's memory lives.
+enum class DeviceType { kCpu, kCuda };
+
+struct Device {
+  DeviceType type = DeviceType::kCpu;
+  int index = -1;  // the CUDA ordinal; -1 for the CPU
+
+  static constexpr Device Cpu() { return Device{}; }
+  static constexpr Device Cuda(int index) { return Device{DeviceType::kCuda, index}; }
+  bool is_cpu() const { return type == DeviceType::kCpu; }
+  std::string ToString() const;  // "cpu", "cuda:0"
+  friend bool operator==(const Device& a, const Device& b) {
+    return a.type == b.type && a.index == b.index;
+  }
+  friend bool operator!=(const Device& a, const Device& b) { return !(a == b); }
+};
+
+// `count` contiguous elements of `type` at `data`, on `device` (device memory when it is not the
+// CPU: comm never dereferences such a pointer itself). Non-owning: the memory must stay valid
+// until the collective returns.
+struct Buffer {
+  void* data = nullptr;
+  size_t count = 0;
+  DataType type = DataType::kFloat32;
+  Device device;
+
+  size_t bytes() const { return count * DataTypeSize(type); }
+  // Elements [offset, offset + n) of this buffer. REQUIRES: offset + n <= count.
+  Buffer Slice(size_t offset, size_t n) const;
+};
+
+// Buffers over host memory.
+Buffer HostBuffer(float* data, size_t count);
+Buffer HostBuffer(double* data, size_t count);
 
 struct CollectiveOptions {
   // 0 = the group's default timeout (kDefaultCollectiveTimeout unless set_default_timeout).
@@ -53,37 +97,45 @@ class Group {
   std::chrono::milliseconds default_timeout() const { return default_timeout_; }
   void set_default_timeout(std::chrono::milliseconds t) { default_timeout_ = t; }
 
-  // In-place sum over the group of data[0, count).
-  absl::Status AllReduceSum(void* data, size_t count, DataType type,
-                            const CollectiveOptions& opts = {});
-  // out[r*count, (r+1)*count) receives rank r's in[0, count). `out` holds size()*count elements.
-  // In place (no copy) when `in` is this rank's chunk of `out`.
-  absl::Status AllGather(const void* in, void* out, size_t count, DataType type,
-                         const CollectiveOptions& opts = {});
-  // `in` holds size()*count elements; out[0, count) receives the sum over ranks of chunk rank().
-  // In place when `out` is this rank's chunk of `in`: `in` is then used as scratch (its other
-  // chunks are clobbered) and no copy of it is made.
-  absl::Status ReduceScatterSum(const void* in, void* out, size_t count, DataType type,
+  // In-place sum over the group of `data`.
+  absl::Status AllReduceSum(const Buffer& data, const CollectiveOptions& opts = {});
+  // out[r*n, (r+1)*n) receives rank r's `in` (n = in.count). REQUIRES: out.count == size()*n,
+  // same type and device. In place (no copy) when `in` is this rank's chunk of `out`.
+  absl::Status AllGather(const Buffer& in, const Buffer& out, const CollectiveOptions& opts = {});
+  // `out` (n = out.count elements) receives the sum over ranks of chunk rank() of `in`.
+  // REQUIRES: in.count == size()*n, same type and device. In place when `out` is this rank's
+  // chunk of `in`: `in` is then used as scratch (its other chunks are clobbered) and no copy of
+  // it is made.
+  absl::Status ReduceScatterSum(const Buffer& in, const Buffer& out,
                                 const CollectiveOptions& opts = {});
-  absl::Status Broadcast(void* data, size_t count, DataType type, int root,
-                         const CollectiveOptions& opts = {});
+  absl::Status Broadcast(const Buffer& data, int root, const CollectiveOptions& opts = {});
   absl::Status Barrier(const CollectiveOptions& opts = {});
 
  protected:
-  virtual absl::Status DoAllReduceSum(void* data, size_t count, DataType type,
-                                      std::chrono::milliseconds timeout) = 0;
-  virtual absl::Status DoAllGather(const void* in, void* out, size_t count, DataType type,
+  // The backend's half. Called only for a parallel group, with validated buffers (types and
+  // counts fit, one device, accepted by CheckDevice) of nonzero count.
+  virtual absl::Status DoAllReduceSum(const Buffer& data, std::chrono::milliseconds timeout) = 0;
+  virtual absl::Status DoAllGather(const Buffer& in, const Buffer& out,
                                    std::chrono::milliseconds timeout) = 0;
-  virtual absl::Status DoReduceScatterSum(const void* in, void* out, size_t count, DataType type,
+  virtual absl::Status DoReduceScatterSum(const Buffer& in, const Buffer& out,
                                           std::chrono::milliseconds timeout) = 0;
-  virtual absl::Status DoBroadcast(void* data, size_t count, DataType type, int root,
+  virtual absl::Status DoBroadcast(const Buffer& data, int root,
                                    std::chrono::milliseconds timeout) = 0;
   virtual absl::Status DoBarrier(std::chrono::milliseconds timeout) = 0;
+  // OK when this group's backend can issue collectives on buffers of `device`; otherwise
+  // INVALID_ARGUMENT saying which devices it takes. Default: the CPU only.
+  virtual absl::Status CheckDevice(const Device& device) const;
+  // The single-rank copy of `src` into `dst` (same device and bytes; they may overlap). The
+  // default copies host memory (memmove) and is UNIMPLEMENTED for device memory: a backend that
+  // takes device buffers overrides it with its device's copy.
+  virtual absl::Status CopyLocal(const Buffer& src, const Buffer& dst);
 
  private:
   std::chrono::milliseconds Timeout(const CollectiveOptions& opts) const;
+  absl::Status Annotate(const char* op, const absl::Status& st) const;
   template <typename Fn>
-  absl::Status Run(const char* op, size_t bytes, const CollectiveOptions& opts, Fn&& fn);
+  absl::Status Run(const char* op, size_t bytes, const Device& device,
+                   const CollectiveOptions& opts, Fn&& fn);
 
   std::string name_;
   int rank_;
@@ -103,12 +155,11 @@ class SingleRankGroup final : public Group {
       : Group(std::move(name), 0, 1, std::move(stats)) {}
 
  protected:
-  absl::Status DoAllReduceSum(void*, size_t, DataType, std::chrono::milliseconds) override;
-  absl::Status DoAllGather(const void* in, void* out, size_t count, DataType type,
-                           std::chrono::milliseconds) override;
-  absl::Status DoReduceScatterSum(const void* in, void* out, size_t count, DataType type,
-                                  std::chrono::milliseconds) override;
-  absl::Status DoBroadcast(void*, size_t, DataType, int, std::chrono::milliseconds) override;
+  // Never called: Group's public methods return before reaching a single rank's backend.
+  absl::Status DoAllReduceSum(const Buffer&, std::chrono::milliseconds) override;
+  absl::Status DoAllGather(const Buffer&, const Buffer&, std::chrono::milliseconds) override;
+  absl::Status DoReduceScatterSum(const Buffer&, const Buffer&, std::chrono::milliseconds) override;
+  absl::Status DoBroadcast(const Buffer&, int, std::chrono::milliseconds) override;
   absl::Status DoBarrier(std::chrono::milliseconds) override;
 };
 

@@ -28,20 +28,20 @@ TEST(GlooGroups, GridCoordinatesAndCollectives) {
 
     // all-reduce over TP: ranks {0,1} and {2,3}.
     std::vector<float> x = {static_cast<float>(g.rank), 1.0f};
-    ASSERT_TRUE(g.tp_group->AllReduceSum(x.data(), 2, DataType::kFloat32).ok());
+    ASSERT_TRUE(g.tp_group->AllReduceSum(HostBuffer(x.data(), 2)).ok());
     const float expect = g.dp_rank == 0 ? 0 + 1 : 2 + 3;
     EXPECT_EQ(x[0], expect);
     EXPECT_EQ(x[1], 2.0f);
 
     // all-reduce over DP in fp64: ranks {0,2} and {1,3}.
     double d = g.rank;
-    ASSERT_TRUE(g.dp_group->AllReduceSum(&d, 1, DataType::kFloat64).ok());
+    ASSERT_TRUE(g.dp_group->AllReduceSum(HostBuffer(&d, 1)).ok());
     EXPECT_EQ(d, g.tp_rank == 0 ? 2.0 : 4.0);
 
     // all-gather over the world.
     float mine = 10.0f * g.rank;
     std::vector<float> all(4);
-    ASSERT_TRUE(g.world->AllGather(&mine, all.data(), 1, DataType::kFloat32).ok());
+    ASSERT_TRUE(g.world->AllGather(HostBuffer(&mine, 1), HostBuffer(all.data(), 4)).ok());
     EXPECT_EQ(all, (std::vector<float>{0, 10, 20, 30}));
 
     // reduce-scatter over the world: chunk c of rank r holds r*100 + c.
@@ -51,13 +51,14 @@ TEST(GlooGroups, GridCoordinatesAndCollectives) {
       in[2 * c + 1] = 1.0f;
     }
     std::vector<float> out(2);
-    ASSERT_TRUE(g.world->ReduceScatterSum(in.data(), out.data(), 2, DataType::kFloat32).ok());
+    ASSERT_TRUE(
+        g.world->ReduceScatterSum(HostBuffer(in.data(), 8), HostBuffer(out.data(), 2)).ok());
     EXPECT_EQ(out[0], 600.0f + 4 * g.rank);  // (0+100+200+300) + 4 * chunk index
     EXPECT_EQ(out[1], 4.0f);
 
     // broadcast from TP rank 1.
     float b = g.tp_rank == 1 ? 42.0f + g.dp_rank : -1.0f;
-    ASSERT_TRUE(g.tp_group->Broadcast(&b, 1, DataType::kFloat32, 1).ok());
+    ASSERT_TRUE(g.tp_group->Broadcast(HostBuffer(&b, 1), 1).ok());
     EXPECT_EQ(b, 42.0f + g.dp_rank);
     ASSERT_TRUE(g.world->Barrier().ok());
 
@@ -80,17 +81,17 @@ TEST(GlooGroups, InPlaceAllGatherAndReduceScatter) {
       buf[2 * c] = 10.0 * g.rank + c;
       buf[2 * c + 1] = 1.0;
     }
-    ASSERT_TRUE(g.world->ReduceScatterSum(buf.data(), buf.data() + 2 * g.rank, 2,
-                                          DataType::kFloat64)
-                    .ok());
+    ASSERT_TRUE(
+        g.world->ReduceScatterSum(HostBuffer(buf.data(), 6), HostBuffer(buf.data() + 2 * g.rank, 2))
+            .ok());
     EXPECT_EQ(buf[2 * g.rank], 30.0 + 3 * g.rank);  // (0+10+20) + 3 * chunk index
     EXPECT_EQ(buf[2 * g.rank + 1], 3.0);
     // All-gather in place: this rank's chunk already sits at its offset.
     std::vector<float> all(6, -1.0f);
     all[2 * g.rank] = 100.0f + g.rank;
     all[2 * g.rank + 1] = 200.0f + g.rank;
-    ASSERT_TRUE(g.world->AllGather(all.data() + 2 * g.rank, all.data(), 2, DataType::kFloat32)
-                    .ok());
+    ASSERT_TRUE(
+        g.world->AllGather(HostBuffer(all.data() + 2 * g.rank, 2), HostBuffer(all.data(), 6)).ok());
     EXPECT_EQ(all, (std::vector<float>{100, 200, 101, 201, 102, 202}));
   });
 }
@@ -100,8 +101,8 @@ TEST(GlooGroups, TaggedCallsCountedSeparately) {
     float x = 1.0f;
     CollectiveOptions kv;
     kv.tag = kKvTag;
-    ASSERT_TRUE(g.tp_group->AllReduceSum(&x, 1, DataType::kFloat32, kv).ok());
-    ASSERT_TRUE(g.tp_group->AllReduceSum(&x, 1, DataType::kFloat32).ok());
+    ASSERT_TRUE(g.tp_group->AllReduceSum(HostBuffer(&x, 1), kv).ok());
+    ASSERT_TRUE(g.tp_group->AllReduceSum(HostBuffer(&x, 1)).ok());
     EXPECT_EQ(x, 4.0f);
     EXPECT_EQ(g.stats->TaggedCalls(kKvTag), 1);
     EXPECT_EQ(g.stats->Snapshot().at("all_reduce/tp").calls, 2);
@@ -114,7 +115,7 @@ TEST(GlooGroups, SingleRankGroupsIssueAndCountNothing) {
   EXPECT_FALSE(is_parallel(g.tp_group));
   EXPECT_FALSE(is_parallel(nullptr));
   float x = 3.0f;
-  ASSERT_TRUE(g.tp_group->AllReduceSum(&x, 1, DataType::kFloat32).ok());
+  ASSERT_TRUE(g.tp_group->AllReduceSum(HostBuffer(&x, 1)).ok());
   ASSERT_TRUE(g.dp_group->Barrier().ok());
   EXPECT_EQ(x, 3.0f);
   EXPECT_EQ(g.stats->TotalCalls(), 0);
@@ -127,7 +128,7 @@ TEST(GlooGroups, CollectiveTimesOutInsteadOfHanging) {
       CollectiveOptions opts;
       opts.timeout = std::chrono::milliseconds(300);
       const auto start = std::chrono::steady_clock::now();
-      absl::Status st = g.tp_group->AllReduceSum(&x, 1, DataType::kFloat32, opts);
+      absl::Status st = g.tp_group->AllReduceSum(HostBuffer(&x, 1), opts);
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
@@ -153,7 +154,7 @@ TEST(GlooGroups, VanishedPeerIsUnavailableBeforeTheTimeout) {
     CollectiveOptions opts;
     opts.timeout = std::chrono::seconds(20);
     const auto start = std::chrono::steady_clock::now();
-    absl::Status st = g.tp_group->AllReduceSum(&x, 1, DataType::kFloat32, opts);
+    absl::Status st = g.tp_group->AllReduceSum(HostBuffer(&x, 1), opts);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
@@ -175,7 +176,7 @@ TEST(GlooGroups, FormsGroupsThroughTheTcpStore) {
       auto g = CreateProcessGroups(Backend::kGloo, c);
       ASSERT_TRUE(g.ok()) << g.status();
       float x = static_cast<float>(r + 1);
-      ASSERT_TRUE(g->tp_group->AllReduceSum(&x, 1, DataType::kFloat32).ok());
+      ASSERT_TRUE(g->tp_group->AllReduceSum(HostBuffer(&x, 1)).ok());
       EXPECT_EQ(x, 3.0f);
       ASSERT_TRUE(g->world->Barrier().ok());  // rank 0 keeps hosting the store until both are done
     });
@@ -218,6 +219,84 @@ TEST(GlooGroups, RejectsBadGrid) {
   c.tp = 2;
   EXPECT_EQ(CreateProcessGroups(Backend::kGloo, c).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A buffer tagged with a CUDA device; comm never dereferences it (the memory is host memory so
+// that a wrong dereference would not crash the test, only fail it).
+Buffer FakeCudaBuffer(float* data, size_t count) {
+  Buffer b = HostBuffer(data, count);
+  b.device = Device::Cuda(0);
+  return b;
+}
+
+TEST(Buffers, GlooRefusesDeviceBuffersBeforeIssuing) {
+  RunRanks(2, 2, [](ProcessGroups& g) {
+    std::vector<float> x(4, 1.0f);
+    absl::Status st = g.tp_group->AllReduceSum(FakeCudaBuffer(x.data(), 2));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("cuda:0"), std::string::npos) << st;
+    EXPECT_NE(st.message().find("gloo"), std::string::npos) << st;
+    EXPECT_NE(st.message().find("all_reduce on group 'tp'"), std::string::npos) << st;
+    st = g.tp_group->AllGather(FakeCudaBuffer(x.data(), 2), FakeCudaBuffer(x.data(), 4));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    st = g.tp_group->ReduceScatterSum(FakeCudaBuffer(x.data(), 4), FakeCudaBuffer(x.data(), 2));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    st = g.tp_group->Broadcast(FakeCudaBuffer(x.data(), 4), 0);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_EQ(x, std::vector<float>(4, 1.0f));
+    EXPECT_EQ(g.stats->TotalCalls(), 0);  // refused, not issued, not counted
+    // The group still works afterwards.
+    ASSERT_TRUE(g.tp_group->AllReduceSum(HostBuffer(x.data(), 4)).ok());
+    EXPECT_EQ(x, std::vector<float>(4, 2.0f));
+  });
+}
+
+TEST(Buffers, BuffersThatDoNotFitAreInvalid) {
+  ProcessGroups g = MakeSingleProcessGroups();
+  std::vector<float> f(4, 1.0f);
+  std::vector<double> d(4, 1.0);
+  // all-gather: out must hold size() * in.count elements of the same type, on the same device.
+  EXPECT_EQ(g.tp_group->AllGather(HostBuffer(f.data(), 2), HostBuffer(f.data(), 3)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(g.tp_group->AllGather(HostBuffer(f.data(), 2), HostBuffer(d.data(), 2)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(g.tp_group->AllGather(HostBuffer(f.data(), 2), FakeCudaBuffer(f.data() + 2, 2)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(g.tp_group->ReduceScatterSum(HostBuffer(f.data(), 4), HostBuffer(f.data(), 2)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(g.tp_group->AllReduceSum(Buffer{nullptr, 3, DataType::kFloat32, Device::Cpu()}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f, std::vector<float>(4, 1.0f));
+}
+
+TEST(Buffers, SingleRankCopiesOnTheBuffersDevice) {
+  ProcessGroups g = MakeSingleProcessGroups();
+  std::vector<float> a = {1, 2}, b = {0, 0};
+  ASSERT_TRUE(g.dp_group->AllGather(HostBuffer(a.data(), 2), HostBuffer(b.data(), 2)).ok());
+  EXPECT_EQ(b, a);
+  std::vector<float> c = {0, 0};
+  ASSERT_TRUE(g.dp_group->ReduceScatterSum(HostBuffer(a.data(), 2), HostBuffer(c.data(), 2)).ok());
+  EXPECT_EQ(c, a);
+  // Device memory: in place is a no-op; a copy needs the device's backend (comm has none).
+  ASSERT_TRUE(g.dp_group->AllGather(FakeCudaBuffer(a.data(), 2), FakeCudaBuffer(a.data(), 2)).ok());
+  absl::Status st = g.dp_group->AllGather(FakeCudaBuffer(a.data(), 2), FakeCudaBuffer(b.data(), 2));
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("cuda:0"), std::string::npos) << st;
+  // A single rank's all-reduce is a no-op on any device.
+  EXPECT_TRUE(g.dp_group->AllReduceSum(FakeCudaBuffer(a.data(), 2)).ok());
+  EXPECT_EQ(g.stats->TotalCalls(), 0);
+}
+
+TEST(Buffers, SliceAndDeviceNames) {
+  std::vector<double> d(6);
+  Buffer b = HostBuffer(d.data(), 6).Slice(2, 3);
+  EXPECT_EQ(b.data, d.data() + 2);
+  EXPECT_EQ(b.count, 3u);
+  EXPECT_EQ(b.bytes(), 24u);
+  EXPECT_EQ(b.type, DataType::kFloat64);
+  EXPECT_EQ(Device::Cpu().ToString(), "cpu");
+  EXPECT_EQ(Device::Cuda(1).ToString(), "cuda:1");
+  EXPECT_NE(Device::Cuda(0), Device::Cuda(1));
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 #include "worker/model/gpt_bigcode.h"
 
-#include <cmath>
-#include <stdexcept>
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+
+#include "worker/comm/collective_error.h"
+#include "worker/model/comm_buffer.h"
 
 namespace latchkey {
 namespace {
@@ -17,11 +19,14 @@ comm::Group* GroupFrom(AutogradContext* ctx) {
 }
 
 // Sums a contiguous tensor over the group in place; bf16 activations travel (and sum) in fp32.
+// Runs inside autograd (forward and backward), where no Status can be returned: a failed
+// collective is thrown as a CollectiveError carrying its Status (code included), which autograd
+// passes through to the caller of backward() unchanged.
 void AllReduceInPlace(comm::Group* g, at::Tensor& t) {
   at::Tensor buf = t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
-  absl::Status st = g->AllReduceSum(buf.data_ptr<float>(), static_cast<size_t>(buf.numel()),
-                                    comm::DataType::kFloat32);
-  if (!st.ok()) throw std::runtime_error(std::string(st.message()));
+  if (absl::Status st = g->AllReduceSum(CommBuffer(buf)); !st.ok()) {
+    throw comm::CollectiveError(std::move(st));
+  }
   if (!buf.is_same(t)) t.copy_(buf);
 }
 
@@ -61,8 +66,8 @@ GptBigCode::GptBigCode(const ModelConfig& config, ParamStore* store, comm::Group
       local_heads_(config.n_head / (tp_group ? tp_group->size() : 1)) {
   const int tp_rank = tp_group ? tp_group->rank() : 0;
   replicated_gen_ = at::detail::createCPUGenerator(dropout_seed * 1000003ULL + dp_rank);
-  local_gen_ = at::detail::createCPUGenerator(dropout_seed * 7919ULL + 104729ULL * (dp_rank + 1) +
-                                              tp_rank);
+  local_gen_ =
+      at::detail::createCPUGenerator(dropout_seed * 7919ULL + 104729ULL * (dp_rank + 1) + tp_rank);
 }
 
 at::Tensor GptBigCode::Dropout(const at::Tensor& x, double p, at::Generator& gen) {
@@ -73,7 +78,7 @@ at::Tensor GptBigCode::Dropout(const at::Tensor& x, double p, at::Generator& gen
 
 const at::Tensor& GptBigCode::causal_mask(int64_t S) {
   if (!mask_.defined() || mask_.size(0) != S) {
-    mask_ = at::ones({S, S}, at::kBool).tril();
+    mask_ = at::ones({S, S}, at::TensorOptions().dtype(at::kBool).device(store_->device())).tril();
   }
   return mask_;
 }
@@ -85,7 +90,7 @@ at::Tensor GptBigCode::Attention(const at::Tensor& qkv, int64_t B, int64_t S) {
   if (cfg_.multi_query) {
     // [B,S,Hl*D | D | D]: one K/V head shared by every query head.
     q = qkv.narrow(-1, 0, Hl * D).view({B, S, Hl, D}).transpose(1, 2);  // [B,Hl,S,D]
-    k = qkv.narrow(-1, Hl * D, D).unsqueeze(1);                            // [B,1,S,D]
+    k = qkv.narrow(-1, Hl * D, D).unsqueeze(1);                         // [B,1,S,D]
     v = qkv.narrow(-1, Hl * D + D, D).unsqueeze(1);
   } else {
     at::Tensor blocks = qkv.view({B, S, Hl, 3 * D}).transpose(1, 2);  // [B,Hl,S,3D]
@@ -95,8 +100,8 @@ at::Tensor GptBigCode::Attention(const at::Tensor& qkv, int64_t B, int64_t S) {
   }
   const double scale = cfg_.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
   at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) * scale;  // [B,Hl,S,S]
-  scores = scores.to(at::kFloat).masked_fill(causal_mask(S).logical_not(),
-                                             -std::numeric_limits<float>::infinity());
+  scores = scores.to(at::kFloat)
+               .masked_fill(causal_mask(S).logical_not(), -std::numeric_limits<float>::infinity());
   at::Tensor probs = at::softmax(scores, -1).to(qkv.scalar_type());
   probs = Dropout(probs, cfg_.attn_pdrop, local_gen_);
   at::Tensor out = at::matmul(probs, v);  // [B,Hl,S,D]
@@ -110,7 +115,7 @@ at::Tensor GptBigCode::Logits(const at::Tensor& ids) {
   const bool tp = comm::is_parallel(tp_);
   const auto& P = [&](const std::string& n) -> const at::Tensor& { return store_->param(n); };
 
-  at::Tensor pos = at::arange(S, at::kLong);
+  at::Tensor pos = at::arange(S, ids.options().dtype(at::kLong));
   at::Tensor x = at::embedding(P("transformer.wte.weight"), ids) +
                  at::embedding(P("transformer.wpe.weight"), pos).unsqueeze(0);
   x = Dropout(x, cfg_.embd_pdrop, replicated_gen_);
@@ -126,8 +131,8 @@ at::Tensor GptBigCode::Logits(const at::Tensor& ids) {
 
     at::Tensor h2 = at::layer_norm(x, {E}, P(pre + "ln_2.weight"), P(pre + "ln_2.bias"), eps);
     if (tp) h2 = CopyToTp::apply(h2, tp_);
-    at::Tensor f = at::gelu(at::linear(h2, P(pre + "mlp.c_fc.weight"), P(pre + "mlp.c_fc.bias")),
-                            "tanh");
+    at::Tensor f =
+        at::gelu(at::linear(h2, P(pre + "mlp.c_fc.weight"), P(pre + "mlp.c_fc.bias")), "tanh");
     at::Tensor m = at::linear(f, P(pre + "mlp.c_proj.weight"));
     if (tp) m = ReduceFromTp::apply(m, tp_);
     m = m + P(pre + "mlp.c_proj.bias");

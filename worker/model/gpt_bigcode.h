@@ -3,13 +3,15 @@
 // With tp > 1 the forward issues 2 all-reduces per layer (after attn.c_proj and mlp.c_proj, the
 // row-parallel matmuls) and the backward 2 (input gradients of c_attn and c_fc), through the TP
 // group. The replicated K/V gradient is NOT reduced here: that is the KvReducer's job.
+// A TP collective that fails (inside Loss/Logits or inside autograd's backward()) throws
+// comm::CollectiveError carrying the collective's Status; nothing else is caught here.
 // Thread-safety: one thread at a time. Lifetime: `store` and `tp_group` outlive the model.
 #ifndef LATCHKEY_WORKER_MODEL_GPT_BIGCODE_H_
 #define LATCHKEY_WORKER_MODEL_GPT_BIGCODE_H_
 
-#include <optional>
-
 #include <ATen/ATen.h>
+
+#include <optional>
 
 #include "common/job_spec.h"
 #include "worker/comm/comm.h"
@@ -24,7 +26,8 @@ class GptBigCode {
   GptBigCode(const ModelConfig& config, ParamStore* store, comm::Group* tp_group,
              uint64_t dropout_seed, int dp_rank);
 
-  // input_ids, labels: [B, S] int64. Returns the mean cross entropy over all B*S positions.
+  // input_ids, labels: [B, S] int64 on the store's device. Returns the mean cross entropy over all
+  // B*S positions.
   at::Tensor Loss(const at::Tensor& input_ids, const at::Tensor& labels);
   // [B, S, vocab] logits.
   at::Tensor Logits(const at::Tensor& input_ids);

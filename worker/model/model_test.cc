@@ -1,14 +1,15 @@
 // The unsharded model against the independent float64 fixture (testdata/gptbigcode-tiny).
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
-
-#include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include "worker/checkpoint/hf_checkpoint.h"
+#include "worker/comm/collective_error.h"
 #include "worker/comm/comm.h"
 #include "worker/comm/process_groups.h"
+#include "worker/comm/scripted_group.h"
 #include "worker/data/token_source.h"
 #include "worker/model/gpt_bigcode.h"
 #include "worker/model/param_store.h"
@@ -52,8 +53,7 @@ TEST_P(FixtureLoss, LossOfSamples0And1) {
   (*src)->Sample(0, tokens.data_ptr<int64_t>());
   (*src)->Sample(1, tokens.data_ptr<int64_t>() + S + 1);
   at::NoGradGuard no_grad;
-  const double loss =
-      model.Loss(tokens.narrow(1, 0, S), tokens.narrow(1, 1, S)).item<double>();
+  const double loss = model.Loss(tokens.narrow(1, 0, S), tokens.narrow(1, 1, S)).item<double>();
   EXPECT_NEAR(loss, expected["variants"][variant]["loss_samples_0_1"].get<double>(), 1e-5);
 }
 
@@ -107,6 +107,58 @@ TEST(ParamStore, ShardAndAssembleRoundTrip) {
   auto back = AssembleFull(layouts, flats);
   ASSERT_EQ(back.size(), full.size());
   for (const auto& [name, t] : full) EXPECT_TRUE(at::equal(back.at(name), t)) << name;
+}
+
+// Rank 0 of a TP-2 fixture model (2 layers: 4 all-reduces forward, 4 backward).
+struct TpShard {
+  explicit TpShard(int ok_all_reduces)
+      : group("tp", 0, 2, std::make_shared<comm::CollectiveStats>(), ok_all_reduces) {
+    auto ckpt = ReadHfCheckpoint(kFixture + "/mqa");
+    EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+    config = ckpt->config;
+    store = std::make_unique<ParamStore>(*BuildTpLayout(config, 2, 0), 1);
+    EXPECT_TRUE(store->LoadFromFull(LoadFull(*ckpt), 0).ok());
+    model = std::make_unique<GptBigCode>(config, store.get(), &group, 1, 0);
+  }
+  at::Tensor Loss() {
+    at::Tensor ids = at::arange(16, at::kLong).remainder(config.vocab_size).view({2, 8});
+    return model->Loss(ids, ids);
+  }
+  comm::ScriptedGroup group;
+  ModelConfig config;
+  std::unique_ptr<ParamStore> store;
+  std::unique_ptr<GptBigCode> model;
+};
+
+TEST(GptBigCodeErrors, CollectiveFailingInForwardThrowsItsStatus) {
+  TpShard shard(/*ok_all_reduces=*/1);
+  try {
+    shard.Loss();
+    FAIL() << "forward succeeded";
+  } catch (const comm::CollectiveError& e) {
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kDeadlineExceeded) << e.status();
+    EXPECT_NE(e.status().message().find("all_reduce on group 'tp'"), std::string::npos);
+  }
+}
+
+// A collective failing inside autograd's backward (the TP layers' input-gradient all-reduce)
+// reaches the caller of backward() as the same CollectiveError, code and message intact.
+TEST(GptBigCodeErrors, CollectiveFailingInBackwardKeepsItsTypeThroughAutograd) {
+  TpShard shard(/*ok_all_reduces=*/4);  // the whole forward
+  at::Tensor loss = shard.Loss();
+  ASSERT_EQ(shard.group.all_reduces(), 4);
+  try {
+    loss.backward();
+    FAIL() << "backward succeeded";
+  } catch (const comm::CollectiveError& e) {
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kDeadlineExceeded) << e.status();
+    EXPECT_NE(e.status().message().find("all_reduce on group 'tp' (rank 0 of 2)"),
+              std::string::npos)
+        << e.status();
+  } catch (const std::exception& e) {
+    FAIL() << "the collective's error lost its type: " << e.what();
+  }
+  EXPECT_EQ(shard.group.all_reduces(), 5);  // failed on the first backward all-reduce
 }
 
 }  // namespace

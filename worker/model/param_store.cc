@@ -1,15 +1,15 @@
 #include "worker/model/param_store.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
 
-#include <ATen/CPUGeneratorImpl.h>
-
 namespace latchkey {
 
-ParamStore::ParamStore(std::vector<ParamLayout> layout, int pad_multiple)
-    : layout_(std::move(layout)) {
+ParamStore::ParamStore(std::vector<ParamLayout> layout, int pad_multiple, c10::Device device)
+    : layout_(std::move(layout)), device_(device) {
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamLayout& p = layout_[i];
     index_[p.name] = i;
@@ -26,8 +26,9 @@ ParamStore::ParamStore(std::vector<ParamLayout> layout, int pad_multiple)
   }
   const int64_t m = pad_multiple > 0 ? pad_multiple : 1;
   padded_numel_ = (numel_ + 1 + m - 1) / m * m;
-  flat_params_ = at::zeros({padded_numel_}, at::kFloat);
-  flat_grads_ = at::zeros({padded_numel_}, at::kFloat);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
+  flat_params_ = at::zeros({padded_numel_}, f32);
+  flat_grads_ = at::zeros({padded_numel_}, f32);
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamLayout& p = layout_[i];
     at::Tensor view = flat_params_.narrow(0, offsets_[i], p.local_numel()).view(p.local_shape);
@@ -50,7 +51,8 @@ const at::Tensor& ParamStore::param(const std::string& name) const {
 void ParamStore::EnableBf16Compute() {
   bf16_ = true;
   compute_params_.clear();
-  flat_compute_ = at::zeros({padded_numel_}, at::kBFloat16);
+  flat_compute_ =
+      at::zeros({padded_numel_}, at::TensorOptions().dtype(at::kBFloat16).device(device_));
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamLayout& p = layout_[i];
     at::Tensor c =
@@ -100,9 +102,8 @@ absl::Status ParamStore::LoadFromFull(const std::map<std::string, at::Tensor>& f
     if (it == full.end()) return absl::InvalidArgumentError("missing tensor " + p.name);
     const at::Tensor& t = it->second;
     if (t.sizes().vec() != p.full_shape) {
-      return absl::InvalidArgumentError("tensor " + p.name + " has shape " +
-                                        c10::str(t.sizes()) + ", expected " +
-                                        c10::str(at::IntArrayRef(p.full_shape)));
+      return absl::InvalidArgumentError("tensor " + p.name + " has shape " + c10::str(t.sizes()) +
+                                        ", expected " + c10::str(at::IntArrayRef(p.full_shape)));
     }
     at::Tensor src = t.to(at::kFloat);
     at::Tensor local;
@@ -118,8 +119,8 @@ absl::Status ParamStore::LoadFromFull(const std::map<std::string, at::Tensor>& f
         break;
       case ShardKind::kCAttnMqa: {
         const int64_t E = p.full_shape[0] - p.kv_rows;
-        local = at::cat({src.narrow(0, p.shard_begin, p.shard_len), src.narrow(0, E, p.kv_rows)},
-                        0);
+        local =
+            at::cat({src.narrow(0, p.shard_begin, p.shard_len), src.narrow(0, E, p.kv_rows)}, 0);
         break;
       }
     }
@@ -140,7 +141,8 @@ std::map<std::string, at::Tensor> InitFullWeights(const ModelConfig& m, uint64_t
   for (const ParamLayout& p : *layout) {
     at::Tensor t = at::empty(p.full_shape, at::kFloat);
     const auto ends_with = [&](const std::string& s) {
-      return p.name.size() >= s.size() && p.name.compare(p.name.size() - s.size(), s.size(), s) == 0;
+      return p.name.size() >= s.size() &&
+             p.name.compare(p.name.size() - s.size(), s.size(), s) == 0;
     };
     if (ends_with("ln_1.weight") || ends_with("ln_2.weight") || ends_with("ln_f.weight")) {
       t.fill_(1.0);

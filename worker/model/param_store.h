@@ -10,11 +10,11 @@
 #ifndef LATCHKEY_WORKER_MODEL_PARAM_STORE_H_
 #define LATCHKEY_WORKER_MODEL_PARAM_STORE_H_
 
+#include <ATen/ATen.h>
+
 #include <map>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/status/statusor.h"
 #include "worker/model/tp_layout.h"
@@ -26,12 +26,15 @@ class ParamStore {
   // The flat buffers hold padded_numel() = roundup(numel() + 1, pad_multiple) elements: the
   // tail [numel(), padded_numel()) is zero padding (ZeRO-1 partitions need equal chunks), and
   // element numel() is a spare slot the engine uses to carry the loss in the DP all-reduce.
-  ParamStore(std::vector<ParamLayout> layout, int pad_multiple);
+  // Every flat buffer is allocated on `device`; LoadFromFull copies host tensors onto it.
+  ParamStore(std::vector<ParamLayout> layout, int pad_multiple,
+             c10::Device device = c10::Device(c10::kCPU));
 
   const std::vector<ParamLayout>& layout() const { return layout_; }
   const std::vector<FlatSegment>& segments() const { return segments_; }
   int64_t numel() const { return numel_; }
   int64_t padded_numel() const { return padded_numel_; }
+  c10::Device device() const { return device_; }
 
   at::Tensor& flat_params() { return flat_params_; }
   at::Tensor& flat_grads() { return flat_grads_; }
@@ -72,6 +75,7 @@ class ParamStore {
   std::map<std::string, size_t> index_;
   int64_t numel_ = 0;
   int64_t padded_numel_ = 0;
+  c10::Device device_;
   at::Tensor flat_params_;
   at::Tensor flat_grads_;
   std::vector<at::Tensor> params_;

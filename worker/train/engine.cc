@@ -1,16 +1,19 @@
 #include "worker/train/engine.h"
 
+#include <ATen/ATen.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 
-#include <ATen/ATen.h>
-
 #include "worker/checkpoint/hf_checkpoint.h"
 #include "worker/data/token_source.h"
+#include "worker/model/comm_buffer.h"
 #include "worker/model/gpt_bigcode.h"
 #include "worker/model/param_store.h"
+#include "worker/train/flat_ops.h"
 #include "worker/train/grad_norm.h"
 #include "worker/train/kv_reducer.h"
 #include "worker/train/optimizer.h"
@@ -43,6 +46,12 @@ absl::StatusOr<at::Tensor> ToFloatTensor(const StTensor& t) {
   return view.to(at::kFloat).clone();
 }
 
+c10::Device TorchDevice(const comm::Device& d) {
+  if (d.is_cpu()) return c10::Device(c10::kCPU);
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(d.index));
+}
+
+// REQUIRES: `t` on the CPU.
 StTensor ToStTensor(const std::string& name, const at::Tensor& t) {
   StTensor out;
   out.name = name;
@@ -61,8 +70,12 @@ class EngineImpl final : public Engine {
   absl::Status Init() {
     auto layout = BuildTpLayout(spec_.model, g_->tp, g_->tp_rank);
     if (!layout.ok()) return layout.status();
+    device_ = TorchDevice(opts_.device);
+    auto ops = MakeFlatOps(device_);
+    if (!ops.ok()) return ops.status();
+    ops_ = *std::move(ops);
     const bool zero1 = spec_.zero_stage == 1 && comm::is_parallel(g_->dp_group);
-    store_ = std::make_unique<ParamStore>(*std::move(layout), zero1 ? g_->dp : 1);
+    store_ = std::make_unique<ParamStore>(*std::move(layout), zero1 ? g_->dp : 1, device_);
     if (spec_.bf16) store_->EnableBf16Compute();
     std::map<std::string, at::Tensor> full;
     if (!spec_.init_from.empty()) {
@@ -87,9 +100,9 @@ class EngineImpl final : public Engine {
     if (absl::Status st = store_->LoadFromFull(full, g_->tp_rank); !st.ok()) {
       return absl::InvalidArgumentError("latchkey.init_from: " + std::string(st.message()));
     }
-    model_ = std::make_unique<GptBigCode>(spec_.model, store_.get(), g_->tp_group.get(),
-                                          spec_.seed, g_->dp_rank);
-    kv_ = std::make_unique<KvReducer>(store_->segments(), g_->tp_group.get());
+    model_ = std::make_unique<GptBigCode>(spec_.model, store_.get(), g_->tp_group.get(), spec_.seed,
+                                          g_->dp_rank);
+    kv_ = std::make_unique<KvReducer>(store_->segments(), g_->tp_group.get(), ops_.get());
     kv_->set_enabled_for_testing(!opts_.skip_kv_reduction_for_testing);
     auto data = OpenDataSource(spec_);
     if (!data.ok()) return data.status();
@@ -105,78 +118,68 @@ class EngineImpl final : public Engine {
     zero1_ = zero1;
     // bf16: the fp32 master lives here, only for this rank's partition (ZeRO-1) or whole.
     if (spec_.bf16) master_ = store_->TakeMaster(part_begin_, part_end_);
-    optimizer_ = MakeOptimizer(spec_.optimizer, part_end_ - part_begin_);
+    optimizer_ = MakeOptimizer(spec_.optimizer, part_end_ - part_begin_, ops_.get());
     return absl::OkStatus();
   }
 
   absl::StatusOr<StepReport> RunWindow(const Latch& latch) override {
     if (latch.n < 1 || static_cast<int>(latch.no_sync.size()) != latch.n) {
-      return absl::InvalidArgumentError("latch for window " + std::to_string(latch.window) +
-                                        ": no_sync mask has " +
-                                        std::to_string(latch.no_sync.size()) + " entries for n=" +
-                                        std::to_string(latch.n));
+      return absl::InvalidArgumentError(
+          "latch for window " + std::to_string(latch.window) + ": no_sync mask has " +
+          std::to_string(latch.no_sync.size()) + " entries for n=" + std::to_string(latch.n));
     }
     if (latch.kv_mode != KvMode::kPerMicroBatch && !BoundaryReductionAllowed(spec_.zero_stage)) {
-      return absl::FailedPreconditionError(
-          "latch for window " + std::to_string(latch.window) + " asks for " +
-          KvModeName(latch.kv_mode) + " K/V reduction, which ZeRO stage " +
-          std::to_string(spec_.zero_stage) + " cannot execute");
+      return absl::FailedPreconditionError("latch for window " + std::to_string(latch.window) +
+                                           " asks for " + KvModeName(latch.kv_mode) +
+                                           " K/V reduction, which ZeRO stage " +
+                                           std::to_string(spec_.zero_stage) + " cannot execute");
     }
     const auto start = Clock::now();
     const auto stats_before = g_->stats->Snapshot();
     const int64_t kv_before = g_->stats->TaggedCalls(comm::kKvTag);
-    try {
-      absl::StatusOr<double> loss = Window(latch);
-      if (!loss.ok()) return loss.status();
-      StepReport r;
-      r.step = latch.window;
-      r.micro_batches = latch.n;
-      r.loss = *loss;
-      r.grad_norm = last_norm_;
-      r.kv_mode = latch.kv_mode;
-      r.latch_generation = latch.generation;
-      r.kv_allreduce_calls = g_->stats->TaggedCalls(comm::kKvTag) - kv_before;
-      for (const auto& [key, c] : comm::CollectiveStats::Delta(g_->stats->Snapshot(), stats_before)) {
-        r.collective_calls[key] = c.calls;
-      }
-      r.tokens = static_cast<int64_t>(latch.n) * spec_.micro_batch_size * g_->dp * spec_.seq_len;
-      r.optimizer_state_bytes = optimizer_state_bytes();
-      r.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      return r;
-    } catch (const std::exception& e) {
-      // Collective failures inside autograd arrive as exceptions (c10::Error wraps them).
-      std::string what = e.what();
-      if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-      return absl::UnavailableError("window " + std::to_string(latch.window) + ": " + what);
+    absl::StatusOr<double> loss = Window(latch);
+    if (!loss.ok()) return loss.status();
+    StepReport r;
+    r.step = latch.window;
+    r.micro_batches = latch.n;
+    r.loss = *loss;
+    r.grad_norm = last_norm_;
+    r.kv_mode = latch.kv_mode;
+    r.latch_generation = latch.generation;
+    r.kv_allreduce_calls = g_->stats->TaggedCalls(comm::kKvTag) - kv_before;
+    for (const auto& [key, c] : comm::CollectiveStats::Delta(g_->stats->Snapshot(), stats_before)) {
+      r.collective_calls[key] = c.calls;
     }
+    r.tokens = static_cast<int64_t>(latch.n) * spec_.micro_batch_size * g_->dp * spec_.seq_len;
+    r.optimizer_state_bytes = optimizer_state_bytes();
+    r.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return r;
   }
 
   absl::Status SaveCheckpoint(const std::string& dir) override {
     const int64_t n = store_->numel();
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
     at::Tensor local;
     if (!master_.defined()) {
-      local = store_->flat_params().narrow(0, 0, n).contiguous();
+      local = store_->flat_params().narrow(0, 0, n);
     } else if (zero1_) {
       // Reassemble the fp32 master from the DP partitions.
-      at::Tensor full = at::empty({store_->padded_numel()}, at::kFloat);
-      if (absl::Status st = g_->dp_group->AllGather(master_.data_ptr<float>(),
-                                                    full.data_ptr<float>(), master_.numel(),
-                                                    comm::DataType::kFloat32);
+      at::Tensor full = at::empty({store_->padded_numel()}, f32);
+      if (absl::Status st = g_->dp_group->AllGather(CommBuffer(master_), CommBuffer(full));
           !st.ok()) {
         return st;
       }
-      local = full.narrow(0, 0, n).contiguous();
+      local = full.narrow(0, 0, n);
     } else {
-      local = master_.narrow(0, 0, n).contiguous();
+      local = master_.narrow(0, 0, n);
     }
-    at::Tensor gathered = at::empty({g_->tp * n}, at::kFloat);
-    if (absl::Status st = g_->tp_group->AllGather(local.data_ptr<float>(),
-                                                  gathered.data_ptr<float>(),
-                                                  static_cast<size_t>(n), comm::DataType::kFloat32);
+    at::Tensor gathered = at::empty({g_->tp * n}, f32);
+    if (absl::Status st = g_->tp_group->AllGather(CommBuffer(local), CommBuffer(gathered));
         !st.ok()) {
       return st;
     }
     if (g_->rank != 0) return absl::OkStatus();
+    gathered = gathered.cpu();
     std::vector<std::vector<ParamLayout>> layouts;
     std::vector<at::Tensor> flats;
     for (int r = 0; r < g_->tp; ++r) {
@@ -197,25 +200,28 @@ class EngineImpl final : public Engine {
 
  private:
   absl::StatusOr<double> Window(const Latch& latch) {
-    float* grads = store_->flat_grads().data_ptr<float>();
-    // The fp32 values the optimizer updates: the master partition (bf16) or the parameters.
-    float* params = master_.defined() ? master_.data_ptr<float>() - part_begin_
-                                      : store_->flat_params().data_ptr<float>();
+    const at::Tensor& grads = store_->flat_grads();
     const int64_t numel = store_->numel();
+    const int64_t chunk = part_end_ - part_begin_;
+    // This rank's partition of the gradient (ZeRO-1) or all of it, and the fp32 values the
+    // optimizer updates there: the master partition (bf16) or the parameters.
+    const at::Tensor grads_part = grads.narrow(0, part_begin_, chunk);
+    const at::Tensor params_part =
+        master_.defined() ? master_ : store_->flat_params().narrow(0, part_begin_, chunk);
     const int mb = spec_.micro_batch_size;
     const int S = spec_.seq_len;
     store_->ZeroGrads();
     kv_->BeginWindow();
     double loss_sum = 0.0;
-    at::Tensor tokens = at::empty({mb, S + 1}, at::kLong);
+    at::Tensor tokens = at::empty({mb, S + 1}, at::kLong);  // host: the data source fills it
     for (int m = 0; m < latch.n; ++m) {
       int64_t* t = tokens.data_ptr<int64_t>();
       for (int b = 0; b < mb; ++b) {
         data_->Sample(SampleIndex(latch.first_micro_batch, m, g_->dp, g_->dp_rank, mb, b),
                       t + b * (S + 1));
       }
-      at::Tensor ids = tokens.narrow(1, 0, S);
-      at::Tensor labels = tokens.narrow(1, 1, S);
+      at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
+      at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
       at::Tensor loss = model_->Loss(ids, labels);
       loss_sum += loss.item<double>();
       (loss / static_cast<double>(latch.n)).backward();
@@ -227,7 +233,7 @@ class EngineImpl final : public Engine {
       const bool last = m == latch.n - 1;
       if (!last && !latch.no_sync[m] && comm::is_parallel(g_->dp_group)) {
         // DDP semantics: the mean of the accumulated gradient (idempotent).
-        if (absl::Status st = DpMeanAllReduce(grads, numel); !st.ok()) return st;
+        if (absl::Status st = DpMeanAllReduce(grads.narrow(0, 0, numel)); !st.ok()) return st;
         if (absl::Status st = kv_->OnGradsReplaced(grads); !st.ok()) return st;
       }
     }
@@ -240,35 +246,29 @@ class EngineImpl final : public Engine {
     double norm_sq = 0.0;
     const bool count_replicated = g_->tp_rank == 0;
     if (zero1_) {
-      const int64_t chunk = part_end_ - part_begin_;
       // In place: the grads buffer is the scratch; only this rank's partition is used after.
-      if (absl::Status st = g_->dp_group->ReduceScatterSum(grads, grads + part_begin_, chunk,
-                                                           comm::DataType::kFloat32);
+      if (absl::Status st =
+              g_->dp_group->ReduceScatterSum(CommBuffer(grads), CommBuffer(grads_part));
           !st.ok()) {
         return st;
       }
-      Scale(grads + part_begin_, chunk, 1.0f / g_->dp);
-      double both[2] = {LocalGradNormSq(grads, store_->segments(), part_begin_, part_end_,
+      ops_->Scale(grads_part, 1.0f / g_->dp);
+      double both[2] = {LocalGradNormSq(*ops_, grads, store_->segments(), part_begin_, part_end_,
                                         count_replicated),
                         loss};
-      if (absl::Status st = g_->world->AllReduceSum(both, 2, comm::DataType::kFloat64); !st.ok()) {
-        return st;
-      }
+      if (absl::Status st = SumScalars(g_->world.get(), both, 2); !st.ok()) return st;
       norm_sq = both[0];
       loss = both[1] / g_->world_size;
     } else {
       if (comm::is_parallel(g_->dp_group)) {
-        grads[numel] = static_cast<float>(loss);  // the loss rides in the spare slot
-        if (absl::Status st = DpMeanAllReduce(grads, numel + 1); !st.ok()) return st;
-        loss = grads[numel];
-        grads[numel] = 0.0f;
+        ops_->Set(grads, numel, static_cast<float>(loss));  // the loss rides in the spare slot
+        if (absl::Status st = DpMeanAllReduce(grads.narrow(0, 0, numel + 1)); !st.ok()) return st;
+        loss = ops_->Get(grads, numel);
+        ops_->Set(grads, numel, 0.0f);
       }
-      norm_sq = LocalGradNormSq(grads, store_->segments(), 0, numel, count_replicated);
+      norm_sq = LocalGradNormSq(*ops_, grads, store_->segments(), 0, numel, count_replicated);
       if (comm::is_parallel(g_->tp_group)) {
-        if (absl::Status st = g_->tp_group->AllReduceSum(&norm_sq, 1, comm::DataType::kFloat64);
-            !st.ok()) {
-          return st;
-        }
+        if (absl::Status st = SumScalars(g_->tp_group.get(), &norm_sq, 1); !st.ok()) return st;
       }
     }
     last_norm_ = std::sqrt(norm_sq);
@@ -276,28 +276,24 @@ class EngineImpl final : public Engine {
       if (absl::Status st = DumpGrads(); !st.ok()) return st;
     }
     const double coef = ClipCoefficient(last_norm_, spec_.gradient_clipping);
-    if (coef < 1.0) Scale(grads + part_begin_, part_end_ - part_begin_, static_cast<float>(coef));
-    {
-      at::NoGradGuard no_grad;
-      optimizer_->Step(params + part_begin_, grads + part_begin_);
-    }
-    const int64_t chunk = part_end_ - part_begin_;
+    if (coef < 1.0) ops_->Scale(grads_part, static_cast<float>(coef));
+    optimizer_->Step(params_part, grads_part);
     if (master_.defined()) {
       // bf16: the next window computes with the updated master, rounded once to bf16.
-      at::Tensor compute = store_->flat_compute();
-      compute.narrow(0, part_begin_, chunk).copy_(master_);
+      const at::Tensor& compute = store_->flat_compute();
+      const at::Tensor compute_part = compute.narrow(0, part_begin_, chunk);
+      ops_->Copy(compute_part, master_);
       if (zero1_) {
-        auto* base = static_cast<uint16_t*>(compute.data_ptr());
-        if (absl::Status st = g_->dp_group->AllGather(base + part_begin_, base, chunk,
-                                                      comm::DataType::kBFloat16);
+        if (absl::Status st =
+                g_->dp_group->AllGather(CommBuffer(compute_part), CommBuffer(compute));
             !st.ok()) {
           return st;
         }
       }
     } else if (zero1_) {
       // In place: this rank's partition already sits at its offset.
-      if (absl::Status st = g_->dp_group->AllGather(params + part_begin_, params, chunk,
-                                                    comm::DataType::kFloat32);
+      if (absl::Status st =
+              g_->dp_group->AllGather(CommBuffer(params_part), CommBuffer(store_->flat_params()));
           !st.ok()) {
         return st;
       }
@@ -305,24 +301,40 @@ class EngineImpl final : public Engine {
     return loss;
   }
 
-  absl::Status DpMeanAllReduce(float* grads, int64_t count) {
-    if (absl::Status st = g_->dp_group->AllReduceSum(grads, count, comm::DataType::kFloat32);
-        !st.ok()) {
-      return st;
-    }
-    Scale(grads, count, 1.0f / g_->dp);
+  absl::Status DpMeanAllReduce(const at::Tensor& grads) {
+    if (absl::Status st = g_->dp_group->AllReduceSum(CommBuffer(grads)); !st.ok()) return st;
+    ops_->Scale(grads, 1.0f / g_->dp);
     return absl::OkStatus();
   }
 
-  static void Scale(float* x, int64_t n, float s) {
-    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  // Sums n host doubles over `group`, through a buffer on the training device (the same memory
+  // on the CPU).
+  absl::Status SumScalars(comm::Group* group, double* values, int64_t n) {
+    at::Tensor t = at::from_blob(values, {n}, at::kDouble).to(device_);
+    if (absl::Status st = group->AllReduceSum(CommBuffer(t)); !st.ok()) return st;
+    if (!t.is_cpu()) std::memcpy(values, t.cpu().data_ptr<double>(), n * sizeof(double));
+    return absl::OkStatus();
   }
 
   absl::Status DumpGrads() {
+    at::Tensor grads = store_->flat_grads();
+    if (zero1_) {
+      // Only this rank's partition holds the reduced gradient; the in-place reduce-scatter used
+      // the rest of the buffer as scratch. Gather every rank's partition into a copy.
+      at::Tensor full = at::empty_like(grads);
+      const at::Tensor part = grads.narrow(0, part_begin_, part_end_ - part_begin_);
+      if (absl::Status st = g_->dp_group->AllGather(CommBuffer(part), CommBuffer(full)); !st.ok()) {
+        return st;
+      }
+      grads = full;
+    }
+    grads = grads.cpu();
     StFile file;
     const auto& layout = store_->layout();
     for (size_t i = 0; i < layout.size(); ++i) {
-      file.tensors.push_back(ToStTensor(layout[i].name, store_->grad_view(i)));
+      const at::Tensor g =
+          grads.narrow(0, store_->offset(i), layout[i].local_numel()).view(layout[i].local_shape);
+      file.tensors.push_back(ToStTensor(layout[i].name, g));
     }
     std::sort(file.tensors.begin(), file.tensors.end(),
               [](const StTensor& a, const StTensor& b) { return a.name < b.name; });
@@ -334,6 +346,8 @@ class EngineImpl final : public Engine {
   JobSpec spec_;
   comm::ProcessGroups* g_;
   EngineOptions opts_;
+  c10::Device device_ = c10::Device(c10::kCPU);
+  std::unique_ptr<FlatOps> ops_;  // before everything that computes through it
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<GptBigCode> model_;
   std::unique_ptr<KvReducer> kv_;

@@ -7,9 +7,16 @@
 // rank's partition) -> global grad norm -> clip -> optimizer step -> (ZeRO-1) all-gather of
 // parameters. A latch is never mixed with another mode inside its window.
 //
-// Torch stays inside engine.cc; this header is torch-free so the runner and the coordinator-side
-// code never compile libtorch headers.
-// Thread-safety: one thread. Errors (collective timeouts, bad latches) come back as a Status.
+// Every number in the flat parameter, gradient and optimizer buffers is computed through FlatOps
+// (flat_ops.h) on the buffers' device, and every collective gets device-tagged buffers.
+// Torch stays inside the .cc files; this header is torch-free so the runner and the
+// coordinator-side code never compile libtorch headers.
+// Thread-safety: one thread.
+// Errors: a bad latch and a collective failing outside autograd come back as a Status. A
+// collective failing inside autograd (the TP layers) throws comm::CollectiveError carrying its
+// Status; a libtorch error (a bug, e.g. a shape mismatch) throws c10::Error. Neither is caught
+// here: they reach the worker's top loop, which maps them to a Status once. After any error the
+// engine's state is undefined: run no further windows.
 #ifndef LATCHKEY_WORKER_TRAIN_ENGINE_H_
 #define LATCHKEY_WORKER_TRAIN_ENGINE_H_
 
@@ -25,13 +32,19 @@
 
 namespace latchkey {
 
-
 struct EngineOptions {
   bool skip_kv_reduction_for_testing = false;
-  // When set, after the boundary reduction of window `dump_grads_step` the rank's (local, flat)
-  // gradients are written as a safetensors file `dump_grads_dir/grads-rank{R}.safetensors`.
+  // When set, after the boundary reduction of window `dump_grads_step` (before clipping) each
+  // rank writes its local shard's gradient, the window mean over DP, as a safetensors file
+  // `dump_grads_dir/grads-rank{R}.safetensors` (one tensor per parameter, TP-local shapes).
+  // Under ZeRO-1 a rank has reduced only its own partition (the in-place reduce-scatter uses the
+  // rest of the buffer as scratch), so the dump first all-gathers the partitions over DP into a
+  // separate buffer: one extra all_gather/dp in that window, and the same file as ZeRO-0 writes.
   std::string dump_grads_dir;
   int64_t dump_grads_step = -1;
+  // Where the flat buffers live and their arithmetic runs. CreateEngine fails UNIMPLEMENTED for
+  // a device this build has no kernels for (the CPU only, today).
+  comm::Device device = comm::Device::Cpu();
 };
 
 class Engine {

@@ -4,18 +4,22 @@
 
 namespace latchkey {
 
-double LocalGradNormSq(const float* grads, const std::vector<FlatSegment>& segments, int64_t begin,
-                       int64_t end, bool count_replicated) {
-  double total = 0.0;
+std::vector<FlatRange> NormRanges(const std::vector<FlatSegment>& segments, int64_t begin,
+                                  int64_t end, bool count_replicated) {
+  std::vector<FlatRange> out;
   for (const FlatSegment& s : segments) {
     if (s.replicated && !count_replicated) continue;
     const int64_t lo = std::max(begin, s.offset);
     const int64_t hi = std::min(end, s.offset + s.length);
-    double acc = 0.0;
-    for (int64_t i = lo; i < hi; ++i) acc += static_cast<double>(grads[i]) * grads[i];
-    total += acc;
+    if (hi > lo) out.push_back({lo, hi - lo});
   }
-  return total;
+  return out;
+}
+
+double LocalGradNormSq(const FlatOps& ops, const at::Tensor& grads,
+                       const std::vector<FlatSegment>& segments, int64_t begin, int64_t end,
+                       bool count_replicated) {
+  return ops.SumSquares(grads, NormRanges(segments, begin, end, count_replicated));
 }
 
 double ClipCoefficient(double norm, double max_norm) {

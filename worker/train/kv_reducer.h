@@ -12,9 +12,13 @@
 //
 // Usage per window: BeginWindow(); { backward; NoteBackward(); [ReducePending(per_tensor)] }*;
 // ReducePending(mode) at the boundary; after a DP reduction call OnGradsReplaced().
-// Thread-safety: one thread. Lifetime: `tp` outlives the reducer.
+// The staging and snapshot buffers live on the gradients' device and every arithmetic step goes
+// through FlatOps (PackDelta / UnpackDelta / Pack); the collectives get device-tagged buffers.
+// Thread-safety: one thread. Lifetime: `tp` and `ops` outlive the reducer.
 #ifndef LATCHKEY_WORKER_TRAIN_KV_REDUCER_H_
 #define LATCHKEY_WORKER_TRAIN_KV_REDUCER_H_
+
+#include <ATen/core/Tensor.h>
 
 #include <vector>
 
@@ -22,13 +26,15 @@
 #include "common/job_spec.h"
 #include "worker/comm/comm.h"
 #include "worker/model/tp_layout.h"
+#include "worker/train/flat_ops.h"
 
 namespace latchkey {
 
 class KvReducer {
  public:
-  // `segments`: the whole ParamStore segment list; only those with kv=true are used.
-  KvReducer(const std::vector<FlatSegment>& segments, comm::Group* tp);
+  // `segments`: the whole ParamStore segment list; only those with kv=true are used. The
+  // gradients later passed in are on ops->device().
+  KvReducer(const std::vector<FlatSegment>& segments, comm::Group* tp, const FlatOps* ops);
 
   // True when there is anything to reduce at all (MQA model and a parallel TP group).
   bool active() const { return active_; }
@@ -41,27 +47,29 @@ class KvReducer {
   // Sums (grad - snapshot) of every K/V row over TP and adds it back; `coalesced` picks one
   // collective for all rows instead of one per tensor. No-op (no collective) when inactive or
   // when nothing was added since the previous reduction.
-  absl::Status ReducePending(float* grads, bool coalesced);
+  // `grads`: the whole flat fp32 gradient buffer.
+  absl::Status ReducePending(const at::Tensor& grads, bool coalesced);
 
   // The gradient buffer was changed by something other than a backward (a DP mean): the K/V
   // rows must be fully reduced (nothing pending) or untouched since BeginWindow.
   // FAILED_PRECONDITION on a partially reduced window, which the engine never produces.
-  absl::Status OnGradsReplaced(const float* grads);
+  absl::Status OnGradsReplaced(const at::Tensor& grads);
 
   // Test-only switch: when disabled, ReducePending does nothing (proves the parity tests catch
   // a missing reduction).
   void set_enabled_for_testing(bool enabled) { enabled_ = enabled; }
 
  private:
-  std::vector<FlatSegment> kv_;
+  std::vector<FlatRange> kv_;
   comm::Group* tp_;
+  const FlatOps* ops_;
   bool active_ = false;
   bool enabled_ = true;
   int64_t total_ = 0;
   int pending_backwards_ = 0;
   bool reduced_in_window_ = false;
-  std::vector<float> snapshot_;  // the K/V rows right after the previous reduction
-  std::vector<float> stage_;     // contiguous staging of (grad - snapshot)
+  at::Tensor snapshot_;  // the K/V rows right after the previous reduction, back to back
+  at::Tensor stage_;     // contiguous staging of (grad - snapshot)
 };
 
 }  // namespace latchkey

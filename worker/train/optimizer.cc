@@ -1,5 +1,7 @@
 #include "worker/train/optimizer.h"
 
+#include <ATen/ATen.h>
+
 #include <cmath>
 
 namespace latchkey {
@@ -7,61 +9,54 @@ namespace {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(double lr, int64_t count) : lr_(static_cast<float>(lr)), count_(count) {}
-  void Step(float* p, const float* g) override {
-    for (int64_t i = 0; i < count_; ++i) p[i] -= lr_ * g[i];
-  }
+  Sgd(double lr, const FlatOps* ops) : lr_(static_cast<float>(lr)), ops_(ops) {}
+  void Step(const at::Tensor& p, const at::Tensor& g) override { ops_->SgdStep(p, g, lr_); }
   int64_t state_bytes() const override { return 0; }
 
  private:
   float lr_;
-  int64_t count_;
+  const FlatOps* ops_;
 };
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(const OptimizerConfig& c, int64_t count)
-      : c_(c), count_(count), m_(count, 0.0f), v_(count, 0.0f) {}
+  AdamW(const OptimizerConfig& c, int64_t count, const FlatOps* ops)
+      : c_(c),
+        ops_(ops),
+        m_(at::zeros({count}, at::TensorOptions().dtype(at::kFloat).device(ops->device()))),
+        v_(at::zeros({count}, at::TensorOptions().dtype(at::kFloat).device(ops->device()))) {}
 
-  void Step(float* p, const float* g) override {
+  void Step(const at::Tensor& p, const at::Tensor& g) override {
     ++step_;
-    const float lr = static_cast<float>(c_.lr);
-    const float b1 = static_cast<float>(c_.betas[0]);
-    const float b2 = static_cast<float>(c_.betas[1]);
-    const float eps = static_cast<float>(c_.eps);
-    const float decay = static_cast<float>(1.0 - c_.lr * c_.weight_decay);
     const double bc1 = 1.0 - std::pow(c_.betas[0], static_cast<double>(step_));
     const double bc2 = 1.0 - std::pow(c_.betas[1], static_cast<double>(step_));
-    const float step_size = static_cast<float>(c_.lr / bc1);
-    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-    (void)lr;
-    float* m = m_.data();
-    float* v = v_.data();
-    for (int64_t i = 0; i < count_; ++i) {
-      p[i] *= decay;
-      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-      p[i] -= step_size * m[i] / denom;
-    }
+    AdamWScalars s;
+    s.beta1 = static_cast<float>(c_.betas[0]);
+    s.beta2 = static_cast<float>(c_.betas[1]);
+    s.eps = static_cast<float>(c_.eps);
+    s.decay = static_cast<float>(1.0 - c_.lr * c_.weight_decay);
+    s.step_size = static_cast<float>(c_.lr / bc1);
+    s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    ops_->AdamWStep(p, g, m_, v_, s);
   }
   int64_t state_bytes() const override {
-    return static_cast<int64_t>((m_.size() + v_.size()) * sizeof(float));
+    return static_cast<int64_t>((m_.numel() + v_.numel()) * sizeof(float));
   }
 
  private:
   OptimizerConfig c_;
-  int64_t count_;
+  const FlatOps* ops_;
   int64_t step_ = 0;
-  std::vector<float> m_;
-  std::vector<float> v_;
+  at::Tensor m_;
+  at::Tensor v_;
 };
 
 }  // namespace
 
-std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerConfig& config, int64_t count) {
-  if (config.type == OptimizerType::kSgd) return std::make_unique<Sgd>(config.lr, count);
-  return std::make_unique<AdamW>(config, count);
+std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerConfig& config, int64_t count,
+                                         const FlatOps* ops) {
+  if (config.type == OptimizerType::kSgd) return std::make_unique<Sgd>(config.lr, ops);
+  return std::make_unique<AdamW>(config, count, ops);
 }
 
 }  // namespace latchkey

@@ -1,9 +1,5 @@
 #include "worker/comm/gloo/gloo_group.h"
 
-#include <chrono>
-#include <cstring>
-#include <vector>
-
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -11,6 +7,10 @@
 #include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/math.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
 
 namespace latchkey::comm {
 namespace {
@@ -28,48 +28,43 @@ class GlooGroup final : public Group {
       : Group(std::move(name), ctx->rank, ctx->size, std::move(stats)), ctx_(std::move(ctx)) {}
 
  protected:
-  absl::Status DoAllReduceSum(void* data, size_t count, DataType type,
-                              std::chrono::milliseconds timeout) override {
+  // Gloo moves host memory only.
+  absl::Status CheckDevice(const Device& device) const override {
+    if (device.is_cpu()) return absl::OkStatus();
+    return absl::InvalidArgumentError("the gloo backend takes cpu buffers only, not a " +
+                                      device.ToString() + " buffer");
+  }
+
+  absl::Status DoAllReduceSum(const Buffer& data, std::chrono::milliseconds timeout) override {
     return Guard(timeout, [&] {
       gloo::AllreduceOptions opts(ctx_);
       opts.setTimeout(timeout);
-      if (type == DataType::kFloat32) {
-        opts.setOutput(static_cast<float*>(data), count);
+      if (data.type == DataType::kFloat32) {
+        opts.setOutput(static_cast<float*>(data.data), data.count);
         SetSum<float>(opts);
       } else {
-        opts.setOutput(static_cast<double*>(data), count);
+        opts.setOutput(static_cast<double*>(data.data), data.count);
         SetSum<double>(opts);
       }
       gloo::allreduce(opts);
     });
   }
 
-  absl::Status DoAllGather(const void* in, void* out, size_t count, DataType type,
+  absl::Status DoAllGather(const Buffer& in, const Buffer& out,
                            std::chrono::milliseconds timeout) override {
     return Guard(timeout, [&] {
       gloo::AllgatherOptions opts(ctx_);
       opts.setTimeout(timeout);
-      const size_t total = count * static_cast<size_t>(size());
-      const bool in_place = static_cast<const char*>(in) ==
-                            static_cast<const char*>(out) + rank() * count * DataTypeSize(type);
-      if (in_place) {
-        // gloo's in-place form: no input buffer, this rank's chunk already sits in `out`.
-        if (type == DataType::kFloat32) {
-          opts.setOutput(static_cast<float*>(out), total);
-        } else if (type == DataType::kBFloat16) {
-          opts.setOutput(static_cast<uint16_t*>(out), total);
-        } else {
-          opts.setOutput(static_cast<double*>(out), total);
-        }
-      } else if (type == DataType::kFloat32) {
-        opts.setInput(const_cast<float*>(static_cast<const float*>(in)), count);
-        opts.setOutput(static_cast<float*>(out), total);
-      } else if (type == DataType::kBFloat16) {
-        opts.setInput(const_cast<uint16_t*>(static_cast<const uint16_t*>(in)), count);
-        opts.setOutput(static_cast<uint16_t*>(out), total);
+      const bool in_place =
+          static_cast<const char*>(in.data) ==
+          static_cast<const char*>(out.data) + static_cast<size_t>(rank()) * in.bytes();
+      // gloo's in-place form: no input buffer, this rank's chunk already sits in `out`.
+      if (in.type == DataType::kFloat32) {
+        SetGather<float>(opts, in, out, in_place);
+      } else if (in.type == DataType::kBFloat16) {
+        SetGather<uint16_t>(opts, in, out, in_place);
       } else {
-        opts.setInput(const_cast<double*>(static_cast<const double*>(in)), count);
-        opts.setOutput(static_cast<double*>(out), total);
+        SetGather<double>(opts, in, out, in_place);
       }
       gloo::allgather(opts);
     });
@@ -78,21 +73,19 @@ class GlooGroup final : public Group {
   // Ring reduce-scatter over unbound buffers: size-1 steps; at step s this rank sends its partial
   // sum of chunk (r-s-1) to the next rank and adds the previous rank's partial of chunk (r-s-2);
   // after the last step it holds the full sum of chunk r.
-  absl::Status DoReduceScatterSum(const void* in, void* out, size_t count, DataType type,
+  absl::Status DoReduceScatterSum(const Buffer& in, const Buffer& out,
                                   std::chrono::milliseconds timeout) override {
     return Guard(timeout, [&] {
-      const size_t esize = DataTypeSize(type);
       const int n = size();
       const int r = rank();
-      const size_t chunk_bytes = count * esize;
+      const size_t count = out.count;
+      const size_t chunk_bytes = out.bytes();
+      char* const in_bytes = static_cast<char*>(in.data);
       // In place when `out` is this rank's chunk of `in`: reduce inside `in` itself.
-      const bool in_place =
-          static_cast<char*>(out) == static_cast<const char*>(in) + r * chunk_bytes;
+      const bool in_place = static_cast<char*>(out.data) == in_bytes + r * chunk_bytes;
       std::vector<char> copy;
-      if (!in_place) {
-        copy.assign(static_cast<const char*>(in), static_cast<const char*>(in) + chunk_bytes * n);
-      }
-      char* work = in_place ? static_cast<char*>(const_cast<void*>(in)) : copy.data();
+      if (!in_place) copy.assign(in_bytes, in_bytes + chunk_bytes * n);
+      char* work = in_place ? in_bytes : copy.data();
       std::vector<char> incoming(chunk_bytes);
       auto send_buf = ctx_->createUnboundBuffer(work, chunk_bytes * n);
       auto recv_buf = ctx_->createUnboundBuffer(incoming.data(), incoming.size());
@@ -107,7 +100,7 @@ class GlooGroup final : public Group {
         recv_buf->waitRecv(timeout);
         send_buf->waitSend(timeout);
         char* dst = work + recv_chunk * chunk_bytes;
-        if (type == DataType::kFloat32) {
+        if (in.type == DataType::kFloat32) {
           Add(reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(incoming.data()),
               count);
         } else {
@@ -115,22 +108,22 @@ class GlooGroup final : public Group {
               count);
         }
       }
-      if (!in_place) std::memcpy(out, work + r * chunk_bytes, chunk_bytes);
+      if (!in_place) std::memcpy(out.data, work + r * chunk_bytes, chunk_bytes);
     });
   }
 
-  absl::Status DoBroadcast(void* data, size_t count, DataType type, int root,
+  absl::Status DoBroadcast(const Buffer& data, int root,
                            std::chrono::milliseconds timeout) override {
     return Guard(timeout, [&] {
       gloo::BroadcastOptions opts(ctx_);
       opts.setTimeout(timeout);
       opts.setRoot(root);
-      if (type == DataType::kFloat32) {
-        opts.setOutput(static_cast<float*>(data), count);
-      } else if (type == DataType::kBFloat16) {
-        opts.setOutput(static_cast<uint16_t*>(data), count);
+      if (data.type == DataType::kFloat32) {
+        opts.setOutput(static_cast<float*>(data.data), data.count);
+      } else if (data.type == DataType::kBFloat16) {
+        opts.setOutput(static_cast<uint16_t*>(data.data), data.count);
       } else {
-        opts.setOutput(static_cast<double*>(data), count);
+        opts.setOutput(static_cast<double*>(data.data), data.count);
       }
       gloo::broadcast(opts);
     });
@@ -145,6 +138,13 @@ class GlooGroup final : public Group {
   }
 
  private:
+  template <typename T>
+  static void SetGather(gloo::AllgatherOptions& opts, const Buffer& in, const Buffer& out,
+                        bool in_place) {
+    if (!in_place) opts.setInput(static_cast<T*>(in.data), in.count);
+    opts.setOutput(static_cast<T*>(out.data), out.count);
+  }
+
   template <typename T>
   static void Add(T* dst, const T* src, size_t n) {
     for (size_t i = 0; i < n; ++i) dst[i] += src[i];
@@ -164,8 +164,8 @@ class GlooGroup final : public Group {
       const auto elapsed = std::chrono::steady_clock::now() - start;
       // Gloo's own deadline checks run a little early or late; 90% of the timeout is "reached".
       if (elapsed >= timeout * 9 / 10) {
-        return absl::DeadlineExceededError("no progress within " +
-                                           std::to_string(timeout.count()) + " ms: " + e.what());
+        return absl::DeadlineExceededError("no progress within " + std::to_string(timeout.count()) +
+                                           " ms: " + e.what());
       }
       return absl::UnavailableError(std::string("peer connection lost: ") + e.what());
     } catch (const std::exception& e) {

@@ -1,7 +1,8 @@
 // Gloo implementation of comm::Group (CPU, TCP transport), built on libgloo directly: the same
 // libgloo.so.0 libtorch links, called in the caller's thread (about 3x lower latency here than
 // c10d's ProcessGroupGloo, which also lacks reduce_scatter in libtorch 1.13).
-// Created by the gloo backend (gloo_backend.cc) through comm::CreateProcessGroups.
+// Host memory only: a buffer on any other device is refused (INVALID_ARGUMENT) before anything
+// is issued. Created by the gloo backend (gloo_backend.cc) through comm::CreateProcessGroups.
 // Thread-safety: as comm::Group (one thread at a time).
 #ifndef LATCHKEY_WORKER_COMM_GLOO_GLOO_GROUP_H_
 #define LATCHKEY_WORKER_COMM_GLOO_GLOO_GROUP_H_

@@ -1,0 +1,107 @@
+// The engine's error contract on one thread, with scripted groups standing in for the peers:
+// a collective failing inside autograd propagates as comm::CollectiveError (never turned into
+// another code here); one failing at the boundary comes back as its Status.
+#include "worker/train/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/latch.h"
+#include "worker/comm/collective_error.h"
+#include "worker/comm/scripted_group.h"
+
+namespace latchkey {
+namespace {
+
+const std::string kFixture = std::string(LATCHKEY_SOURCE_DIR) + "/testdata/gptbigcode-tiny";
+
+// TP 2 (rank 0 of 2) on the fixture's MQA model: 2 layers, so 4 TP all-reduces per forward and
+// 4 per backward, then one coalesced K/V all-reduce and the norm's at the boundary.
+JobSpec TpSpec() {
+  const nlohmann::json j = {
+      {"model",
+       {{"model_type", "gpt_bigcode"},
+        {"n_layer", 2},
+        {"n_embd", 64},
+        {"n_head", 8},
+        {"vocab_size", 256},
+        {"n_positions", 64},
+        {"multi_query", true}}},
+      {"train_micro_batch_size_per_gpu", 1},
+      {"gradient_accumulation_steps", 1},
+      {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 0.1}}}}},
+      {"tensor_parallel", {{"autotp_size", 2}}},
+      {"latchkey",
+       {{"seq_len", 8},
+        {"steps", 1},
+        {"world_size", 2},
+        {"kv_reduce", "coalesced"},
+        {"init_from", kFixture + "/mqa"},
+        {"data", {{"tokens_file", kFixture + "/tokens.bin"}, {"dtype", "uint16"}}}}}};
+  auto spec = ParseJobSpec(j.dump(), "/");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+// The process groups of TP rank 0 whose TP all-reduces succeed `ok_tp_all_reduces` times.
+comm::ProcessGroups ScriptedGroups(int ok_tp_all_reduces) {
+  comm::ProcessGroups g;
+  g.world_size = 2;
+  g.tp = 2;
+  g.stats = std::make_shared<comm::CollectiveStats>();
+  g.world = std::make_shared<comm::ScriptedGroup>("world", 0, 2, g.stats);
+  g.tp_group = std::make_shared<comm::ScriptedGroup>("tp", 0, 2, g.stats, ok_tp_all_reduces);
+  g.dp_group = std::make_shared<comm::SingleRankGroup>("dp", g.stats);
+  return g;
+}
+
+Latch FirstLatch(const JobSpec& spec) { return DecideLatch(spec, InitialPolicy(spec), 0, 0); }
+
+TEST(EngineErrors, CollectiveFailingInBackwardPropagatesAsCollectiveError) {
+  const JobSpec spec = TpSpec();
+  comm::ProcessGroups groups = ScriptedGroups(/*ok_tp_all_reduces=*/4);  // the forward only
+  auto engine = CreateEngine(spec, &groups);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  try {
+    auto report = (*engine)->RunWindow(FirstLatch(spec));
+    FAIL() << "window finished: " << report.status();
+  } catch (const comm::CollectiveError& e) {
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kDeadlineExceeded) << e.status();
+    EXPECT_NE(e.status().message().find("all_reduce on group 'tp'"), std::string::npos)
+        << e.status();
+  }
+}
+
+TEST(EngineErrors, CollectiveFailingAtTheBoundaryIsItsStatus) {
+  const JobSpec spec = TpSpec();
+  comm::ProcessGroups groups = ScriptedGroups(/*ok_tp_all_reduces=*/8);  // forward + backward
+  auto engine = CreateEngine(spec, &groups);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto report = (*engine)->RunWindow(FirstLatch(spec));  // the K/V all-reduce fails
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kDeadlineExceeded) << report.status();
+}
+
+TEST(EngineErrors, WindowRunsWithScriptedPeers) {
+  const JobSpec spec = TpSpec();
+  comm::ProcessGroups groups = ScriptedGroups(/*ok_tp_all_reduces=*/1000);
+  auto engine = CreateEngine(spec, &groups);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto report = (*engine)->RunWindow(FirstLatch(spec));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->kv_allreduce_calls, 1);
+  EXPECT_EQ(report->collective_calls.at("all_reduce/tp"), 4 + 4 + 1 + 1);
+}
+
+TEST(EngineErrors, DeviceWithoutKernelsIsUnimplemented) {
+  const JobSpec spec = TpSpec();
+  comm::ProcessGroups groups = ScriptedGroups(1000);
+  EngineOptions options;
+  options.device = comm::Device::Cuda(0);
+  auto engine = CreateEngine(spec, &groups, options);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented) << engine.status();
+  EXPECT_NE(engine.status().message().find("cuda:0"), std::string::npos) << engine.status();
+}
+
+}  // namespace
+}  // namespace latchkey

@@ -1,0 +1,168 @@
+#include "worker/train/flat_ops.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+namespace latchkey {
+namespace {
+
+// The CPU kernels: plain loops in the order the contract states (the reference numerics).
+class CpuFlatOps final : public FlatOps {
+ public:
+  c10::Device device() const override { return c10::Device(c10::kCPU); }
+
+  void Scale(const at::Tensor& x, float s) const override {
+    float* p = F32(x, "x");
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n; ++i) p[i] *= s;
+  }
+
+  double SumSquares(const at::Tensor& x, const std::vector<FlatRange>& ranges) const override {
+    const float* g = F32(x, "x");
+    CheckRanges(x, ranges);
+    double total = 0.0;
+    for (const FlatRange& r : ranges) {
+      double acc = 0.0;
+      for (int64_t i = r.offset; i < r.offset + r.length; ++i) {
+        acc += static_cast<double>(g[i]) * g[i];
+      }
+      total += acc;
+    }
+    return total;
+  }
+
+  void Pack(const at::Tensor& x, const std::vector<FlatRange>& ranges,
+            const at::Tensor& packed) const override {
+    const float* g = F32(x, "x");
+    float* out = F32(packed, "packed");
+    TORCH_CHECK(CheckRanges(x, ranges) == packed.numel(), "packed size does not match ranges");
+    for (const FlatRange& r : ranges) {
+      std::memcpy(out, g + r.offset, r.length * sizeof(float));
+      out += r.length;
+    }
+  }
+
+  void PackDelta(const at::Tensor& x, const std::vector<FlatRange>& ranges,
+                 const at::Tensor& snapshot, const at::Tensor& delta) const override {
+    const float* g = F32(x, "x");
+    const float* snap = F32(snapshot, "snapshot");
+    float* st = F32(delta, "delta");
+    const int64_t total = CheckRanges(x, ranges);
+    TORCH_CHECK(total == snapshot.numel() && total == delta.numel(),
+                "snapshot/delta size does not match ranges");
+    for (const FlatRange& r : ranges) {
+      const float* gr = g + r.offset;
+      for (int64_t i = 0; i < r.length; ++i) st[i] = gr[i] - snap[i];
+      snap += r.length;
+      st += r.length;
+    }
+  }
+
+  void UnpackDelta(const at::Tensor& x, const std::vector<FlatRange>& ranges,
+                   const at::Tensor& delta, const at::Tensor& snapshot,
+                   bool add_snapshot) const override {
+    float* g = F32(x, "x");
+    const float* st = F32(delta, "delta");
+    float* snap = F32(snapshot, "snapshot");
+    const int64_t total = CheckRanges(x, ranges);
+    TORCH_CHECK(total == snapshot.numel() && total == delta.numel(),
+                "snapshot/delta size does not match ranges");
+    for (const FlatRange& r : ranges) {
+      float* gr = g + r.offset;
+      if (add_snapshot) {
+        for (int64_t i = 0; i < r.length; ++i) gr[i] = snap[i] + st[i];
+      } else {
+        std::memcpy(gr, st, r.length * sizeof(float));
+      }
+      std::memcpy(snap, gr, r.length * sizeof(float));
+      snap += r.length;
+      st += r.length;
+    }
+  }
+
+  void SgdStep(const at::Tensor& p, const at::Tensor& g, float lr) const override {
+    float* w = F32(p, "p");
+    const float* d = F32(g, "g");
+    SameSize(p, g);
+    const int64_t n = p.numel();
+    for (int64_t i = 0; i < n; ++i) w[i] -= lr * d[i];
+  }
+
+  void AdamWStep(const at::Tensor& p_t, const at::Tensor& g_t, const at::Tensor& m_t,
+                 const at::Tensor& v_t, const AdamWScalars& s) const override {
+    float* p = F32(p_t, "p");
+    const float* g = F32(g_t, "g");
+    float* m = F32(m_t, "m");
+    float* v = F32(v_t, "v");
+    SameSize(p_t, g_t);
+    SameSize(p_t, m_t);
+    SameSize(p_t, v_t);
+    const float b1 = s.beta1;
+    const float b2 = s.beta2;
+    const int64_t n = p_t.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      p[i] *= s.decay;
+      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+      const float denom = std::sqrt(v[i]) / s.bc2_sqrt + s.eps;
+      p[i] -= s.step_size * m[i] / denom;
+    }
+  }
+
+  void Copy(const at::Tensor& dst, const at::Tensor& src) const override {
+    OnCpu(dst, "dst");
+    OnCpu(src, "src");
+    SameSize(dst, src);
+    at::NoGradGuard no_grad;
+    dst.copy_(src);
+  }
+
+  void Set(const at::Tensor& x, int64_t i, float v) const override {
+    float* p = F32(x, "x");
+    TORCH_CHECK(i >= 0 && i < x.numel(), "element ", i, " out of range");
+    p[i] = v;
+  }
+
+  float Get(const at::Tensor& x, int64_t i) const override {
+    const float* p = F32(x, "x");
+    TORCH_CHECK(i >= 0 && i < x.numel(), "element ", i, " out of range");
+    return p[i];
+  }
+
+ private:
+  static void OnCpu(const at::Tensor& t, const char* what) {
+    TORCH_CHECK(t.defined() && t.is_cpu() && t.is_contiguous() && t.dim() == 1, what,
+                ": expected a 1-D contiguous CPU tensor");
+  }
+  static float* F32(const at::Tensor& t, const char* what) {
+    OnCpu(t, what);
+    TORCH_CHECK(t.scalar_type() == at::kFloat, what, ": expected float32, got ", t.scalar_type());
+    return t.data_ptr<float>();
+  }
+  static void SameSize(const at::Tensor& a, const at::Tensor& b) {
+    TORCH_CHECK(a.numel() == b.numel(), "sizes differ: ", a.numel(), " vs ", b.numel());
+  }
+  // Returns the ranges' total length.
+  static int64_t CheckRanges(const at::Tensor& x, const std::vector<FlatRange>& ranges) {
+    int64_t total = 0;
+    for (const FlatRange& r : ranges) {
+      TORCH_CHECK(r.offset >= 0 && r.length >= 0 && r.offset + r.length <= x.numel(), "range [",
+                  r.offset, ", ", r.offset + r.length, ") outside ", x.numel());
+      total += r.length;
+    }
+    return total;
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FlatOps>> MakeFlatOps(const c10::Device& device) {
+  if (device.is_cpu()) return std::make_unique<CpuFlatOps>();
+  return absl::UnimplementedError("no training kernels for device " + device.str() +
+                                  " in this build (cpu only)");
+}
+
+}  // namespace latchkey
