@@ -16,8 +16,15 @@ inline constexpr std::chrono::seconds kDefaultRpcTimeout{10};
 // A worker gives up on an unreachable coordinator after this.
 inline constexpr std::chrono::seconds kDefaultReconnectTimeout{120};
 
-// Where clients look for the coordinator when neither a flag nor $LATCHKEY_COORDINATOR says.
+// A worker unseen for this long fails its job (latchkey-coordinator --liveness-timeout).
+inline constexpr std::chrono::seconds kDefaultLivenessTimeout{30};
+// How often workers heartbeat: a third of the liveness timeout leaves room for two lost beats.
+inline constexpr std::chrono::seconds kDefaultHeartbeatInterval{10};
+
+// Where clients look for the coordinator when neither a flag nor $LATCHKEY_COORDINATOR says,
+// and the port the coordinator listens on by default (the same one).
 inline constexpr char kDefaultCoordinatorAddress[] = "localhost:50051";
+inline constexpr int kDefaultCoordinatorPort = 50051;
 
 }  // namespace latchkey
 

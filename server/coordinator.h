@@ -41,6 +41,7 @@
 #include "common/job_spec.h"
 #include "common/join_info.h"
 #include "common/latch.h"
+#include "common/timeouts.h"
 #include "server/store.h"
 
 namespace latchkey {
@@ -52,12 +53,12 @@ struct CoordinatorOptions {
   // pause does not stall training. 0: only the current window.
   int latch_lookahead = 2;
   // A worker unseen (Join, Heartbeat, ReportStep, WatchLatches) for this long fails its job.
-  absl::Duration liveness_timeout = absl::Seconds(30);
+  absl::Duration liveness_timeout = absl::FromChrono(kDefaultLivenessTimeout);
   // Stamps records and measures liveness; null: RealClock(). Not owned; must outlive the
   // coordinator. The Wait* deadlines are real time (absl::Now()) whatever the clock.
   const Clock* clock = nullptr;
   // Told to workers at Join; a third of the timeout leaves room for two lost heartbeats.
-  absl::Duration heartbeat_interval = absl::Seconds(10);
+  absl::Duration heartbeat_interval = absl::FromChrono(kDefaultHeartbeatInterval);
   // Rendezvous ports handed out at submit when the submitter names none (inclusive range).
   int rendezvous_port_first = 29500;
   int rendezvous_port_last = 29999;

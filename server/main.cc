@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "common/timeouts.h"
 #include "server/coordinator.h"
 #include "server/metrics.h"
 #include "server/server.h"
@@ -48,13 +49,13 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   CLI::App app{"latchkey-coordinator: jobs, rank assignment and the window latch authority"};
-  std::string listen = "0.0.0.0:50051";
+  std::string listen = "0.0.0.0:" + std::to_string(latchkey::kDefaultCoordinatorPort);
   std::string db;
   std::string db_sync = "normal";
   int metrics_port = 9464;
   std::string metrics_host = "0.0.0.0";
   int lookahead = 2;
-  double liveness_s = 30;
+  double liveness_s = static_cast<double>(latchkey::kDefaultLivenessTimeout.count());
   double heartbeat_s = 0;
   std::string rendezvous_ports = "29500-29999";
   std::string port_file;

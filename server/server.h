@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/timeouts.h"
 #include "server/coordinator.h"
 
 namespace grpc {
@@ -26,9 +27,10 @@ class JobServiceImpl;
 class WorkerServiceImpl;
 
 struct ServerOptions {
-  std::string listen = "0.0.0.0:50051";     // HOST:PORT; port 0 picks a free one
-  int max_receive_message_bytes = 1 << 20;  // every request; specs are far smaller
-  int max_send_message_bytes = 16 << 20;    // a page of latches or jobs fits easily
+  std::string listen =
+      "0.0.0.0:" + std::to_string(kDefaultCoordinatorPort);  // HOST:PORT; port 0 picks a free one
+  int max_receive_message_bytes = 1 << 20;                   // every request; specs are far smaller
+  int max_send_message_bytes = 16 << 20;  // a page of latches or jobs fits easily
   absl::Duration stream_poll = absl::Milliseconds(200);
 };
 
