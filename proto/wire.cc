@@ -188,6 +188,76 @@ void SetTime(absl::Time t, google::protobuf::Timestamp* out) {
 
 }  // namespace
 
+v1::JoinResponse ToProto(const JoinInfo& info) {
+  v1::JoinResponse out;
+  out.set_rank(info.rank);
+  out.set_world_size(info.world_size);
+  out.set_tp(info.tp);
+  out.set_dp(info.dp);
+  out.set_tp_rank(info.tp_rank);
+  out.set_dp_rank(info.dp_rank);
+  out.set_spec_json(info.spec_json);
+  out.set_base_dir(info.base_dir);
+  out.mutable_rendezvous()->set_host(info.rendezvous_host);
+  out.mutable_rendezvous()->set_port(info.rendezvous_port);
+  out.set_state(ToProto(info.state));
+  *out.mutable_heartbeat_interval() = ToProtoDuration(info.heartbeat_interval);
+  *out.mutable_liveness_timeout() = ToProtoDuration(info.liveness_timeout);
+  out.set_steps(info.steps);
+  return out;
+}
+
+JoinInfo FromProto(const v1::JoinResponse& info) {
+  JoinInfo out;
+  out.rank = info.rank();
+  out.world_size = info.world_size();
+  out.tp = info.tp();
+  out.dp = info.dp();
+  out.tp_rank = info.tp_rank();
+  out.dp_rank = info.dp_rank();
+  out.spec_json = info.spec_json();
+  out.base_dir = info.base_dir();
+  out.rendezvous_host = info.rendezvous().host();
+  out.rendezvous_port = info.rendezvous().port();
+  out.state = FromProto(info.state()).value_or(JobState::kPending);
+  out.heartbeat_interval = FromProtoDuration(info.heartbeat_interval());
+  out.liveness_timeout = FromProtoDuration(info.liveness_timeout());
+  out.steps = info.steps();
+  return out;
+}
+
+v1::ReportStepRequest ToProto(const StepReport& report) {
+  v1::ReportStepRequest out;
+  out.set_step(report.step);
+  out.set_micro_batches(report.micro_batches);
+  out.set_loss(report.loss);
+  out.set_grad_norm(report.grad_norm);
+  out.set_kv_mode(ToProto(report.kv_mode));
+  out.set_kv_allreduce_calls(report.kv_allreduce_calls);
+  for (const auto& [k, v] : report.collective_calls) (*out.mutable_collective_calls())[k] = v;
+  out.set_step_seconds(report.step_seconds);
+  out.set_tokens(report.tokens);
+  out.set_latch_generation(report.latch_generation);
+  return out;
+}
+
+absl::StatusOr<StepReport> FromProto(const v1::ReportStepRequest& report) {
+  StepReport out;
+  std::optional<KvMode> mode = FromProto(report.kv_mode());
+  if (!mode) return absl::InvalidArgumentError("kv_mode: required (the mode the step ran)");
+  out.step = report.step();
+  out.micro_batches = report.micro_batches();
+  out.loss = report.loss();
+  out.grad_norm = report.grad_norm();
+  out.kv_mode = *mode;
+  out.kv_allreduce_calls = report.kv_allreduce_calls();
+  for (const auto& [k, v] : report.collective_calls()) out.collective_calls[k] = v;
+  out.step_seconds = report.step_seconds();
+  out.tokens = report.tokens();
+  out.latch_generation = report.latch_generation();
+  return out;
+}
+
 v1::StepSummary ToProto(const CompletedStep& step) {
   const StepReport& r = step.report;
   v1::StepSummary out;

@@ -6,7 +6,9 @@
 #include <optional>
 
 #include "absl/time/time.h"
+#include "absl/status/statusor.h"
 #include "common/job_info.h"
+#include "common/join_info.h"
 #include "common/job_spec.h"
 #include "common/latch.h"
 #include "common/states.h"
@@ -14,6 +16,7 @@
 #include "google/protobuf/timestamp.pb.h"
 #include "latchkey/v1/job_service.pb.h"
 #include "latchkey/v1/types.pb.h"
+#include "latchkey/v1/worker_service.pb.h"
 
 namespace latchkey {
 
@@ -60,6 +63,15 @@ latchkey::v1::WatchJobResponse ToProto(const JobUpdate& update);
 JobUpdate FromProto(const latchkey::v1::WatchJobResponse& update);
 latchkey::v1::ListLatchesResponse ToProto(const LatchAuditPage& page);
 LatchAuditPage FromProto(const latchkey::v1::ListLatchesResponse& page);
+
+// WorkerService's messages. Join: the rank's JoinInfo (common/join_info.h); an unknown state
+// becomes kPending. ReportStep: the request's step fields (identity and rank are the caller's);
+// StepReport's optimizer_state_bytes and latch_wait_seconds are not on the wire. A request
+// without a kv_mode is INVALID_ARGUMENT (the coordinator must know the mode the step ran).
+latchkey::v1::JoinResponse ToProto(const JoinInfo& info);
+JoinInfo FromProto(const latchkey::v1::JoinResponse& info);
+latchkey::v1::ReportStepRequest ToProto(const StepReport& report);
+absl::StatusOr<StepReport> FromProto(const latchkey::v1::ReportStepRequest& report);
 
 google::protobuf::Timestamp ToProtoTime(absl::Time t);
 absl::Time FromProtoTime(const google::protobuf::Timestamp& t);
