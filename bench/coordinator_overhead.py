@@ -14,8 +14,9 @@ for one step: wait for the latch, the window, the JSONL and metrics writes, and 
 the ReportStep call. The step time of a run is the median of those intervals (the first line,
 after the warm-up step, starts the first interval). For comparison the table also shows what
 the worker measures inside, `step_seconds + latch_wait_seconds` (median over steps 1..), which
-leaves out the writes and the ReportStep call, and each run's whole wall time (start-up, join,
-rendezvous and the final save included).
+leaves out the writes and the ReportStep call, the median per step of the difference (what the
+loop spends beyond the latch wait and the window), and each run's whole wall time (start-up,
+join, rendezvous and the final save included).
 
 Prints every pair, then per mode the median and spread (min..max) over repeats, and the median
 ratio coordinator / standalone with its spread.
@@ -95,7 +96,11 @@ def measure(stamps, jsonl, steps):
         sys.exit(f"{jsonl}: {len(rows)} rows, {len(stamps)} stamped; want {steps}")
     intervals = [b - a for a, b in zip(stamps, stamps[1:])]
     inside = [r["step_seconds"] + r.get("latch_wait_seconds", 0.0) for r in rows[1:]]
-    return {"step": statistics.median(intervals), "inside": statistics.median(inside)}
+    # Paired per step: what the loop spends outside the latch wait and the window (the previous
+    # step's ReportStep, this step's writes), plus up to one poll of stamp jitter.
+    extra = [i - w for i, w in zip(intervals, inside)]
+    return {"step": statistics.median(intervals), "inside": statistics.median(inside),
+            "extra": statistics.median(extra)}
 
 
 def standalone(build, spec_path, out, steps):
@@ -150,8 +155,9 @@ def main():
           f"{a.repeats} interleaved repeats; step = median interval between rank 0's JSONL "
           f"lines (everything per step); inside = step_seconds + latch_wait_seconds\n")
     print("| repeat | standalone step s | coordinator step s | ratio "
-          "| standalone inside s | coordinator inside s | standalone run s | coordinator run s |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| standalone inside s | coordinator inside s | standalone extra ms "
+          "| coordinator extra ms | standalone run s | coordinator run s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     runs = {"standalone": [], "coordinator": []}
     ratios = []
     for i in range(a.repeats):
@@ -166,13 +172,15 @@ def main():
         s, c = got["standalone"], got["coordinator"]
         ratios.append(c["step"] / s["step"])
         print(f"| {i} | {s['step']:.4f} | {c['step']:.4f} | {ratios[-1]:.4f} "
-              f"| {s['inside']:.4f} | {c['inside']:.4f} | {s['wall']:.2f} | {c['wall']:.2f} |",
+              f"| {s['inside']:.4f} | {c['inside']:.4f} | {1e3 * s['extra']:.2f} "
+              f"| {1e3 * c['extra']:.2f} | {s['wall']:.2f} | {c['wall']:.2f} |",
               flush=True)
     print("\nmedian (min .. max) over repeats:")
     for kind in ("standalone", "coordinator"):
         r = runs[kind]
         print(f"  {kind:<12} step {spread([x['step'] for x in r])} s, "
               f"inside {spread([x['inside'] for x in r])} s, "
+              f"extra {spread([1e3 * x['extra'] for x in r], '{:.2f}')} ms, "
               f"run {spread([x['wall'] for x in r], '{:.2f}')} s")
     m = statistics.median(ratios)
     print(f"ratio coordinator/standalone (step): {m:.4f} "

@@ -6,12 +6,9 @@
 // Without --spec it runs the built-in job (builtin_spec.h), which reads no files, and keeps that
 // spec as <run>/spec.json to edit and pass back with --spec.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,8 +27,7 @@
 
 #include "client/cli/builtin_spec.h"
 #include "client/cli/cli.h"
-
-extern char** environ;
+#include "common/subprocess.h"
 
 namespace latchkey::cli {
 namespace {
@@ -63,61 +59,6 @@ std::string FindBinary(const std::string& name, const std::string& subdir) {
     if (fs::exists(p)) return p.string();
   }
   return name;  // PATH lookup by posix_spawnp
-}
-
-pid_t Spawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env,
-            const std::string& log) {
-  std::vector<std::string> env = extra_env;
-  for (char** e = environ; *e; ++e) env.push_back(*e);
-  std::vector<char*> argv, envp;
-  std::vector<std::string> a = args;
-  for (auto& s : a) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);  // children get a normal signal mask back
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-  pid_t pid = -1;
-  if (posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data()) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  return pid;
-}
-
-// Waits up to `patience` for children to exit by themselves, then stops the rest: SIGTERM,
-// then SIGKILL after `grace`.
-void Stop(const std::vector<pid_t>& pids, std::chrono::seconds grace,
-          std::chrono::seconds patience = std::chrono::seconds(0)) {
-  const auto patient_until = std::chrono::steady_clock::now() + patience;
-  for (pid_t p : pids) {
-    if (p <= 0) continue;
-    while (std::chrono::steady_clock::now() < patient_until && waitpid(p, nullptr, WNOHANG) == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  for (pid_t p : pids) {
-    if (p > 0) kill(p, SIGTERM);
-  }
-  const auto until = std::chrono::steady_clock::now() + grace;
-  for (pid_t p : pids) {
-    if (p <= 0) continue;
-    while (waitpid(p, nullptr, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > until) {
-        kill(p, SIGKILL);
-        waitpid(p, nullptr, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
 }
 
 int FreeLocalPort() {
@@ -224,13 +165,26 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   const std::string coord_log = run + "/coordinator.log";
   // A run folder can be reused (the database keeps earlier jobs): never read a stale port file.
   fs::remove(run + "/ports.json");
-  const pid_t coord =
-      Spawn({FindBinary("latchkey-coordinator", "server"), "--listen", "127.0.0.1:0", "--db",
-             run + "/coordinator.db", "--metrics-host", "127.0.0.1", "--metrics-port", "0",
-             "--port-file", run + "/ports.json", "--liveness-timeout", std::to_string(o.liveness_s),
-             "--heartbeat-interval", std::to_string(std::max(0.5, o.liveness_s / 5))},
-            {}, coord_log);
-  if (coord <= 0) return Fail(absl::UnavailableError("cannot start latchkey-coordinator"));
+  SpawnOptions coordinator;
+  coordinator.args = {FindBinary("latchkey-coordinator", "server"),
+                      "--listen",
+                      "127.0.0.1:0",
+                      "--db",
+                      run + "/coordinator.db",
+                      "--metrics-host",
+                      "127.0.0.1",
+                      "--metrics-port",
+                      "0",
+                      "--port-file",
+                      run + "/ports.json",
+                      "--liveness-timeout",
+                      std::to_string(o.liveness_s),
+                      "--heartbeat-interval",
+                      std::to_string(std::max(0.5, o.liveness_s / 5))};
+  coordinator.log_path = coord_log;
+  const absl::StatusOr<pid_t> started = Spawn(coordinator);
+  if (!started.ok()) return Fail(started.status());
+  const pid_t coord = *started;
   children.push_back(coord);
   nlohmann::json ports;
   for (int i = 0; i < 200 && ports.is_null(); ++i) {
@@ -239,7 +193,7 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
     if (!parsed.is_discarded() && parsed.contains("grpc_port")) ports = parsed;
   }
   if (ports.is_null()) {
-    Stop(children, std::chrono::seconds(2));
+    StopAll(children, std::chrono::seconds(2));
     return Fail(absl::UnavailableError("coordinator did not start; see " + coord_log));
   }
   CliContext ctx = ctx_in;
@@ -258,7 +212,7 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   submission.rendezvous_port = FreeLocalPort();
   auto submitted = client.SubmitJob(submission);
   if (!submitted.ok()) {
-    Stop(children, std::chrono::seconds(2));
+    StopAll(children, std::chrono::seconds(2));
     return Fail(submitted.status());
   }
   const std::string job = submitted->job_id;
@@ -266,15 +220,35 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
 
   std::vector<pid_t> workers;
   for (int r = 0; r < world; ++r) {
-    const pid_t p = Spawn(
-        {FindBinary("latchkey-worker", "worker"), "--coordinator", ctx.coordinator, "--job", job,
-         "--join-token", submitted->join_token, "--metrics-host", "127.0.0.1", "--metrics-port",
-         "0", "--metrics-jsonl", run + "/steps-{rank}.jsonl", "--save", run + "/final",
-         "--collective-timeout-seconds", std::to_string(o.collective_timeout_s), "--quiet"},
-        {"RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(world)},
-        run + "/worker-" + std::to_string(r) + ".log");
-    workers.push_back(p);
-    children.push_back(p);
+    SpawnOptions worker;
+    worker.args = {FindBinary("latchkey-worker", "worker"),
+                   "--coordinator",
+                   ctx.coordinator,
+                   "--job",
+                   job,
+                   "--join-token",
+                   submitted->join_token,
+                   "--metrics-host",
+                   "127.0.0.1",
+                   "--metrics-port",
+                   "0",
+                   "--metrics-jsonl",
+                   run + "/steps-{rank}.jsonl",
+                   "--save",
+                   run + "/final",
+                   "--collective-timeout-seconds",
+                   std::to_string(o.collective_timeout_s),
+                   "--quiet"};
+    worker.extra_env = {"RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(world)};
+    worker.log_path = run + "/worker-" + std::to_string(r) + ".log";
+    const absl::StatusOr<pid_t> p = Spawn(worker);
+    if (!p.ok()) {
+      (void)client.CancelJob(job, "latchkey up could not start worker " + std::to_string(r));
+      StopAll(children, std::chrono::seconds(5));
+      return Fail(p.status());
+    }
+    workers.push_back(*p);
+    children.push_back(*p);
   }
   // Where the metrics are: each worker prints "rank R metrics: URL" once it serves.
   const std::regex re("rank ([0-9]+) metrics: (http://[^ \n]+)");
@@ -300,13 +274,13 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
     interrupted = true;
     std::fprintf(stderr, "\nlatchkey up: interrupted, cancelling job %s\n", job.c_str());
     (void)client.CancelJob(job, "interrupted by latchkey up");
-    Stop(children, std::chrono::seconds(5));
+    StopAll(children, std::chrono::seconds(5));
   });
   int code = WatchUntilEnd(ctx, job, o.max_seconds);
   if (interrupted) code = kJobCancelled;
   // Workers leave on their own once the job ended; then the coordinator goes.
-  Stop(workers, std::chrono::seconds(5), std::chrono::seconds(o.collective_timeout_s + 5));
-  Stop({coord}, std::chrono::seconds(10));
+  StopAll(workers, std::chrono::seconds(5), std::chrono::seconds(o.collective_timeout_s + 5));
+  StopAll({coord}, std::chrono::seconds(10));
   if (!interrupted) {
     pthread_kill(signals.native_handle(), SIGUSR1);
   }
