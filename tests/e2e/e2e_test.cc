@@ -11,6 +11,7 @@
 #include "tests/support/free_port.h"
 #include "tests/support/launch.h"
 #include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
 
 namespace latchkey::testing {
 namespace {
@@ -18,13 +19,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-std::string NewDir(const std::string& name) {
-  const std::string dir = std::filesystem::temp_directory_path().string() + "/latchkey-e2e-" +
-                          name + "-" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+std::string NewDir(const std::string& name) { return MakeTempDir("e2e-" + name); }
 
 std::vector<nlohmann::json> Jsonl(const std::string& path) {
   std::vector<nlohmann::json> rows;
@@ -70,11 +65,11 @@ nlohmann::json E2eSpec(int steps, const std::string& kv) {
 
 class Coordinator {
  public:
-  explicit Coordinator(const std::string& dir) : dir_(dir) {
+  explicit Coordinator(const std::string& dir, const std::string& liveness_s = "10") : dir_(dir) {
     pid_ = StartProcess(
         {LATCHKEY_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db", dir + "/coordinator.db",
          "--port-file", dir + "/ports.json", "--latch-lookahead", "2", "--metrics-host",
-         "127.0.0.1", "--metrics-port", "0", "--liveness-timeout", "10"},
+         "127.0.0.1", "--metrics-port", "0", "--liveness-timeout", liveness_s},
         {}, dir + "/coordinator.log");
     const std::string ports = WaitForFile(
         dir + "/ports.json",
@@ -249,6 +244,45 @@ TEST(EndToEnd, KilledWorkerFailsTheJobNamingTheRank) {
   // The surviving worker stopped by itself, with a message, before `up` had to kill it.
   const std::string w0 = ReadText(dir + "/run/worker-0.log");
   EXPECT_NE(w0.find("latchkey-worker:"), std::string::npos) << w0;
+}
+
+// A bug inside a window (an exception that is not a collective's failure) is INTERNAL and
+// reported at once: the job fails naming the rank long before the coordinator's liveness
+// verdict (60 s here) would have.
+TEST(EndToEnd, InternalErrorIsReportedAtOnce) {
+  const std::string dir = NewDir("internal");
+  Coordinator coord(dir, /*liveness_s=*/"60");
+  ASSERT_FALSE(coord.address().empty()) << ReadText(dir + "/coordinator.log");
+  nlohmann::json spec = E2eSpec(20, "auto");
+  std::ofstream(dir + "/spec.json") << spec.dump(2);
+  const Captured sub = coord.Cli({"submit", dir + "/spec.json"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  std::smatch job, token;
+  ASSERT_TRUE(std::regex_search(sub.output, job, std::regex("job_id: (\\S+)"))) << sub.output;
+  ASSERT_TRUE(std::regex_search(sub.output, token, std::regex("join_token: (\\S+)"))) << sub.output;
+  std::vector<int> pids;
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> args = {
+        LATCHKEY_WORKER_BIN, "--coordinator", coord.address(), "--job",
+        job[1].str(),        "--join-token",  token[1].str(),  "--quiet"};
+    if (r == 1) args.insert(args.end(), {"--test-throw-at-window", "1"});
+    pids.push_back(StartProcess(args, {"RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=2"},
+                                dir + "/worker-" + std::to_string(r) + ".log"));
+  }
+  const int code1 = WaitProcess(pids[1], seconds(60));
+  const int code0 = WaitProcess(pids[0], seconds(60));
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string w1 = ReadText(dir + "/worker-1.log");
+  EXPECT_EQ(code1, 1) << w1;
+  EXPECT_NE(w1.find("internal error: injected fault in window 1"), std::string::npos) << w1;
+  EXPECT_NE(code0, 0) << ReadText(dir + "/worker-0.log");
+  const Captured status = coord.Cli({"--json", "status", job[1].str()});
+  EXPECT_NE(status.output.find("injected fault"), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("rank 1"), std::string::npos) << status.output;
+  // Start-up, one window, and the report: far below the 60 s liveness timeout.
+  EXPECT_LT(secs, 40.0);
 }
 
 }  // namespace

@@ -9,7 +9,8 @@ namespace {
 constexpr absl::Duration kLatchPoll = absl::Seconds(1);
 
 std::string EndMessage(const JobEnd& end) {
-  return "job " + std::string(end.state) + (end.reason.empty() ? "" : ": " + end.reason);
+  return "job " + std::string(JobStateName(end.state)) +
+         (end.reason.empty() ? "" : ": " + end.reason);
 }
 
 }  // namespace
@@ -49,12 +50,11 @@ absl::Status CoordinatorLatchSource::Failed(absl::Status error) {
   const bool symptom = error.code() == absl::StatusCode::kUnavailable ||
                        error.code() == absl::StatusCode::kDeadlineExceeded;
   if (!symptom) return Report(std::move(error));
-  const absl::Time until =
-      absl::Now() + session_->info().liveness_timeout * 1.5 + absl::Seconds(2);
+  const absl::Time until = absl::Now() + session_->info().liveness_timeout * 1.5 + absl::Seconds(2);
   while (absl::Now() < until) {
     if (auto end = session_->job_end(); end.has_value()) {
-      return absl::AbortedError(EndMessage(*end) + " (this rank: " +
-                                std::string(error.message()) + ")");
+      return absl::AbortedError(EndMessage(*end) + " (this rank: " + std::string(error.message()) +
+                                ")");
     }
     (void)session_->Heartbeat();  // also refreshes job_end()
     absl::SleepFor(absl::Milliseconds(200));
