@@ -119,16 +119,17 @@ void PrintTo(const DpCase& c, std::ostream* os) {
   *os << "zero " << c.zero << " gas " << c.gas << " " << c.kv;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Windows, DpTpParity,
-    ::testing::Values(DpCase{0, 1, "per_micro_batch"}, DpCase{0, 2, "deferred"},
-                      DpCase{0, 4, "coalesced"}, DpCase{0, 4, "per_micro_batch"},
-                      DpCase{1, 1, "coalesced"}, DpCase{1, 2, "per_micro_batch"},
-                      DpCase{1, 4, "deferred"}, DpCase{1, 4, "coalesced"}),
-    [](const ::testing::TestParamInfo<DpCase>& i) {
-      return "zero" + std::to_string(i.param.zero) + "_gas" + std::to_string(i.param.gas) + "_" +
-             i.param.kv;
-    });
+INSTANTIATE_TEST_SUITE_P(Windows, DpTpParity,
+                         ::testing::Values(DpCase{0, 1, "per_micro_batch"},
+                                           DpCase{0, 2, "deferred"}, DpCase{0, 4, "coalesced"},
+                                           DpCase{0, 4, "per_micro_batch"},
+                                           DpCase{1, 1, "coalesced"},
+                                           DpCase{1, 2, "per_micro_batch"},
+                                           DpCase{1, 4, "deferred"}, DpCase{1, 4, "coalesced"}),
+                         [](const ::testing::TestParamInfo<DpCase>& i) {
+                           return "zero" + std::to_string(i.param.zero) + "_gas" +
+                                  std::to_string(i.param.gas) + "_" + i.param.kv;
+                         });
 
 // Any no_sync mask gives the same result; the count of DP reductions follows the mask.
 TEST(NoSyncMasks, AnyMaskSameResult) {
@@ -143,9 +144,9 @@ TEST(NoSyncMasks, AnyMaskSameResult) {
   ASSERT_TRUE(ref.ok()) << ref.Describe();
   for (int zero : {0, 1}) {
     for (const char* kv : {"per_micro_batch", "coalesced"}) {
-      for (const std::vector<bool>& mask :
-           {std::vector<bool>{false, false, false, false}, std::vector<bool>{true, false, true, false},
-            std::vector<bool>{false, true, true, false}}) {
+      for (const std::vector<bool>& mask : {std::vector<bool>{false, false, false, false},
+                                            std::vector<bool>{true, false, true, false},
+                                            std::vector<bool>{false, true, true, false}}) {
         s.zero = zero;
         s.kv_reduce = kv;
         WorkerRun run = RunShaped(s, {{"no_sync", mask}});
@@ -155,9 +156,9 @@ TEST(NoSyncMasks, AnyMaskSameResult) {
         int64_t synced = 0;
         for (bool b : mask) synced += b ? 0 : 1;
         const auto& calls = run.steps[0][0]["collective_calls"];
-        const int64_t dp_reductions =
-            (zero == 0 ? calls["all_reduce/dp"].get<int64_t>()
-                       : calls.value("all_reduce/dp", 0) + calls["reduce_scatter/dp"].get<int64_t>());
+        const int64_t dp_reductions = (zero == 0 ? calls["all_reduce/dp"].get<int64_t>()
+                                                 : calls.value("all_reduce/dp", 0) +
+                                                       calls["reduce_scatter/dp"].get<int64_t>());
         EXPECT_EQ(dp_reductions, synced) << calls.dump();
       }
     }
@@ -267,6 +268,71 @@ TEST(Zero1, OptimizerStateIsPartitioned) {
   }
 }
 
+// The gradient files of every rank of a run that passed --dump-grads {dir}/grads.
+std::vector<StFile> DumpedGrads(const WorkerRun& run) {
+  std::vector<StFile> out;
+  for (size_t r = 0; r < run.steps.size(); ++r) {
+    auto f =
+        ReadSafetensorsFile(run.dir + "/grads/grads-rank" + std::to_string(r) + ".safetensors");
+    EXPECT_TRUE(f.ok()) << f.status();
+    out.push_back(f.ok() ? *std::move(f) : StFile{});
+  }
+  return out;
+}
+
+// Largest absolute difference between two dumps of the same shard layout (INFINITY when a
+// tensor is missing or differs in size).
+double MaxGradDiff(const StFile& a, const StFile& b) {
+  if (a.tensors.size() != b.tensors.size() || a.tensors.empty()) return INFINITY;
+  double d = 0.0;
+  for (const StTensor& t : a.tensors) {
+    const StTensor* u = b.Find(t.name);
+    if (u == nullptr || u->shape != t.shape) return INFINITY;
+    const auto x = TensorValues(t), y = TensorValues(*u);
+    for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
+  }
+  return d;
+}
+
+// --dump-grads under ZeRO-1 with DP > 1: a rank reduces only its own partition (the in-place
+// reduce-scatter uses the rest of its buffer as scratch), yet every rank's file must hold its
+// TP shard's whole window-mean gradient: the one the ZeRO-0 run of the same job dumps (same
+// reduction, so to rounding), and at TP 1 the unsharded run's (to summation order).
+TEST(Zero1, DumpedGradientsAreTheWholeReducedGradient) {
+  for (auto [dp, tp] : std::vector<std::pair<int, int>>{{2, 1}, {2, 2}}) {
+    RunShape s;
+    s.mb = 1;
+    s.dp = dp;
+    s.tp = tp;
+    s.gas = 2;
+    s.steps = 2;
+    s.lr = 0.1;
+    s.kv_reduce = "coalesced";
+    auto run = [](const RunShape& shape) {
+      return RunWorkers(FixtureSpec(shape), shape.dp * shape.tp,
+                        {"--dump-grads", "{dir}/grads", "--dump-grads-step", "1"});
+    };
+    s.zero = 0;
+    WorkerRun z0 = run(s);
+    s.zero = 1;
+    WorkerRun z1 = run(s);
+    ASSERT_TRUE(z0.ok() && z1.ok()) << z0.Describe() << z1.Describe();
+    const std::vector<StFile> g0 = DumpedGrads(z0), g1 = DumpedGrads(z1);
+    for (int r = 0; r < dp * tp; ++r) {
+      EXPECT_LE(MaxGradDiff(g0[r], g1[r]), 1e-7) << "dp " << dp << " tp " << tp << " rank " << r;
+      // The dump's gather is observed like every collective: one all-gather more in its window.
+      EXPECT_EQ(z1.steps[r][1]["collective_calls"]["all_gather/dp"].get<int64_t>(), 2);
+      EXPECT_EQ(z1.steps[r][0]["collective_calls"]["all_gather/dp"].get<int64_t>(), 1);
+    }
+    if (tp == 1) {
+      WorkerRun ref = run(Reference(s));
+      ASSERT_TRUE(ref.ok()) << ref.Describe();
+      const StFile unsharded = DumpedGrads(ref)[0];
+      for (int r = 0; r < dp; ++r) EXPECT_LE(MaxGradDiff(unsharded, g1[r]), 1e-5) << "rank " << r;
+    }
+  }
+}
+
 // Caller-owned windows: a 1,2,4 schedule (the last repeating) at TP 2 trains exactly like the
 // unsharded reference on the same windows (M_s = 0,1,3,7,11).
 TEST(UnmanagedWindows, ScheduleMatchesUnsharded) {
@@ -316,6 +382,64 @@ TEST(Bf16, TracksFp32AndKeepsFp32Master) {
   for (const StTensor& t : saved->tensors) EXPECT_EQ(t.dtype, StDtype::kF32) << t.name;
   // The master moved by the fp32 updates, not by bf16 rounding alone.
   EXPECT_GT(MaxParamDiff(fp32, bf16), 0.0);
+}
+
+// bf16's resolution at w: half the spacing of bf16 values around |w| (8 significant bits).
+double HalfBf16Ulp(double w) {
+  int exp = 0;
+  std::frexp(std::abs(w), &exp);  // |w| = f * 2^exp, f in [0.5, 1)
+  return std::ldexp(1.0, exp - 8) / 2;
+}
+
+// What the fp32 master is for: SGD updates smaller than bf16's resolution of the weights
+// (lr * grad below half a bf16 ulp, every step) accumulate in the master and show in the saved
+// weights, which move by about steps * lr * grad, as in the fp32 run of the same job. Weights
+// held in bf16 alone would round every such update away and never move.
+TEST(Bf16, MasterAccumulatesUpdatesBelowBf16Resolution) {
+  for (auto [dp, tp] : std::vector<std::pair<int, int>>{{1, 2}, {2, 1}}) {
+    RunShape s;
+    s.dp = dp;
+    s.tp = tp;
+    s.mb = 1;
+    s.gas = 2;
+    s.steps = 6;
+    s.lr = 1e-3;
+    s.zero = dp > 1 ? 1 : 0;  // ZeRO-1 keeps the master only for the rank's partition
+    s.kv_reduce = "coalesced";
+    WorkerRun fp32 = RunShaped(s);
+    nlohmann::json spec = FixtureSpec(s);
+    spec["bf16"] = {{"enabled", true}};
+    WorkerRun bf16 = RunWorkers(spec, dp * tp, {"--save", "{dir}/final"});
+    ASSERT_TRUE(fp32.ok() && bf16.ok()) << fp32.Describe() << bf16.Describe();
+    auto init = ReadHfCheckpoint(FixtureDir() + "/mqa");
+    auto a = ReadSafetensorsFile(fp32.dir + "/final/model.safetensors");
+    auto b = ReadSafetensorsFile(bf16.dir + "/final/model.safetensors");
+    ASSERT_TRUE(init.ok() && a.ok() && b.ok());
+    // Over the weights whose updates are below bf16's resolution (the fp32 run's mean update
+    // per step under half of half an ulp: a margin for steps larger than the mean): how far the
+    // bf16 run's total movement is from the fp32 run's.
+    int64_t total = 0, below = 0;
+    double update_sq = 0.0, err_sq = 0.0;
+    for (const StTensor& t : init->weights.tensors) {
+      const auto p0 = TensorValues(t), pa = TensorValues(*a->Find(t.name)),
+                 pb = TensorValues(*b->Find(t.name));
+      for (size_t i = 0; i < p0.size(); ++i) {
+        ++total;
+        const double update = pa[i] - p0[i];
+        if (p0[i] == 0.0 || std::abs(update) / s.steps >= HalfBf16Ulp(p0[i]) / 2) continue;
+        ++below;
+        update_sq += update * update;
+        const double moved = pb[i] - p0[i];
+        err_sq += (moved - update) * (moved - update);
+      }
+    }
+    // The premise: nearly every weight gets updates below bf16's resolution, and they add up.
+    ASSERT_GE(below, total * 9 / 10) << "lr too large for this test";
+    ASSERT_GT(std::sqrt(update_sq / below), 1e-6);
+    // bf16 compute changes the gradients by about a percent; without the master the bf16 run's
+    // weights would not have moved, an error of 100% of the update.
+    EXPECT_LE(std::sqrt(err_sq / update_sq), 0.1) << "dp " << dp << " tp " << tp;
+  }
 }
 
 }  // namespace
