@@ -38,6 +38,8 @@ struct UpOptions {
   std::string spec;     // empty: the built-in job
   std::string run_dir;  // default runs/up-<unix time>
   int workers = 0;      // 0 = the spec's world size
+  // Tighter than the coordinator's and worker's defaults (common/timeouts.h): every process is on
+  // this machine, so a silent or stuck rank is a crash, and the user is watching.
   double liveness_s = 10;
   int collective_timeout_s = 30;
   double max_seconds = 24 * 3600;
