@@ -20,7 +20,6 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -167,6 +166,7 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   const std::string coord_log = run + "/coordinator.log";
   // A run folder can be reused (the database keeps earlier jobs): never read a stale port file.
   fs::remove(run + "/ports.json");
+  for (int r = 0; r < world; ++r) fs::remove(run + "/worker-" + std::to_string(r) + ".port.json");
   SpawnOptions coordinator;
   coordinator.args = {FindBinary("latchkey-coordinator", "server"),
                       "--listen",
@@ -236,6 +236,8 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
                    "0",
                    "--metrics-jsonl",
                    run + "/steps-{rank}.jsonl",
+                   "--port-file",
+                   run + "/worker-{rank}.port.json",
                    "--save",
                    run + "/final",
                    "--collective-timeout-seconds",
@@ -252,18 +254,20 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
     workers.push_back(*p);
     children.push_back(*p);
   }
-  // Where the metrics are: each worker prints "rank R metrics: URL" once it serves.
-  const std::regex re("rank ([0-9]+) metrics: (http://[^ \n]+)");
+  // Where the metrics are: each worker writes its port file once it has formed its groups and
+  // serves its metrics (up to a minute: the ranks meet and build their model first).
   for (int r = 0; r < world; ++r) {
-    std::smatch m;
-    for (int i = 0; i < 600; ++i) {
-      const std::string log = ReadFile(run + "/worker-" + std::to_string(r) + ".log");
-      if (std::regex_search(log, m, re)) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::string port_file = run + "/worker-" + std::to_string(r) + ".port.json";
+    nlohmann::json info;
+    for (int i = 0; i < 1200 && !info.is_object(); ++i) {
+      info = nlohmann::json::parse(ReadFile(port_file), nullptr, /*allow_exceptions=*/false);
+      if (!info.is_object()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    if (!m.empty()) {
-      std::printf("worker %d     pid %d  metrics %s  (log %s/worker-%d.log)\n", r,
-                  static_cast<int>(workers[r]), m[2].str().c_str(), run.c_str(), r);
+    if (info.is_object() && info.value("metrics_port", -1) > 0) {
+      std::printf("worker %d     pid %d  metrics http://%s:%d/metrics  (log %s/worker-%d.log)\n", r,
+                  static_cast<int>(workers[r]),
+                  info.value("metrics_host", std::string("127.0.0.1")).c_str(),
+                  info.value("metrics_port", -1), run.c_str(), r);
     }
   }
   std::fflush(stdout);

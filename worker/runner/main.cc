@@ -30,7 +30,7 @@ constexpr char kUsage[] =
     "usage: latchkey-worker --coordinator HOST:PORT --job JOB_ID --join-token TOKEN [options]\n"
     "       latchkey-worker --standalone --spec SPEC.json [options]\n"
     "       latchkey-worker tokenize TEXT_FILE OUT.bin\n"
-    "options: --metrics-jsonl FILE  --save DIR  --quiet\n"
+    "options: --metrics-jsonl FILE  --save DIR  --port-file FILE  --quiet\n"
     "         --metrics-port N (0 = any free port)  --metrics-host ADDR  --linger-seconds S\n"
     "         --collective-timeout-seconds S (default 120)  --advertise-host ADDR\n"
     "         --dump-grads DIR --dump-grads-step N\n";
@@ -95,6 +95,8 @@ int main(int argc, char** argv) {
     } else if (a == "--metrics-port") {
       if (!value(&v)) return UsageError("--metrics-port needs a port (0 = any free one)");
       run.outputs.metrics_port = std::atoi(v.c_str());
+    } else if (a == "--port-file") {
+      if (!value(&run.outputs.port_file)) return UsageError("--port-file needs a file");
     } else if (a == "--metrics-host") {
       if (!value(&run.outputs.metrics_host)) return UsageError("--metrics-host needs an address");
     } else if (a == "--linger-seconds") {

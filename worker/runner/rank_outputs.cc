@@ -1,16 +1,37 @@
 #include "worker/runner/rank_outputs.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "absl/strings/str_replace.h"
+#include "worker/checkpoint/files.h"
 #include "worker/train/step_jsonl.h"
 #ifdef LATCHKEY_WITH_METRICS
 #include "worker/metrics/worker_metrics.h"
 #endif
 
 namespace latchkey {
+
+#ifdef LATCHKEY_WITH_METRICS
+struct RankOutputs::Metrics {
+  WorkerMetrics registry;
+  std::unique_ptr<MetricsEndpoint> endpoint;
+};
+#else
+struct RankOutputs::Metrics {};
+#endif
+
+namespace {
+
+std::string ForRank(const std::string& pattern, int rank) {
+  return absl::StrReplaceAll(pattern, {{"{rank}", std::to_string(rank)}});
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<RankOutputs>> RankOutputs::Open(const OutputOptions& options,
                                                                int rank,
@@ -20,23 +41,24 @@ absl::StatusOr<std::unique_ptr<RankOutputs>> RankOutputs::Open(const OutputOptio
   out->rank_ = rank;
   out->stats_ = stats;
   if (!options.metrics_jsonl.empty()) {
-    const std::string path =
-        absl::StrReplaceAll(options.metrics_jsonl, {{"{rank}", std::to_string(rank)}});
+    const std::string path = ForRank(options.metrics_jsonl, rank);
     out->jsonl_.open(path, std::ios::trunc);
     if (!out->jsonl_) {
       return absl::PermissionDeniedError("--metrics-jsonl: cannot write '" + path + "'");
     }
   }
+  int metrics_port = -1;
   if (options.metrics_port >= 0) {
 #ifdef LATCHKEY_WITH_METRICS
-    out->metrics_ = std::make_unique<WorkerMetrics>();
-    auto endpoint =
-        MetricsEndpoint::Start(options.metrics_host, options.metrics_port, out->metrics_.get());
+    out->metrics_ = std::make_unique<Metrics>();
+    auto endpoint = MetricsEndpoint::Start(options.metrics_host, options.metrics_port,
+                                           &out->metrics_->registry);
     if (!endpoint.ok()) return endpoint.status();
-    out->endpoint_ = *std::move(endpoint);
+    out->metrics_->endpoint = *std::move(endpoint);
+    metrics_port = out->metrics_->endpoint->port();
     std::fprintf(stderr, "rank %d metrics: http://%s:%d/metrics\n", rank,
-                 options.metrics_host.c_str(), out->endpoint_->port());
-    WorkerMetrics* m = out->metrics_.get();
+                 options.metrics_host.c_str(), metrics_port);
+    WorkerMetrics* m = &out->metrics_->registry;
     stats->SetListener([m](const std::string& op, const std::string& group, const std::string& tag,
                            int64_t bytes,
                            double secs) { m->ObserveCollective(op, group, tag, bytes, secs); });
@@ -44,6 +66,16 @@ absl::StatusOr<std::unique_ptr<RankOutputs>> RankOutputs::Open(const OutputOptio
     return absl::UnimplementedError(
         "--metrics-port: this build has no metrics (built with LATCHKEY_CORE_ONLY)");
 #endif
+  }
+  if (!options.port_file.empty()) {
+    const std::string path = ForRank(options.port_file, rank);
+    const nlohmann::json info = {{"rank", rank},
+                                 {"pid", static_cast<int>(getpid())},
+                                 {"metrics_host", options.metrics_host},
+                                 {"metrics_port", metrics_port}};
+    if (absl::Status st = WriteFileAtomically(path, info.dump() + "\n"); !st.ok()) {
+      return absl::Status(st.code(), "--port-file: " + std::string(st.message()));
+    }
   }
   return out;
 }
@@ -56,11 +88,12 @@ void RankOutputs::OnStep(const JobSpec& spec, const Latch& latch, const StepRepo
                          double latch_wait_seconds) {
 #ifdef LATCHKEY_WITH_METRICS
   if (metrics_) {
-    metrics_->ObserveLatchWait(latch_wait_seconds);
-    metrics_->ObserveStep(report,
-                          static_cast<int64_t>(latch.n) * spec.micro_batch_size * spec.seq_len);
+    metrics_->registry.ObserveLatchWait(latch_wait_seconds);
+    metrics_->registry.ObserveStep(
+        report, static_cast<int64_t>(latch.n) * spec.micro_batch_size * spec.seq_len);
   }
 #else
+  (void)latch;
   (void)latch_wait_seconds;
 #endif
   if (jsonl_.is_open()) {
@@ -73,11 +106,10 @@ void RankOutputs::OnStep(const JobSpec& spec, const Latch& latch, const StepRepo
                  report.loss, report.grad_norm, KvModeName(report.kv_mode),
                  static_cast<long long>(report.kv_allreduce_calls), report.step_seconds);
   }
-  (void)latch;
 }
 
 void RankOutputs::Linger() {
-  if (endpoint_ && options_.linger_seconds > 0) {
+  if (metrics_ && options_.linger_seconds > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(options_.linger_seconds));
   }
 }

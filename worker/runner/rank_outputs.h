@@ -14,23 +14,24 @@
 
 namespace latchkey {
 
-class WorkerMetrics;
-class MetricsEndpoint;
-
 struct OutputOptions {
   std::string metrics_jsonl;  // "{rank}" replaced by the rank; empty = none
   // Prometheus endpoint (builds with metrics only): port -1 = off, 0 = pick a free one.
   std::string metrics_host = "0.0.0.0";
   int metrics_port = -1;
   double linger_seconds = 0;  // keep serving metrics this long after the last step
+  // Written (atomically) once the rank has formed its groups and serves its metrics:
+  // {"rank": R, "pid": P, "metrics_host": H, "metrics_port": N (-1: none)}. "{rank}" replaced
+  // by the rank; empty = none. Launchers wait for it instead of reading logs.
+  std::string port_file;
   bool quiet = false;
 };
 
 class RankOutputs {
  public:
-  // Opens the JSONL file and starts the endpoint (printing "rank R metrics: http://H:P/metrics"
-  // on stderr). `stats` must outlive this object; its listener is set here and cleared in the
-  // destructor.
+  // Opens the JSONL file, starts the endpoint (printing "rank R metrics: http://H:P/metrics"
+  // on stderr) and writes the port file. `stats` must outlive this object; its listener is set here
+  // and cleared in the destructor.
   static absl::StatusOr<std::unique_ptr<RankOutputs>> Open(const OutputOptions& options, int rank,
                                                            comm::CollectiveStats* stats);
   ~RankOutputs();
@@ -46,8 +47,10 @@ class RankOutputs {
   int rank_ = 0;
   comm::CollectiveStats* stats_ = nullptr;
   std::ofstream jsonl_;
-  std::unique_ptr<WorkerMetrics> metrics_;
-  std::unique_ptr<MetricsEndpoint> endpoint_;
+  // The Prometheus registry and its endpoint (defined in the .cc: empty in builds without
+  // metrics).
+  struct Metrics;
+  std::unique_ptr<Metrics> metrics_;
 };
 
 }  // namespace latchkey
