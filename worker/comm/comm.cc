@@ -105,9 +105,11 @@ absl::Status Group::CopyLocal(const Buffer& src, const Buffer& dst) {
 }
 
 template <typename Fn>
-absl::Status Group::Run(const char* op, size_t bytes, const Device& device,
+absl::Status Group::Run(const char* op, size_t bytes, const Device* device,
                         const CollectiveOptions& opts, Fn&& fn) {
-  if (absl::Status st = CheckDevice(device); !st.ok()) return Annotate(op, st);
+  if (device != nullptr) {
+    if (absl::Status st = CheckDevice(*device); !st.ok()) return Annotate(op, st);
+  }
   const auto start = std::chrono::steady_clock::now();
   absl::Status st = fn();
   const double seconds =
@@ -124,7 +126,7 @@ absl::Status Group::AllReduceSum(const Buffer& data, const CollectiveOptions& op
   }
   if (absl::Status st = CheckData(data); !st.ok()) return Annotate(kOp, st);
   if (size_ <= 1 || data.count == 0) return absl::OkStatus();
-  return Run(kOp, data.bytes(), data.device, opts,
+  return Run(kOp, data.bytes(), &data.device, opts,
              [&] { return DoAllReduceSum(data, Timeout(opts)); });
 }
 
@@ -139,7 +141,8 @@ absl::Status Group::AllGather(const Buffer& in, const Buffer& out, const Collect
     return absl::OkStatus();
   }
   if (in.count == 0) return absl::OkStatus();
-  return Run(kOp, in.bytes(), in.device, opts, [&] { return DoAllGather(in, out, Timeout(opts)); });
+  return Run(kOp, in.bytes(), &in.device, opts,
+             [&] { return DoAllGather(in, out, Timeout(opts)); });
 }
 
 absl::Status Group::ReduceScatterSum(const Buffer& in, const Buffer& out,
@@ -157,7 +160,7 @@ absl::Status Group::ReduceScatterSum(const Buffer& in, const Buffer& out,
     return absl::OkStatus();
   }
   if (out.count == 0) return absl::OkStatus();
-  return Run(kOp, in.bytes(), in.device, opts,
+  return Run(kOp, in.bytes(), &in.device, opts,
              [&] { return DoReduceScatterSum(in, out, Timeout(opts)); });
 }
 
@@ -169,13 +172,13 @@ absl::Status Group::Broadcast(const Buffer& data, int root, const CollectiveOpti
   }
   if (absl::Status st = CheckData(data); !st.ok()) return Annotate(kOp, st);
   if (size_ <= 1 || data.count == 0) return absl::OkStatus();
-  return Run(kOp, data.bytes(), data.device, opts,
+  return Run(kOp, data.bytes(), &data.device, opts,
              [&] { return DoBroadcast(data, root, Timeout(opts)); });
 }
 
 absl::Status Group::Barrier(const CollectiveOptions& opts) {
   if (size_ <= 1) return absl::OkStatus();
-  return Run("barrier", 0, Device::Cpu(), opts, [&] { return DoBarrier(Timeout(opts)); });
+  return Run("barrier", 0, /*device=*/nullptr, opts, [&] { return DoBarrier(Timeout(opts)); });
 }
 
 absl::Status SingleRankGroup::DoAllReduceSum(const Buffer&, std::chrono::milliseconds) {

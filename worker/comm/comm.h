@@ -133,8 +133,9 @@ class Group {
  private:
   std::chrono::milliseconds Timeout(const CollectiveOptions& opts) const;
   absl::Status Annotate(const char* op, const absl::Status& st) const;
+  // Checks `device` (null: the collective moves no buffer), runs fn, annotates and counts.
   template <typename Fn>
-  absl::Status Run(const char* op, size_t bytes, const Device& device,
+  absl::Status Run(const char* op, size_t bytes, const Device* device,
                    const CollectiveOptions& opts, Fn&& fn);
 
   std::string name_;

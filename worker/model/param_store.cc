@@ -81,17 +81,6 @@ at::Tensor ParamStore::grad_view(size_t i) {
   return flat_grads_.narrow(0, offsets_[i], p.local_numel()).view(p.local_shape);
 }
 
-void ParamStore::AccumulateComputeGrads() {
-  if (!bf16_) return;
-  at::NoGradGuard no_grad;
-  for (size_t i = 0; i < compute_params_.size(); ++i) {
-    at::Tensor& g = compute_params_[i].mutable_grad();
-    if (!g.defined()) continue;
-    grad_view(i).add_(g.to(at::kFloat));
-    g.zero_();
-  }
-}
-
 void ParamStore::ZeroGrads() { flat_grads_.zero_(); }
 
 absl::Status ParamStore::LoadFromFull(const std::map<std::string, at::Tensor>& full, int r) {

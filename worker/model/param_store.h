@@ -40,7 +40,7 @@ class ParamStore {
   at::Tensor& flat_grads() { return flat_grads_; }
   // The parameter the model computes with, by HF name: in fp32 mode the leaf viewing
   // flat_params (its .grad views flat_grads); in bf16 mode a bf16 copy (its own leaf, whose
-  // gradient AccumulateComputeGrads folds into the fp32 flat_grads). Aborts on a name that is
+  // gradient the engine folds into the fp32 flat_grads, see compute_grad). Aborts on a name that is
   // not in the layout (a programming error).
   const at::Tensor& param(const std::string& name) const;
 
@@ -57,8 +57,9 @@ class ParamStore {
   bool bf16() const { return bf16_; }
   // bf16 mode, before TakeMaster: refresh the bf16 copies from the fp32 parameters.
   void SyncComputeParams();
-  // bf16 mode: flat_grads += the bf16 gradients of the last backward (in fp32), then clears them.
-  void AccumulateComputeGrads();
+  // bf16 mode: the gradient the last backward left on compute parameter i (undefined before the
+  // first backward). The engine folds it into flat_grads and zeroes it.
+  at::Tensor& compute_grad(size_t i) { return compute_params_[i].mutable_grad(); }
   const std::vector<at::Tensor>& params() const { return params_; }
   int64_t offset(size_t i) const { return offsets_[i]; }
 

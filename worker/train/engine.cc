@@ -225,7 +225,7 @@ class EngineImpl final : public Engine {
       at::Tensor loss = model_->Loss(ids, labels);
       loss_sum += loss.item<double>();
       (loss / static_cast<double>(latch.n)).backward();
-      store_->AccumulateComputeGrads();  // bf16: fold into the fp32 accumulation buffer
+      AccumulateComputeGrads();
       kv_->NoteBackward();
       if (latch.kv_mode == KvMode::kPerMicroBatch) {
         if (absl::Status st = kv_->ReducePending(grads, /*coalesced=*/false); !st.ok()) return st;
@@ -299,6 +299,20 @@ class EngineImpl final : public Engine {
       }
     }
     return loss;
+  }
+
+  // bf16: folds the last backward's bf16 gradients into the fp32 accumulation buffer.
+  void AccumulateComputeGrads() {
+    if (!store_->bf16()) return;
+    const auto& layout = store_->layout();
+    for (size_t i = 0; i < layout.size(); ++i) {
+      at::Tensor& g = store_->compute_grad(i);
+      if (!g.defined()) continue;
+      ops_->AddTo(store_->flat_grads().narrow(0, store_->offset(i), layout[i].local_numel()),
+                  g.reshape({-1}));
+      at::NoGradGuard no_grad;
+      g.zero_();
+    }
   }
 
   absl::Status DpMeanAllReduce(const at::Tensor& grads) {

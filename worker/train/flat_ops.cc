@@ -112,6 +112,14 @@ class CpuFlatOps final : public FlatOps {
     }
   }
 
+  void AddTo(const at::Tensor& dst, const at::Tensor& src) const override {
+    F32(dst, "dst");
+    OnCpu(src, "src");
+    SameSize(dst, src);
+    at::NoGradGuard no_grad;
+    dst.add_(src.to(at::kFloat));  // the widening is exact; one fp32 add per element
+  }
+
   void Copy(const at::Tensor& dst, const at::Tensor& src) const override {
     OnCpu(dst, "dst");
     OnCpu(src, "src");

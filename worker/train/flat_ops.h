@@ -78,6 +78,10 @@ class FlatOps {
   virtual void AdamWStep(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m,
                          const at::Tensor& v, const AdamWScalars& s) const = 0;
 
+  // dst[i] += float(src[i]): folds a gradient computed in bf16 (or fp32) into the fp32
+  // accumulation buffer. REQUIRES: same number of elements.
+  virtual void AddTo(const at::Tensor& dst, const at::Tensor& src) const = 0;
+
   // dst = src converted to dst's dtype (fp32 <-> bf16; to bf16 rounds to nearest even, as torch's
   // copy_). REQUIRES: same number of elements.
   virtual void Copy(const at::Tensor& dst, const at::Tensor& src) const = 0;

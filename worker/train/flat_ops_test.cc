@@ -128,5 +128,15 @@ TEST(FlatOps, CopyRoundsToBf16LikeTorch) {
   EXPECT_TRUE(at::equal(back, dst.to(at::kFloat)));
 }
 
+TEST(FlatOps, AddToWidensBf16Gradients) {
+  auto ops = Cpu();
+  at::Tensor acc = Randn(100, 5);
+  at::Tensor g = Randn(100, 6).to(at::kBFloat16);
+  at::Tensor want = acc + g.to(at::kFloat);
+  ops->AddTo(acc, g);
+  EXPECT_TRUE(at::equal(acc, want));
+  EXPECT_THROW(ops->AddTo(g, acc), c10::Error);  // the accumulator must be fp32
+}
+
 }  // namespace
 }  // namespace latchkey
