@@ -1,11 +1,10 @@
 #include "worker/train/threads.h"
 
+#include <ATen/Parallel.h>
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <thread>
-
-#include <ATen/Parallel.h>
 
 namespace latchkey {
 
