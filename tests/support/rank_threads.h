@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -15,9 +17,38 @@
 
 namespace latchkey::testing {
 
-inline void RunRankThreads(int world, int tp, const std::function<void(comm::ProcessGroups&)>& fn,
-                           comm::Backend backend = comm::Backend::kGloo) {
+// A reusable meeting point for `n` threads (std::barrier is C++20).
+class ThreadRendezvous {
+ public:
+  explicit ThreadRendezvous(int n) : n_(n) {}
+  void ArriveAndWait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int round = round_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++round_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return round_ != round; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const int n_;
+  int arrived_ = 0;
+  int round_ = 0;
+};
+
+// Every rank's fn starts only once all ranks have formed their groups, and no rank tears its
+// groups down before every fn has returned: a rank finishing early must not close connections
+// a slower peer is still completing.
+inline void RunRankThreads(int world, int tp,
+                           const std::function<void(comm::ProcessGroups&)>& fn,
+                           comm::Backend backend = comm::Backend::kAuto) {
   auto store = std::make_shared<comm::InMemoryStore>();
+  ThreadRendezvous meet(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
@@ -28,8 +59,10 @@ inline void RunRankThreads(int world, int tp, const std::function<void(comm::Pro
       c.tp = tp;
       c.rendezvous_timeout = std::chrono::seconds(30);
       auto g = comm::CreateProcessGroups(backend, c);
-      ASSERT_TRUE(g.ok()) << g.status();
-      fn(*g);
+      EXPECT_TRUE(g.ok()) << g.status();
+      meet.ArriveAndWait();
+      if (g.ok()) fn(*g);
+      meet.ArriveAndWait();
     });
   }
   for (auto& t : threads) t.join();

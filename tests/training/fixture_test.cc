@@ -5,7 +5,8 @@
 
 #include <fstream>
 
-#include "tests/training/specs.h"
+#include "tests/support/launch.h"
+#include "tests/support/specs.h"
 
 namespace latchkey::testing {
 namespace {
@@ -99,7 +100,9 @@ TEST_P(FixtureRun, ReproducesLossGradNormParamsAndCounts) {
         for (auto it = calls.begin(); it != calls.end(); ++it) {
           EXPECT_EQ(it.key().find("/tp"), std::string::npos) << it.key();
         }
-        if (shape.dp == 1) EXPECT_TRUE(calls.empty()) << calls.dump();
+        if (shape.dp == 1) {
+          EXPECT_TRUE(calls.empty()) << calls.dump();
+        }
       } else {
         // 2 forward + 2 backward all-reduces per layer per micro-batch, the K/V reductions and
         // the norm's one all-reduce (ZeRO-0; ZeRO-1 reduces the norm over the world group).
