@@ -1,5 +1,4 @@
 #include "common/job_spec.h"
-#include "common/latch.h"
 
 #include <filesystem>
 #include <fstream>
@@ -8,9 +7,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/latch.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/temp_dir.h"
 
 namespace latchkey {
 namespace {
@@ -388,9 +389,8 @@ TEST(JobSpecTest, RelativePathsResolveAgainstBaseDir) {
 }
 
 TEST(JobSpecTest, LoadJobSpecFileUsesItsFolder) {
-  const std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) / "latchkey_job_spec_test";
-  std::filesystem::create_directories(dir);
+  const testing::ScopedTempDir tmp("job-spec");
+  const std::filesystem::path dir = tmp.path();
   const std::string path = (dir / "spec.json").string();
   std::ofstream(path) << kExample;
   absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);

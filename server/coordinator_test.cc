@@ -9,7 +9,8 @@
 #include "common/clock.h"
 #include "gtest/gtest.h"
 #include "server/sqlite_store.h"
-#include "server/test_specs.h"
+#include "tests/support/specs.h"
+#include "tests/support/temp_dir.h"
 
 namespace latchkey {
 namespace {
@@ -209,7 +210,7 @@ TEST(CoordinatorTest, GasUpdateRefusedForUnmanagedSchedule) {
   auto c = Make();
   SpecParams p;
   p.managed = false;
-  p.extra_latchkey = R"(, "window_schedule": [1, 3])";
+  p.extra_latchkey = {{"window_schedule", {1, 3}}};
   auto job = c->SubmitJob({SpecJson(p), "", "", 0});
   ASSERT_TRUE(job.ok()) << job.status();
   PolicyUpdate u;

@@ -9,7 +9,8 @@
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
 #include "server/sqlite_store.h"
-#include "server/test_specs.h"
+#include "tests/support/specs.h"
+#include "tests/support/temp_dir.h"
 
 namespace latchkey {
 namespace {
@@ -247,7 +248,7 @@ TEST(SqliteSchemaTest, RestartKeepsTheSpecMaskForLaterWindows) {
   ScopedTempDir dir;
   const std::string path = dir.path() + "/coord.db";
   SpecParams p;
-  p.extra_latchkey = R"(, "no_sync": [false, true, true, false])";
+  p.extra_latchkey = {{"no_sync", {false, true, true, false}}};
   p.steps = 6;
   std::string id;
   std::string token;

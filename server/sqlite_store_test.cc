@@ -7,7 +7,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "server/test_specs.h"
+#include "tests/support/temp_dir.h"
 
 namespace latchkey {
 namespace {

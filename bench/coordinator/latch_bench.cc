@@ -11,7 +11,6 @@
 // the coordinator's (from /proc/PID/stat) and the simulated workers' (this process), in cores.
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,8 +27,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/job_client.h"
+#include "common/subprocess.h"
+#include "tests/support/specs.h"
+#include "tests/support/temp_dir.h"
 #include "worker/session/worker_session.h"
-#include "server/test_specs.h"
 
 namespace {
 
@@ -79,14 +80,12 @@ Coordinator StartCoordinator(const std::string& bin, const std::string& dir, int
                                    "600",
                                    "--latch-lookahead",
                                    std::to_string(lookahead)};
-  c.pid = fork();
-  if (c.pid == 0) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
+  auto pid = latchkey::Spawn({args, {}, ""});  // output inherited
+  if (!pid.ok()) {
+    std::cerr << pid.status() << "\n";
+    return c;
   }
+  c.pid = *pid;
   for (int i = 0; i < 300 && c.port == 0; ++i) {
     std::ifstream in(port_file);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -99,16 +98,9 @@ Coordinator StartCoordinator(const std::string& bin, const std::string& dir, int
 
 // SIGTERM, then SIGKILL if it has not exited within 30 s. Returns whether it exited cleanly.
 bool StopCoordinator(const Coordinator& c) {
+  if (c.pid <= 0) return false;
   kill(c.pid, SIGTERM);
-  for (int i = 0; i < 300; ++i) {
-    int status = 0;
-    if (waitpid(c.pid, &status, WNOHANG) == c.pid)
-      return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  kill(c.pid, SIGKILL);
-  waitpid(c.pid, nullptr, 0);
-  return false;
+  return latchkey::WaitOrKill(c.pid, std::chrono::seconds(30)) == 0;
 }
 
 struct Row {
@@ -126,10 +118,10 @@ Row Run(const std::string& bin, int streams, int windows, int lookahead) {
   Row row;
   row.streams = streams;
   row.windows = windows;
-  char tmpl[] = "/tmp/latchkey_bench_XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
-  Coordinator coord = StartCoordinator(bin, dir, lookahead);
+  const latchkey::testing::ScopedTempDir dir("latch-bench");
+  Coordinator coord = StartCoordinator(bin, dir.path(), lookahead);
   if (coord.port == 0) {
+    StopCoordinator(coord);
     row.error = "coordinator did not start";
     return row;
   }

@@ -8,8 +8,8 @@
 #include "absl/synchronization/mutex.h"
 #include "client/job_client.h"
 #include "gtest/gtest.h"
-#include "server/test_specs.h"
 #include "tests/coordinator/harness.h"
+#include "tests/support/specs.h"
 #include "worker/session/worker_session.h"
 
 namespace latchkey::testing {

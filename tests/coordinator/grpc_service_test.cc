@@ -13,8 +13,8 @@
 #include "latchkey/v1/job_service.grpc.pb.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
 #include "proto/channel.h"
-#include "server/test_specs.h"
 #include "tests/coordinator/harness.h"
+#include "tests/support/specs.h"
 
 namespace latchkey::testing {
 namespace {
@@ -125,11 +125,15 @@ TEST_F(GrpcServiceTest, SubmitRefusesBadSpecsNamingTheField) {
       {with([](SpecParams& p) { p.zero_stage = 3; }), "", "zero_optimization.stage"},
       {with([](SpecParams& p) { p.gas = 0; }), "", "gradient_accumulation_steps"},
       {with([](SpecParams& p) { p.world_size = 3; }), "", "latchkey.world_size"},
-      {with([](SpecParams& p) { p.extra_latchkey = R"(, "bogus": 1)"; }), "", "latchkey.bogus"},
+      {with([](SpecParams& p) {
+         p.extra_latchkey = {{"bogus", 1}};
+       }),
+       "", "latchkey.bogus"},
       {{},
        [] {
-         std::string s = SpecJson();
-         return s.replace(s.find("\"multi_query\""), 0, "\"wat\": 1, ");
+         nlohmann::json j = SpecObject();
+         j["model"]["wat"] = 1;
+         return j.dump();
        }(),
        "model.wat"},
       {{}, "not json", ""},
@@ -144,10 +148,10 @@ TEST_F(GrpcServiceTest, SubmitRefusesBadSpecsNamingTheField) {
         << "want field " << c.field << " in: " << st.error_message();
   }
   // seq_len > n_positions
-  std::string spec = SpecJson();
-  spec.replace(spec.find("\"seq_len\": 32"), 13, "\"seq_len\": 65");
+  nlohmann::json spec = SpecObject();
+  spec["latchkey"]["seq_len"] = 65;
   v1::SubmitJobRequest req;
-  req.set_spec_json(spec);
+  req.set_spec_json(spec.dump());
   v1::SubmitJobResponse resp;
   grpc::Status st = jobs_->SubmitJob(Ctx().get(), req, &resp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

@@ -1,69 +1,26 @@
 #include "tests/coordinator/harness.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
-#include <mutex>
-#include <sstream>
+#include <optional>
 #include <thread>
 
+#include "common/subprocess.h"
 #include "nlohmann/json.hpp"
 #include "server/sqlite_store.h"
+#include "tests/support/process.h"
 
 namespace latchkey::testing {
 
 std::string CoordinatorBinary() { return LATCHKEY_COORDINATOR_BIN; }
 std::string CliBinary() { return LATCHKEY_CLI_BIN; }
-
-namespace {
-
-// Folders made by TempDir(), removed when the test binary exits.
-class TempDirs {
- public:
-  ~TempDirs() {
-    for (const std::string& d : dirs_) {
-      std::error_code ec;
-      std::filesystem::remove_all(d, ec);
-    }
-  }
-  std::string Make() {
-    char tmpl[] = "/tmp/latchkey_coord_test_XXXXXX";
-    const char* dir = mkdtemp(tmpl);
-    if (dir == nullptr) std::abort();
-    std::lock_guard<std::mutex> lock(mu_);
-    dirs_.emplace_back(dir);
-    return dir;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::string> dirs_;
-};
-
-TempDirs& AllTempDirs() {
-  static TempDirs* dirs = new TempDirs();  // leaked on purpose: see RemoveTempDirsAtExit
-  return *dirs;
-}
-
-// Runs at exit, after the tests' own objects are gone (registered on first use).
-void RemoveTempDirsAtExit() { delete &AllTempDirs(); }
-
-}  // namespace
-
-std::string TempDir() {
-  static const bool registered = (std::atexit(RemoveTempDirsAtExit), true);
-  (void)registered;
-  return AllTempDirs().Make();
-}
 
 InProcessCoordinator::InProcessCoordinator(CoordinatorOptions options, const std::string& db) {
   auto store = SqliteStore::Open(db);
@@ -93,17 +50,14 @@ std::string InProcessCoordinator::address() const {
 
 CoordinatorProcess::CoordinatorProcess(std::string db_path, int grpc_port,
                                        std::vector<std::string> extra_args)
-    : db_path_(std::move(db_path)),
-      grpc_port_(grpc_port),
-      extra_args_(std::move(extra_args)),
-      dir_(TempDir()) {}
+    : db_path_(std::move(db_path)), grpc_port_(grpc_port), extra_args_(std::move(extra_args)) {}
 
 CoordinatorProcess::~CoordinatorProcess() {
   if (pid_ > 0) Kill9();
 }
 
 bool CoordinatorProcess::Start() {
-  const std::string port_file = dir_ + "/ports.json";
+  const std::string port_file = dir_ / "ports.json";
   unlink(port_file.c_str());
   std::vector<std::string> args = {CoordinatorBinary(),
                                    "--listen",
@@ -119,14 +73,8 @@ bool CoordinatorProcess::Start() {
                                    "--shutdown-grace",
                                    "1"};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
-  pid_ = fork();
-  if (pid_ == 0) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  pid_ = StartProcess(args, {}, "");  // output inherited: it shows in the test's log
+  if (pid_ <= 0) return false;
   for (int i = 0; i < 200; ++i) {  // up to 20 s
     std::ifstream in(port_file);
     if (in) {
@@ -137,8 +85,7 @@ bool CoordinatorProcess::Start() {
         return grpc_port_ > 0;
       }
     }
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    if (WaitFor(pid_, std::chrono::milliseconds(0)).has_value()) {
       pid_ = -1;
       return false;
     }
@@ -150,24 +97,20 @@ bool CoordinatorProcess::Start() {
 void CoordinatorProcess::Kill9() {
   if (pid_ <= 0) return;
   kill(pid_, SIGKILL);
-  int status = 0;
-  waitpid(pid_, &status, 0);
+  WaitProcess(pid_, std::chrono::seconds(10));
   pid_ = -1;
 }
 
 int CoordinatorProcess::Terminate() {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);
-  for (int i = 0; i < 200; ++i) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::optional<int> code = WaitFor(pid_, std::chrono::seconds(10));
+  if (!code.has_value()) {
+    Kill9();
+    return -1;
   }
-  Kill9();
-  return -1;
+  pid_ = -1;
+  return *code;
 }
 
 std::string HttpGet(int port, const std::string& path) {
@@ -195,53 +138,6 @@ std::string HttpGet(int port, const std::string& path) {
   close(fd);
   const size_t body = resp.find("\r\n\r\n");
   return body == std::string::npos ? "" : resp.substr(body + 4);
-}
-
-CommandResult RunCommand(const std::vector<std::string>& argv_in, int timeout_s) {
-  CommandResult result;
-  int pipefd[2];
-  if (pipe(pipefd) != 0) return result;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pipefd[1], STDOUT_FILENO);
-    dup2(pipefd[1], STDERR_FILENO);
-    close(pipefd[0]);
-    close(pipefd[1]);
-    std::vector<std::string> args = argv_in;
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(pipefd[1]);
-  fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  int status = 0;
-  bool done = false;
-  while (!done) {
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(pipefd[0], buf, sizeof(buf))) > 0)
-      result.output.append(buf, static_cast<size_t>(n));
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      done = true;
-      while ((n = read(pipefd[0], buf, sizeof(buf))) > 0)
-        result.output.append(buf, static_cast<size_t>(n));
-      break;
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      close(pipefd[0]);
-      result.output += "\n[killed at deadline]";
-      return result;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  close(pipefd[0]);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
 }
 
 }  // namespace latchkey::testing

@@ -1,5 +1,6 @@
 // Test harness for the coordinator's end-to-end tests: an in-process server on loopback, an
-// out-of-process latchkey-coordinator, simple HTTP and subprocess helpers. Test-only.
+// out-of-process latchkey-coordinator (started with tests/support/process.h) and a plain HTTP
+// GET. Scratch folders, commands and job specs come from tests/support. Test-only.
 #ifndef LATCHKEY_TESTS_COORDINATOR_HARNESS_H_
 #define LATCHKEY_TESTS_COORDINATOR_HARNESS_H_
 
@@ -12,6 +13,7 @@
 #include "server/coordinator.h"
 #include "server/metrics.h"
 #include "server/server.h"
+#include "tests/support/temp_dir.h"
 
 namespace latchkey::testing {
 
@@ -51,20 +53,12 @@ class CoordinatorProcess {
   int grpc_port_;
   int metrics_port_ = -1;
   std::vector<std::string> extra_args_;
-  std::string dir_;
+  ScopedTempDir dir_{"coord-process"};  // its port file
   pid_t pid_ = -1;
 };
 
-std::string TempDir();  // a fresh folder under /tmp
 // GET http://127.0.0.1:port/path; the body ("" on failure).
 std::string HttpGet(int port, const std::string& path);
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-// Runs argv (no shell) with a deadline; output captured.
-CommandResult RunCommand(const std::vector<std::string>& argv, int timeout_s = 60);
 
 std::string CoordinatorBinary();
 std::string CliBinary();

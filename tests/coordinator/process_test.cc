@@ -1,5 +1,7 @@
 // latchkey-coordinator as a separate process: kill -9 and restart on the same SQLite file while
 // workers stream latches; the metrics endpoint under promtool; the CLI's exit codes; SIGTERM.
+#include "tests/support/process.h"
+
 #include <signal.h>
 
 #include <fstream>
@@ -10,8 +12,9 @@
 #include "client/job_client.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "server/test_specs.h"
 #include "tests/coordinator/harness.h"
+#include "tests/support/specs.h"
+#include "tests/support/temp_dir.h"
 #include "worker/session/worker_session.h"
 
 namespace latchkey::testing {
@@ -34,7 +37,8 @@ std::vector<AuditedLatch> Audit(JobClient& client, const std::string& job_id) {
 TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
   constexpr int kWorld = 4;
   constexpr int kSteps = 30;
-  const std::string db = TempDir() + "/coord.db";
+  const ScopedTempDir dir("coord-db");
+  const std::string db = dir / "coord.db";
   const std::vector<std::string> args = {"--latch-lookahead", "2", "--liveness-timeout", "60"};
   auto first = std::make_unique<CoordinatorProcess>(db, 0, args);
   ASSERT_TRUE(first->Start());
@@ -152,7 +156,8 @@ TEST(ProcessTest, NoSyncMaskSurvivesKillNineAndRestart) {
   constexpr int kSteps = 8;
   constexpr int kStepsBeforeKill = 3;
   const std::vector<bool> mask = {false, true, true, false};  // default: {true, true, true, false}
-  const std::string db = TempDir() + "/coord.db";
+  const ScopedTempDir dir("coord-db");
+  const std::string db = dir / "coord.db";
   const std::vector<std::string> args = {"--latch-lookahead", "1", "--liveness-timeout", "60"};
   auto first = std::make_unique<CoordinatorProcess>(db, 0, args);
   ASSERT_TRUE(first->Start());
@@ -163,7 +168,7 @@ TEST(ProcessTest, NoSyncMaskSurvivesKillNineAndRestart) {
   p.tp = 1;
   p.gas = 4;
   p.steps = kSteps;
-  p.extra_latchkey = R"(, "no_sync": [false, true, true, false])";
+  p.extra_latchkey = {{"no_sync", {false, true, true, false}}};
   const SubmittedJob job = SubmitOrDie(client, p);
   ASSERT_FALSE(job.job_id.empty());
 
@@ -225,7 +230,8 @@ TEST(ProcessTest, NoSyncMaskSurvivesKillNineAndRestart) {
 }
 
 TEST(ProcessTest, MetricsEndpointPassesPromtoolAndSigtermExitsCleanly) {
-  CoordinatorProcess proc(TempDir() + "/coord.db");
+  const ScopedTempDir dir("coord-db");
+  CoordinatorProcess proc(dir / "coord.db");
   ASSERT_TRUE(proc.Start());
   ASSERT_GT(proc.metrics_port(), 0);
   JobClient client({proc.address(), absl::Seconds(5)});
@@ -259,9 +265,9 @@ TEST(ProcessTest, MetricsEndpointPassesPromtoolAndSigtermExitsCleanly) {
   EXPECT_NE(text.find("latchkey_latches_published_total{kv_mode=\"coalesced\"} 3"),
             std::string::npos)
       << text;
-  const std::string file = TempDir() + "/metrics.txt";
+  const std::string file = dir / "metrics.txt";
   std::ofstream(file) << text;
-  CommandResult lint = RunCommand({"/bin/sh", "-c", "promtool check metrics < " + file});
+  const Captured lint = RunAndCapture({"/bin/sh", "-c", "promtool check metrics < " + file});
   EXPECT_EQ(lint.exit_code, 0) << lint.output;
   EXPECT_EQ(proc.Terminate(), 0);
 }
@@ -269,26 +275,25 @@ TEST(ProcessTest, MetricsEndpointPassesPromtoolAndSigtermExitsCleanly) {
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    proc_ = std::make_unique<CoordinatorProcess>(TempDir() + "/coord.db");
+    proc_ = std::make_unique<CoordinatorProcess>(dir_ / "coord.db");
     ASSERT_TRUE(proc_->Start());
-    dir_ = TempDir();
   }
-  CommandResult Cli(std::vector<std::string> args, int timeout_s = 30) {
+  Captured Cli(std::vector<std::string> args, int timeout_s = 30) {
     args.insert(args.begin(), {CliBinary(), "--coordinator", proc_->address(), "--timeout", "5"});
-    return RunCommand(args, timeout_s);
+    return RunAndCapture(args, std::chrono::seconds(timeout_s));
   }
   std::string WriteFile(const std::string& name, const std::string& text) {
-    const std::string path = dir_ + "/" + name;
+    const std::string path = dir_ / name;
     std::ofstream(path) << text;
     return path;
   }
+  ScopedTempDir dir_{"cli"};  // declared first: outlives the coordinator using its db
   std::unique_ptr<CoordinatorProcess> proc_;
-  std::string dir_;
 };
 
 TEST_F(CliTest, ExitCodesScriptsCanRelyOn) {
   const std::string spec = WriteFile("spec.json", SpecJson());
-  CommandResult r = Cli({"submit", spec});
+  Captured r = Cli({"submit", spec});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("job_id: job-000001"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("join_token: "), std::string::npos);
@@ -298,7 +303,7 @@ TEST_F(CliTest, ExitCodesScriptsCanRelyOn) {
   r = Cli({"submit", WriteFile("bad.json", SpecJson(bad))});
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("zero_optimization.stage"), std::string::npos) << r.output;
-  EXPECT_EQ(Cli({"submit", dir_ + "/missing.json"}).exit_code, 2);
+  EXPECT_EQ(Cli({"submit", dir_ / "missing.json"}).exit_code, 2);
   EXPECT_EQ(Cli({"status", "job-424242"}).exit_code, 4);
   EXPECT_EQ(Cli({"frobnicate"}).exit_code, 2);
   EXPECT_EQ(Cli({"update", "job-000001"}).exit_code, 2);
@@ -330,8 +335,8 @@ TEST_F(CliTest, ExitCodesScriptsCanRelyOn) {
   EXPECT_EQ(r.exit_code, 11) << r.output;
 
   // Unreachable coordinator.
-  CommandResult down =
-      RunCommand({CliBinary(), "--coordinator", "127.0.0.1:1", "--timeout", "1", "list"});
+  const Captured down =
+      RunAndCapture({CliBinary(), "--coordinator", "127.0.0.1:1", "--timeout", "1", "list"});
   EXPECT_EQ(down.exit_code, 6) << down.output;
 }
 
@@ -342,7 +347,7 @@ TEST_F(CliTest, WatchFollowsAJobToSuccess) {
   p.tp = 1;
   p.steps = 5;
   const SubmittedJob job = SubmitOrDie(client, p);
-  CommandResult watch;
+  Captured watch;
   std::thread watcher([&] { watch = Cli({"watch", job.job_id}, 60); });
   WorkerSessionOptions o;
   o.coordinator = proc_->address();

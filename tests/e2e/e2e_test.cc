@@ -11,6 +11,7 @@
 #include "tests/support/free_port.h"
 #include "tests/support/launch.h"
 #include "tests/support/process.h"
+#include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
 
 namespace latchkey::testing {
@@ -42,25 +43,24 @@ nlohmann::json Field(const nlohmann::json& j, const std::string& proto, const st
 // A model big enough that a step takes a visible fraction of a second on 2 cores, so a policy
 // update lands mid-job.
 nlohmann::json E2eSpec(int steps, const std::string& kv) {
-  return {{"model",
-           {{"model_type", "gpt_bigcode"},
-            {"n_layer", 2},
-            {"n_embd", 192},
-            {"n_head", 8},
-            {"vocab_size", 256},
-            {"n_positions", 128},
-            {"multi_query", true}}},
-          {"train_micro_batch_size_per_gpu", 2},
-          {"gradient_accumulation_steps", 4},
-          {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 0.1}}}}},
-          {"tensor_parallel", {{"autotp_size", 2}}},
-          {"latchkey",
-           {{"seq_len", 128},
-            {"steps", steps},
-            {"seed", 3},
-            {"world_size", 2},
-            {"kv_reduce", kv},
-            {"data", {{"synthetic", {{"seed", 5}}}}}}}};
+  ModelShape model;
+  model.n_embd = 192;
+  model.n_positions = 128;
+  SpecParams p;
+  p.model = ModelJson(model);
+  p.gas = 4;
+  p.zero_stage = std::nullopt;
+  p.optimizer = "SGD";
+  p.lr = 0.1;
+  p.tp = 2;
+  p.managed = std::nullopt;
+  p.seq_len = 128;
+  p.steps = steps;
+  p.seed = 3;
+  p.world_size = 2;
+  p.kv_reduce = kv;
+  p.data = SyntheticData(5);
+  return SpecObject(p);
 }
 
 class Coordinator {
@@ -110,7 +110,7 @@ TEST(EndToEnd, PolicyUpdateMidJobAndMetrics) {
   std::vector<int> workers;
   for (int r = 0; r < 2; ++r) {
     workers.push_back(StartProcess(
-        {LATCHKEY_WORKER_BIN, "--coordinator", coord.address(), "--job", job, "--join-token", token,
+        {WorkerBinary(), "--coordinator", coord.address(), "--job", job, "--join-token", token,
          "--metrics-jsonl", dir + "/steps-{rank}.jsonl", "--metrics-port", "0", "--metrics-host",
          "127.0.0.1", "--linger-seconds", "60", "--quiet"},
         {"RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=2"},
@@ -263,9 +263,8 @@ TEST(EndToEnd, InternalErrorIsReportedAtOnce) {
   std::vector<int> pids;
   const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> args = {
-        LATCHKEY_WORKER_BIN, "--coordinator", coord.address(), "--job",
-        job[1].str(),        "--join-token",  token[1].str(),  "--quiet"};
+    std::vector<std::string> args = {WorkerBinary(), "--coordinator", coord.address(), "--job",
+                                     job[1].str(),   "--join-token",  token[1].str(),  "--quiet"};
     if (r == 1) args.insert(args.end(), {"--test-throw-at-window", "1"});
     pids.push_back(StartProcess(args, {"RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=2"},
                                 dir + "/worker-" + std::to_string(r) + ".log"));

@@ -1,11 +1,8 @@
 // The metrics endpoint inside the real latchkey-worker binary (which links libtorch + OpenBLAS:
 // the civetweb TLS pitfall), checked with promtool and scraped by a real Prometheus server.
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <fstream>
@@ -13,9 +10,9 @@
 #include <thread>
 
 #include "tests/support/free_port.h"
-#include "tests/training/specs.h"
-
-extern char** environ;
+#include "tests/support/launch.h"
+#include "tests/support/process.h"
+#include "tests/support/specs.h"
 
 namespace latchkey::testing {
 namespace {
@@ -49,22 +46,6 @@ double Sample(const std::string& text, const std::string& series) {
   return NAN;
 }
 
-int RunCommand(const std::vector<std::string>& args, const std::string& stdin_file = "") {
-  std::vector<char*> argv;
-  std::vector<std::string> copy = args;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (!stdin_file.empty()) posix_spawn_file_actions_addopen(&fa, 0, stdin_file.c_str(), O_RDONLY, 0);
-  pid_t pid;
-  if (posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) return -1;
-  posix_spawn_file_actions_destroy(&fa);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 nlohmann::json MetricsSpec() {
   RunShape s;
   s.tp = 2;
@@ -75,9 +56,9 @@ nlohmann::json MetricsSpec() {
 }
 
 TEST(WorkerMetrics, EndpointCountsMatchJsonlAndPassPromtool) {
-  WorkerGroup g = StartWorkers(MetricsSpec(), 2,
-                               {"--metrics-port", "0", "--metrics-host", "127.0.0.1",
-                                "--linger-seconds", "60"});
+  WorkerGroup g = StartWorkers(
+      MetricsSpec(), 2,
+      {"--metrics-port", "0", "--metrics-host", "127.0.0.1", "--linger-seconds", "60"});
   const int port = WaitForMetricsPort(g, 0);
   ASSERT_GT(port, 0) << RankStderr(g, 0);
   // Wait for the 4 steps to be reported.
@@ -90,7 +71,8 @@ TEST(WorkerMetrics, EndpointCountsMatchJsonlAndPassPromtool) {
   ASSERT_EQ(Sample(text, "latchkey_optimizer_steps_total"), 4) << text;
   const std::string path = g.run.dir + "/metrics.txt";
   std::ofstream(path) << text;
-  EXPECT_EQ(RunCommand({"promtool", "check", "metrics"}, path), 0) << text;
+  const Captured lint = RunAndCapture({"/bin/sh", "-c", "promtool check metrics < " + path});
+  EXPECT_EQ(lint.exit_code, 0) << lint.output << text;
 
   for (int pid : g.pids) kill(pid, SIGTERM);
   WorkerRun run = WaitWorkers(std::move(g), std::chrono::seconds(30));
@@ -111,9 +93,9 @@ TEST(WorkerMetrics, EndpointCountsMatchJsonlAndPassPromtool) {
 }
 
 TEST(WorkerMetrics, RealPrometheusScrapesTheWorker) {
-  WorkerGroup g = StartWorkers(MetricsSpec(), 2,
-                               {"--metrics-port", "0", "--metrics-host", "127.0.0.1",
-                                "--linger-seconds", "120"});
+  WorkerGroup g = StartWorkers(
+      MetricsSpec(), 2,
+      {"--metrics-port", "0", "--metrics-host", "127.0.0.1", "--linger-seconds", "120"});
   const int port = WaitForMetricsPort(g, 0);
   ASSERT_GT(port, 0) << RankStderr(g, 0);
   std::string text;
@@ -133,16 +115,8 @@ TEST(WorkerMetrics, RealPrometheusScrapesTheWorker) {
   std::vector<std::string> args = {"prometheus", "--config.file=" + dir + "/prometheus.yml",
                                    "--storage.tsdb.path=" + dir + "/data",
                                    "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  const std::string log = dir + "/prometheus.log";
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t prom = 0;
-  ASSERT_EQ(posix_spawnp(&prom, "prometheus", &fa, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
+  const int prom = StartProcess(args, {}, dir + "/prometheus.log");
+  ASSERT_GT(prom, 0) << "cannot start prometheus";
 
   double scraped = NAN;
   httplib::Client c("127.0.0.1", prom_port);
@@ -156,7 +130,7 @@ TEST(WorkerMetrics, RealPrometheusScrapesTheWorker) {
     scraped = std::stod(body["data"]["result"][0]["value"][1].get<std::string>());
   }
   kill(prom, SIGTERM);
-  waitpid(prom, nullptr, 0);
+  WaitProcess(prom, std::chrono::seconds(30));
   for (int pid : g.pids) kill(pid, SIGTERM);
   WaitWorkers(std::move(g), std::chrono::seconds(30));
   EXPECT_EQ(scraped, endpoint_value);

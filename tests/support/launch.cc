@@ -1,18 +1,14 @@
 #include "tests/support/launch.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <sys/types.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <optional>
 #include <thread>
 
+#include "common/subprocess.h"
 #include "tests/support/free_port.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
@@ -31,6 +27,7 @@ std::string Replace(std::string s, const std::string& from, const std::string& t
 
 std::string SourceDir() { return LATCHKEY_SOURCE_DIR; }
 std::string FixtureDir() { return SourceDir() + "/testdata/gptbigcode-tiny"; }
+std::string WorkerBinary() { return LATCHKEY_WORKER_BIN; }
 
 bool WorkerRun::ok() const {
   for (int c : exit_codes) {
@@ -67,12 +64,9 @@ WorkerGroup StartWorkers(const nlohmann::json& spec, int world,
 
   std::vector<pid_t> pids(world, -1);
   for (int r = 0; r < world; ++r) {
-    std::vector<std::string> args = {LATCHKEY_WORKER_BIN,
-                                     "--standalone",
-                                     "--spec",
-                                     run.dir + "/spec.json",
-                                     "--metrics-jsonl",
-                                     run.dir + "/steps-{rank}.jsonl",
+    std::vector<std::string> args = {WorkerBinary(),    "--standalone",
+                                     "--spec",          run.dir + "/spec.json",
+                                     "--metrics-jsonl", run.dir + "/steps-{rank}.jsonl",
                                      "--quiet"};
     for (const std::string& a : extra_args) args.push_back(Replace(a, "{dir}", run.dir));
     // Our entries come first in the environment, so they win over inherited ones.
@@ -92,13 +86,13 @@ WorkerRun WaitWorkers(WorkerGroup group, std::chrono::seconds deadline) {
   const int world = static_cast<int>(pids.size());
   run.exit_codes.assign(world, -1);
   const auto until = std::chrono::steady_clock::now() + deadline;
-  int remaining = world;
+  int remaining = 0;
+  for (pid_t p : pids) remaining += p > 0 ? 1 : 0;  // a rank that never started stays -1
   while (remaining > 0) {
     for (int r = 0; r < world; ++r) {
       if (pids[r] <= 0) continue;
-      int status = 0;
-      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-        run.exit_codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (std::optional<int> code = WaitFor(pids[r], std::chrono::milliseconds(0))) {
+        run.exit_codes[r] = *code;
         pids[r] = 0;
         --remaining;
       }
@@ -106,11 +100,7 @@ WorkerRun WaitWorkers(WorkerGroup group, std::chrono::seconds deadline) {
     if (remaining == 0) break;
     if (std::chrono::steady_clock::now() > until) {
       for (int r = 0; r < world; ++r) {
-        if (pids[r] > 0) {
-          kill(pids[r], SIGKILL);
-          waitpid(pids[r], nullptr, 0);
-          run.exit_codes[r] = -1;
-        }
+        if (pids[r] > 0) run.exit_codes[r] = WaitOrKill(pids[r], std::chrono::milliseconds(0));
       }
       break;
     }

@@ -5,20 +5,19 @@
 
 #include <chrono>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "worker/checkpoint/safetensors.h"
 
 namespace latchkey::testing {
 
 struct WorkerRun {
-  std::string dir;                               // scratch folder of this run
-  std::vector<int> exit_codes;                   // per rank (-1: killed at the deadline)
+  std::string dir;                                 // scratch folder of this run
+  std::vector<int> exit_codes;                     // per rank (-1: killed at the deadline)
   std::vector<std::vector<nlohmann::json>> steps;  // per rank, the JSONL records
-  std::vector<std::string> stderr_text;          // per rank
+  std::vector<std::string> stderr_text;            // per rank
   bool ok() const;
   std::string Describe() const;  // exit codes and stderr, for assertion messages
 };
@@ -48,7 +47,8 @@ std::map<std::string, double> TensorNorms(const std::string& safetensors_path);
 std::vector<double> TensorValues(const StTensor& t);
 
 std::string SourceDir();
-std::string FixtureDir();  // testdata/gptbigcode-tiny
+std::string FixtureDir();    // testdata/gptbigcode-tiny
+std::string WorkerBinary();  // the latchkey-worker this build made
 
 }  // namespace latchkey::testing
 

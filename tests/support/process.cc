@@ -1,9 +1,5 @@
 #include "tests/support/process.h"
 
-#include <unistd.h>
-
-#include <atomic>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -35,6 +31,7 @@ Captured RunAndCapture(const std::vector<std::string>& args, std::chrono::millis
   if (pid <= 0) return c;
   c.exit_code = WaitProcess(pid, deadline);
   c.output = ReadText(log);
+  if (c.exit_code == -1) c.output += "\n[killed at the deadline]";
   return c;
 }
 

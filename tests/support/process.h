@@ -18,6 +18,8 @@ struct Captured {
   int exit_code = -1;
   std::string output;  // stdout + stderr
 };
+// Runs `args` (PATH lookup, stdin from /dev/null) and returns its exit code and output; one still
+// running at the deadline is killed (exit code -1).
 Captured RunAndCapture(const std::vector<std::string>& args,
                        std::chrono::milliseconds deadline = std::chrono::seconds(60));
 std::string ReadText(const std::string& path);

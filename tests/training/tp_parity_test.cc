@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
-#include "tests/training/specs.h"
+#include "tests/support/launch.h"
+#include "tests/support/specs.h"
 
 namespace latchkey::testing {
 namespace {
@@ -28,9 +30,9 @@ Parity Compare(const WorkerRun& ref, const WorkerRun& tp_run, int tp, bool mqa) 
   Parity p;
   for (size_t s = 0; s < ref.steps[0].size(); ++s) {
     for (int r = 0; r < tp; ++r) {
-      p.max_loss_diff = std::max(p.max_loss_diff,
-                                 std::abs(ref.steps[0][s]["loss"].get<double>() -
-                                          tp_run.steps[r][s]["loss"].get<double>()));
+      p.max_loss_diff =
+          std::max(p.max_loss_diff, std::abs(ref.steps[0][s]["loss"].get<double>() -
+                                             tp_run.steps[r][s]["loss"].get<double>()));
     }
   }
   auto ref_grads = ReadSafetensorsFile(ref.dir + "/grads/grads-rank0.safetensors");
@@ -41,8 +43,8 @@ Parity Compare(const WorkerRun& ref, const WorkerRun& tp_run, int tp, bool mqa) 
   }
   std::vector<StFile> ranks;
   for (int r = 0; r < tp; ++r) {
-    auto f = ReadSafetensorsFile(tp_run.dir + "/grads/grads-rank" + std::to_string(r) +
-                                 ".safetensors");
+    auto f =
+        ReadSafetensorsFile(tp_run.dir + "/grads/grads-rank" + std::to_string(r) + ".safetensors");
     if (!f.ok()) {
       p.detail = std::string(f.status().message());
       p.max_kv_diff = INFINITY;
@@ -53,8 +55,7 @@ Parity Compare(const WorkerRun& ref, const WorkerRun& tp_run, int tp, bool mqa) 
   const int E = 64, D = 8;
   for (int layer = 0; layer < 2; ++layer) {
     for (const char* suffix : {"weight", "bias"}) {
-      const std::string name =
-          "transformer.h." + std::to_string(layer) + ".attn.c_attn." + suffix;
+      const std::string name = "transformer.h." + std::to_string(layer) + ".attn.c_attn." + suffix;
       const int row = std::string(suffix) == "weight" ? E : 1;
       const std::vector<double> full = TensorValues(*Find(*ref_grads, name));
       std::vector<double> first;

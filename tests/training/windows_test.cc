@@ -8,7 +8,8 @@
 
 #include <cmath>
 
-#include "tests/training/specs.h"
+#include "tests/support/launch.h"
+#include "tests/support/specs.h"
 #include "worker/checkpoint/hf_checkpoint.h"
 
 namespace latchkey::testing {

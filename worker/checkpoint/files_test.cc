@@ -1,6 +1,5 @@
 #include "worker/checkpoint/files.h"
 
-#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -8,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 
 namespace latchkey {
 namespace {
@@ -15,17 +15,11 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-std::string MakeTempDir() {
-  std::string tmpl = ::testing::TempDir() + "/files_test_XXXXXX";
-  char* d = ::mkdtemp(tmpl.data());
-  EXPECT_NE(d, nullptr);
-  return tmpl;
-}
-
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
 TEST(FilesTest, WriteFileAtomicallyOverwritesAndLeavesNoTemporaryFile) {
-  const std::string dir = MakeTempDir();
+  const testing::ScopedTempDir tmp_dir("checkpoint-files");
+  const std::string dir = tmp_dir.path();
   ASSERT_TRUE(WriteFileAtomically(dir + "/x", "first").ok());
   ASSERT_TRUE(WriteFileAtomically(dir + "/x", "second").ok());
   absl::StatusOr<std::string> back = ReadWholeFile(dir + "/x");
@@ -40,11 +34,11 @@ TEST(FilesTest, WriteFileAtomicallyOverwritesAndLeavesNoTemporaryFile) {
     EXPECT_THAT(e.path().filename().string(), ::testing::AnyOf("x", "empty"));
   }
   EXPECT_EQ(entries, 2);
-  fs::remove_all(dir);
 }
 
 TEST(FilesTest, ErrorsNameThePath) {
-  const std::string dir = MakeTempDir();
+  const testing::ScopedTempDir tmp_dir("checkpoint-files");
+  const std::string dir = tmp_dir.path();
   absl::Status w = WriteFileAtomically(dir + "/missing/sub/x", "abc");
   EXPECT_EQ(w.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(Msg(w), HasSubstr(dir + "/missing/sub/x"));
@@ -55,11 +49,11 @@ TEST(FilesTest, ErrorsNameThePath) {
   r = ReadWholeFile(dir);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Msg(r.status()), HasSubstr("is a directory"));
-  fs::remove_all(dir);
 }
 
 TEST(FilesTest, FailedRenameRemovesTheTemporaryFile) {
-  const std::string dir = MakeTempDir();
+  const testing::ScopedTempDir tmp_dir("checkpoint-files");
+  const std::string dir = tmp_dir.path();
   // A non-empty directory cannot be replaced by a file.
   fs::create_directories(dir + "/taken/inner");
   absl::Status w = WriteFileAtomically(dir + "/taken", "abc");
@@ -72,11 +66,11 @@ TEST(FilesTest, FailedRenameRemovesTheTemporaryFile) {
   }
   EXPECT_EQ(entries, 1);
   EXPECT_TRUE(fs::is_directory(dir + "/taken/inner"));
-  fs::remove_all(dir);
 }
 
 TEST(FilesTest, PathKindsAndDirectories) {
-  const std::string dir = MakeTempDir();
+  const testing::ScopedTempDir tmp_dir("checkpoint-files");
+  const std::string dir = tmp_dir.path();
   EXPECT_EQ(*GetPathKind(dir), PathKind::kDirectory);
   EXPECT_EQ(*GetPathKind(dir + "/none"), PathKind::kMissing);
   ASSERT_TRUE(WriteFileAtomically(dir + "/f", "1").ok());
@@ -95,7 +89,6 @@ TEST(FilesTest, PathKindsAndDirectories) {
   absl::Status s = CreateDirectories(dir + "/f/sub");
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(Msg(s), HasSubstr("cannot create directory " + dir + "/f/sub"));
-  fs::remove_all(dir);
 }
 
 TEST(FilesTest, JoinPath) {

@@ -1,7 +1,5 @@
 #include "worker/checkpoint/hf_checkpoint.h"
 
-#include <stdlib.h>
-
 #include <filesystem>
 #include <set>
 #include <string>
@@ -9,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/temp_dir.h"
 #include "worker/checkpoint/files.h"
 #include "worker/model/gpt_bigcode_params.h"
 
@@ -20,18 +19,11 @@ namespace fs = std::filesystem;
 
 const std::string kFixtures = std::string(LATCHKEY_SOURCE_DIR) + "/testdata/gptbigcode-tiny";
 
-std::string MakeTempDir() {
-  std::string tmpl = ::testing::TempDir() + "/hf_test_XXXXXX";
-  char* d = ::mkdtemp(tmpl.data());
-  EXPECT_NE(d, nullptr);
-  return tmpl;
-}
-
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
 // A copy of a fixture folder that a test may modify.
 std::string CopyFixture(const std::string& variant) {
-  std::string dir = MakeTempDir() + "/ckpt";
+  std::string dir = testing::MakeTempDir("hf-checkpoint") + "/ckpt";
   fs::create_directories(dir);
   for (const char* f : {kHfConfigFileName, kHfWeightsFileName}) {
     fs::copy_file(kFixtures + "/" + variant + "/" + f, dir + "/" + f);
@@ -81,7 +73,8 @@ TEST(HfCheckpointTest, ReadsFixtures) {
 TEST(HfCheckpointTest, WriteThenReadRoundTrip) {
   absl::StatusOr<HfCheckpoint> ck = ReadHfCheckpoint(kFixtures + "/mqa");
   ASSERT_TRUE(ck.ok()) << ck.status();
-  std::string root = MakeTempDir();
+  const testing::ScopedTempDir tmp_root("hf-checkpoint");
+  std::string root = tmp_root.path();
   std::string dir = root + "/a/b/step-3";  // parents are created
   StFile weights = ck->weights;
   weights.metadata.clear();  // WriteHfCheckpoint adds format=pt itself
@@ -104,7 +97,6 @@ TEST(HfCheckpointTest, WriteThenReadRoundTrip) {
   std::set<std::string> files;
   for (const auto& e : fs::directory_iterator(dir)) files.insert(e.path().filename());
   EXPECT_EQ(files, (std::set<std::string>{"config.json", "model.safetensors"}));
-  fs::remove_all(root);
 }
 
 TEST(HfCheckpointTest, ConfigJsonHasExactlyTheDesignKeys) {

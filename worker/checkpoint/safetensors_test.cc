@@ -1,13 +1,12 @@
 #include "worker/checkpoint/safetensors.h"
 
-#include <stdlib.h>
-
 #include <filesystem>
 #include <random>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
 #include "worker/checkpoint/files.h"
 
 namespace latchkey {
@@ -35,13 +34,6 @@ std::string LengthPrefix(uint64_t n) {
 // A raw file with the given header text and data buffer.
 std::string Raw(const std::string& header, const std::string& data = "") {
   return LengthPrefix(header.size()) + header + data;
-}
-
-std::string MakeTempDir() {
-  std::string tmpl = ::testing::TempDir() + "/st_test_XXXXXX";
-  char* d = ::mkdtemp(tmpl.data());
-  EXPECT_NE(d, nullptr);
-  return tmpl;
 }
 
 // Parses `bytes` and expects failure with `code` and `fragment` in the message.
@@ -106,7 +98,8 @@ TEST(SafetensorsTest, FileRoundTrip) {
   in.tensors.push_back({"b.half", StDtype::kF16, {3}, std::string("abcdef")});
   ASSERT_TRUE(ValidateStFile(in).ok());
 
-  std::string dir = MakeTempDir();
+  const testing::ScopedTempDir tmp_dir("safetensors");
+  std::string dir = tmp_dir.path();
   std::string path = dir + "/w.safetensors";
   ASSERT_TRUE(WriteSafetensorsFile(path, in).ok());
   absl::StatusOr<StFile> out = ReadSafetensorsFile(path);
@@ -141,7 +134,6 @@ TEST(SafetensorsTest, FileRoundTrip) {
     ++files;
   }
   EXPECT_EQ(files, 1);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(SafetensorsTest, AcceptsPaddedHeaderAndNoMetadata) {
@@ -182,13 +174,13 @@ TEST(SafetensorsTest, TruncatedFixtureIsDataLoss) {
 }
 
 TEST(SafetensorsTest, TruncatedFileOnDiskNamesThePath) {
-  std::string dir = MakeTempDir();
+  const testing::ScopedTempDir tmp_dir("safetensors");
+  std::string dir = tmp_dir.path();
   std::string path = dir + "/cut.safetensors";
   ASSERT_TRUE(WriteFileAtomically(path, Bytes(kMqa).substr(0, 5000)).ok());
   absl::StatusOr<StFile> f = ReadSafetensorsFile(path);
   EXPECT_EQ(f.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(f.status().message()), HasSubstr(path));
-  std::filesystem::remove_all(dir);
 }
 
 TEST(SafetensorsTest, CorruptHeaderLength) {
@@ -291,7 +283,8 @@ TEST(SafetensorsTest, DuplicateNames) {
 }
 
 TEST(SafetensorsTest, ValidateAndWriteRefuseBadFiles) {
-  std::string dir = MakeTempDir();
+  const testing::ScopedTempDir tmp_dir("safetensors");
+  std::string dir = tmp_dir.path();
   std::string path = dir + "/bad.safetensors";
   struct Case {
     StFile file;
@@ -317,7 +310,6 @@ TEST(SafetensorsTest, ValidateAndWriteRefuseBadFiles) {
     EXPECT_FALSE(std::filesystem::exists(path));
     SerializeSafetensors(c.file);  // must not crash
   }
-  std::filesystem::remove_all(dir);
 }
 
 // Random corruption of a real file never crashes: it parses or yields a clean error.
@@ -348,12 +340,11 @@ TEST(SafetensorsTest, FileSystemErrorsNameThePath) {
   EXPECT_EQ(f.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(f.status().message()), HasSubstr("/nonexistent/x.safetensors"));
 
-  std::string dir = MakeTempDir();
+  const testing::ScopedTempDir tmp_dir("safetensors");
+  std::string dir = tmp_dir.path();
   f = ReadSafetensorsFile(dir);
   EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(f.status().message()), HasSubstr("is a directory"));
-
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -5,11 +5,19 @@
 #include <cstdio>
 #include <fstream>
 
+#include "tests/support/temp_dir.h"
+
 namespace latchkey {
 namespace {
 
+// This binary's scratch folder, removed at exit.
+const testing::ScopedTempDir& Scratch() {
+  static const testing::ScopedTempDir dir("token-source");
+  return dir;
+}
+
 std::string WriteU16(const std::string& name, const std::vector<uint16_t>& v) {
-  const std::string path = ::testing::TempDir() + name;
+  const std::string path = Scratch() / name;
   std::ofstream o(path, std::ios::binary);
   o.write(reinterpret_cast<const char*>(v.data()), v.size() * 2);
   return path;
@@ -31,8 +39,8 @@ TEST(TokenSource, SamplesFollowDesignOrder) {
 }
 
 TEST(TokenSource, RefusesBadFiles) {
-  auto missing = OpenTokenFile("/nonexistent/x.bin", TokenDtype::kUint16, 4, 256,
-                               "latchkey.data.tokens_file");
+  auto missing =
+      OpenTokenFile("/nonexistent/x.bin", TokenDtype::kUint16, 4, 256, "latchkey.data.tokens_file");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("latchkey.data.tokens_file"), std::string::npos);
   auto short_file = OpenTokenFile(WriteU16("short.bin", {1, 2, 3}), TokenDtype::kUint16, 4, 256,
@@ -45,9 +53,9 @@ TEST(TokenSource, RefusesBadFiles) {
 }
 
 TEST(TokenSource, TokenizeBytes) {
-  const std::string text = ::testing::TempDir() + "t.txt";
+  const std::string text = Scratch() / "t.txt";
   { std::ofstream(text) << "ab\xff"; }
-  const std::string out = ::testing::TempDir() + "t.bin";
+  const std::string out = Scratch() / "t.bin";
   auto n = TokenizeBytesFile(text, out);
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, 3);
