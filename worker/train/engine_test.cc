@@ -5,9 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include "common/latch.h"
+#include "tests/support/specs.h"
 #include "worker/comm/collective_error.h"
 #include "worker/comm/scripted_group.h"
 
@@ -19,27 +18,21 @@ const std::string kFixture = std::string(LATCHKEY_SOURCE_DIR) + "/testdata/gptbi
 // TP 2 (rank 0 of 2) on the fixture's MQA model: 2 layers, so 4 TP all-reduces per forward and
 // 4 per backward, then one coalesced K/V all-reduce and the norm's at the boundary.
 JobSpec TpSpec() {
-  const nlohmann::json j = {
-      {"model",
-       {{"model_type", "gpt_bigcode"},
-        {"n_layer", 2},
-        {"n_embd", 64},
-        {"n_head", 8},
-        {"vocab_size", 256},
-        {"n_positions", 64},
-        {"multi_query", true}}},
-      {"train_micro_batch_size_per_gpu", 1},
-      {"gradient_accumulation_steps", 1},
-      {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 0.1}}}}},
-      {"tensor_parallel", {{"autotp_size", 2}}},
-      {"latchkey",
-       {{"seq_len", 8},
-        {"steps", 1},
-        {"world_size", 2},
-        {"kv_reduce", "coalesced"},
-        {"init_from", kFixture + "/mqa"},
-        {"data", {{"tokens_file", kFixture + "/tokens.bin"}, {"dtype", "uint16"}}}}}};
-  auto spec = ParseJobSpec(j.dump(), "/");
+  testing::SpecParams p;
+  p.micro_batch = 1;
+  p.gas = 1;
+  p.zero_stage = std::nullopt;
+  p.optimizer = "SGD";
+  p.lr = 0.1;
+  p.tp = 2;
+  p.managed = std::nullopt;
+  p.seq_len = 8;
+  p.steps = 1;
+  p.world_size = 2;
+  p.kv_reduce = "coalesced";
+  p.init_from = kFixture + "/mqa";
+  p.data = testing::TokensData(kFixture + "/tokens.bin");
+  auto spec = ParseJobSpec(testing::SpecJson(p), "/");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }
