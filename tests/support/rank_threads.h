@@ -8,8 +8,8 @@
 
 #include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -44,8 +44,7 @@ class ThreadRendezvous {
 // Every rank's fn starts only once all ranks have formed their groups, and no rank tears its
 // groups down before every fn has returned: a rank finishing early must not close connections
 // a slower peer is still completing.
-inline void RunRankThreads(int world, int tp,
-                           const std::function<void(comm::ProcessGroups&)>& fn,
+inline void RunRankThreads(int world, int tp, const std::function<void(comm::ProcessGroups&)>& fn,
                            comm::Backend backend = comm::Backend::kAuto) {
   auto store = std::make_shared<comm::InMemoryStore>();
   ThreadRendezvous meet(world);
