@@ -52,10 +52,10 @@ struct ModelConfig {
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
   double lr = 1e-3;
-  double momentum = 0.0;                      // SGD only; must be 0 for now
+  double momentum = 0.0;                       // SGD only; must be 0 for now
   std::array<double, 2> betas = {0.9, 0.999};  // AdamW
-  double eps = 1e-8;                          // AdamW
-  double weight_decay = 0.01;                 // AdamW (torch default)
+  double eps = 1e-8;                           // AdamW
+  double weight_decay = 0.01;                  // AdamW (torch default)
 };
 
 struct DataConfig {

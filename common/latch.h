@@ -30,13 +30,13 @@ LatchPolicy InitialPolicy(const JobSpec& spec);
 
 struct Latch {
   std::string job_id;
-  int64_t window = 0;              // s
-  int64_t generation = 0;          // policy generation it was decided under
-  int64_t first_micro_batch = 0;   // M_s
-  int n = 1;                       // n_s
+  int64_t window = 0;             // s
+  int64_t generation = 0;         // policy generation it was decided under
+  int64_t first_micro_batch = 0;  // M_s
+  int n = 1;                      // n_s
   KvMode kv_mode = KvMode::kPerMicroBatch;
-  std::vector<bool> no_sync;       // size n; the last entry is always false
-  std::string reason;              // why this kv_mode (human-readable)
+  std::vector<bool> no_sync;  // size n; the last entry is always false
+  std::string reason;         // why this kv_mode (human-readable)
 
   bool operator==(const Latch& o) const;
   bool operator!=(const Latch& o) const { return !(*this == o); }

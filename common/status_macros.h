@@ -8,10 +8,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#define LK_RETURN_IF_ERROR(expr)                  \
-  do {                                            \
-    const ::absl::Status lk_status_ = (expr);     \
-    if (!lk_status_.ok()) return lk_status_;      \
+#define LK_RETURN_IF_ERROR(expr)              \
+  do {                                        \
+    const ::absl::Status lk_status_ = (expr); \
+    if (!lk_status_.ok()) return lk_status_;  \
   } while (0)
 
 #define LK_STATUS_CONCAT_INNER_(a, b) a##b

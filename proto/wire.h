@@ -5,11 +5,11 @@
 
 #include <optional>
 
-#include "absl/time/time.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/job_info.h"
-#include "common/join_info.h"
 #include "common/job_spec.h"
+#include "common/join_info.h"
 #include "common/latch.h"
 #include "common/states.h"
 #include "google/protobuf/duration.pb.h"

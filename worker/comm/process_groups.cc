@@ -32,14 +32,14 @@ ProcessGroups MakeSingleProcessGroups() {
 absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const RendezvousConfig& config) {
   const RankGrid grid{config.world_size, config.tp};
   if (!grid.valid()) {
-    return absl::InvalidArgumentError("latchkey.world_size: " + std::to_string(config.world_size) +
-                                      " is not a positive multiple of tensor_parallel.autotp_size " +
-                                      std::to_string(config.tp));
+    return absl::InvalidArgumentError(
+        "latchkey.world_size: " + std::to_string(config.world_size) +
+        " is not a positive multiple of tensor_parallel.autotp_size " + std::to_string(config.tp));
   }
   if (!grid.contains(config.rank)) {
-    return absl::InvalidArgumentError("RANK: " + std::to_string(config.rank) +
-                                      " outside [0, WORLD_SIZE=" +
-                                      std::to_string(config.world_size) + ")");
+    return absl::InvalidArgumentError(
+        "RANK: " + std::to_string(config.rank) +
+        " outside [0, WORLD_SIZE=" + std::to_string(config.world_size) + ")");
   }
   ProcessGroups g = MakeSingleProcessGroups();
   g.rank = config.rank;
@@ -73,8 +73,8 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const Rendezv
   }
   if (!st.ok()) {
     return absl::Status(st.code(), std::string(BackendName(backend)) + " rendezvous at " +
-                                       config.host + ":" + std::to_string(config.port) +
-                                       " (rank " + std::to_string(config.rank) +
+                                       config.host + ":" + std::to_string(config.port) + " (rank " +
+                                       std::to_string(config.rank) +
                                        "): " + std::string(st.message()));
   }
   for (Group* grp : {g.world.get(), g.tp_group.get(), g.dp_group.get()}) {

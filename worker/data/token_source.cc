@@ -58,16 +58,15 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenTokenFile(const std::string& pa
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t width = dtype == TokenDtype::kUint16 ? 2 : 4;
   if (bytes.size() % width != 0) {
-    return absl::InvalidArgumentError(field + ": '" + path + "' has " +
-                                      std::to_string(bytes.size()) +
-                                      " bytes, not a multiple of the dtype width " +
-                                      std::to_string(width));
+    return absl::InvalidArgumentError(
+        field + ": '" + path + "' has " + std::to_string(bytes.size()) +
+        " bytes, not a multiple of the dtype width " + std::to_string(width));
   }
   const size_t n = bytes.size() / width;
   if (n < static_cast<size_t>(seq_len) + 1) {
-    return absl::InvalidArgumentError(field + ": '" + path + "' holds " + std::to_string(n) +
-                                      " tokens, fewer than latchkey.seq_len + 1 = " +
-                                      std::to_string(seq_len + 1));
+    return absl::InvalidArgumentError(
+        field + ": '" + path + "' holds " + std::to_string(n) +
+        " tokens, fewer than latchkey.seq_len + 1 = " + std::to_string(seq_len + 1));
   }
   std::vector<int64_t> tokens(n);
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
@@ -92,8 +91,8 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenDataSource(const JobSpec& spec)
   if (spec.data.synthetic_seed.has_value()) {
     return MakeSyntheticSource(*spec.data.synthetic_seed, spec.seq_len, spec.model.vocab_size);
   }
-  return OpenTokenFile(spec.data.tokens_file, spec.data.dtype, spec.seq_len,
-                       spec.model.vocab_size, "latchkey.data.tokens_file");
+  return OpenTokenFile(spec.data.tokens_file, spec.data.dtype, spec.seq_len, spec.model.vocab_size,
+                       "latchkey.data.tokens_file");
 }
 
 absl::StatusOr<int64_t> TokenizeBytesFile(const std::string& text_path,

@@ -13,10 +13,10 @@ namespace {
 // Collectives here take ~0.1 ms .. seconds; steps ~10 ms .. minutes.
 const prometheus::Histogram::BucketBoundaries kCollectiveBuckets = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5};
-const prometheus::Histogram::BucketBoundaries kStepBuckets = {
-    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
-const prometheus::Histogram::BucketBoundaries kWaitBuckets = {
-    0.00001, 0.0001, 0.001, 0.01, 0.1, 1, 10};
+const prometheus::Histogram::BucketBoundaries kStepBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                                              2.5,  5,     10,   30,  60,   300};
+const prometheus::Histogram::BucketBoundaries kWaitBuckets = {0.00001, 0.0001, 0.001, 0.01,
+                                                              0.1,     1,      10};
 }  // namespace
 
 struct WorkerMetrics::Families {

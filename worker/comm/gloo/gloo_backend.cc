@@ -1,11 +1,10 @@
 #include "worker/comm/gloo/gloo_backend.h"
 
-#include <unistd.h>
-
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <unistd.h>
 
 #include "worker/comm/gloo/gloo_group.h"
 
@@ -79,14 +78,12 @@ absl::Status ConnectGlooGroups(const RendezvousConfig& config, std::shared_ptr<S
     };
     g->world = MakeGlooGroup("world", connect("world", g->rank, g->world_size), g->stats);
     if (g->tp > 1) {
-      g->tp_group =
-          MakeGlooGroup("tp", connect("tp" + std::to_string(g->dp_rank), g->tp_rank, g->tp),
-                        g->stats);
+      g->tp_group = MakeGlooGroup(
+          "tp", connect("tp" + std::to_string(g->dp_rank), g->tp_rank, g->tp), g->stats);
     }
     if (g->dp > 1) {
-      g->dp_group =
-          MakeGlooGroup("dp", connect("dp" + std::to_string(g->tp_rank), g->dp_rank, g->dp),
-                        g->stats);
+      g->dp_group = MakeGlooGroup(
+          "dp", connect("dp" + std::to_string(g->tp_rank), g->dp_rank, g->dp), g->stats);
     }
   } catch (const StoreError& e) {
     return e.status;
