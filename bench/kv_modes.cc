@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/stats.h"
 #include "common/job_spec.h"
 #include "common/latch.h"
 #include "common/subprocess.h"
@@ -92,20 +93,9 @@ latchkey::JobSpec Spec(const Args& a, int gas) {
   return s;
 }
 
-// The true median (mean of the two middle values for an even count).
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double Min(const std::vector<double>& v) {
-  return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
-}
-double Max(const std::vector<double>& v) {
-  return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
-}
+using latchkey::bench::Max;
+using latchkey::bench::Median;
+using latchkey::bench::Min;
 
 }  // namespace
 
