@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics_endpoint.h"
 #include "common/timeouts.h"
 #include "server/coordinator.h"
 #include "server/metrics.h"
@@ -139,7 +140,9 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<latchkey::MetricsEndpoint> endpoint;
   if (metrics_port >= 0) {
-    auto ep = latchkey::MetricsEndpoint::Start(metrics_host, metrics_port, metrics.registry());
+    auto ep = latchkey::MetricsEndpoint::Start(
+        metrics_host, metrics_port, [&metrics] { return metrics.Serialize(); },
+        "latchkey-coordinator");
     if (!ep.ok()) return Fail(std::string(ep.status().message()));
     endpoint = *std::move(ep);
   }

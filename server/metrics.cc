@@ -1,7 +1,6 @@
 #include "server/metrics.h"
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
@@ -51,22 +50,5 @@ void CoordinatorMetrics::LatchPublished(KvMode mode) { latches_.at(mode)->Increm
 std::string CoordinatorMetrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
-
-absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
-    const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry) {
-  std::unique_ptr<MetricsEndpoint> ep(new MetricsEndpoint());
-  try {
-    ep->exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat(host, ":", port));
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("--metrics-port ", port, ": cannot serve on ", host, ": ", e.what()));
-  }
-  ep->exposer_->RegisterCollectable(registry);
-  auto ports = ep->exposer_->GetListeningPorts();
-  ep->port_ = ports.empty() ? port : ports.front();
-  return ep;
-}
-
-MetricsEndpoint::~MetricsEndpoint() = default;
 
 }  // namespace latchkey

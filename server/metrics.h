@@ -18,7 +18,6 @@
 
 namespace prometheus {
 class Counter;
-class Exposer;
 class Gauge;
 class Registry;
 }  // namespace prometheus
@@ -43,21 +42,6 @@ class CoordinatorMetrics : public CoordinatorObserver {
   std::map<JobState, prometheus::Gauge*> jobs_;
   std::map<WorkerState, prometheus::Gauge*> workers_;
   std::map<KvMode, prometheus::Counter*> latches_;
-};
-
-// Serves `registry` on http://HOST:PORT/metrics (civetweb). PORT 0 picks a free port.
-// Destroying it takes ~2 s (civetweb's shutdown); share one per process.
-class MetricsEndpoint {
- public:
-  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(
-      const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry);
-  ~MetricsEndpoint();
-  int port() const { return port_; }
-
- private:
-  MetricsEndpoint() = default;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  int port_ = 0;
 };
 
 }  // namespace latchkey

@@ -1,6 +1,5 @@
 #include "worker/metrics/worker_metrics.h"
 
-#include <httplib.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -120,35 +119,6 @@ void WorkerMetrics::ObserveLatchWait(double seconds) { f_->latch_wait->Observe(s
 
 std::string WorkerMetrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
-}
-
-absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
-    const std::string& host, int port, const WorkerMetrics* metrics) {
-  std::unique_ptr<MetricsEndpoint> e(new MetricsEndpoint());
-  e->server_ = std::make_unique<httplib::Server>();
-  e->server_->Get("/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics->Serialize(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  e->server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("latchkey-worker: metrics at /metrics\n", "text/plain");
-  });
-  if (port == 0) {
-    e->port_ = e->server_->bind_to_any_port(host);
-  } else {
-    e->port_ = e->server_->bind_to_port(host, port) ? port : -1;
-  }
-  if (e->port_ <= 0) {
-    return absl::UnavailableError("--metrics-port: cannot listen on " + host + ":" +
-                                  std::to_string(port));
-  }
-  httplib::Server* server = e->server_.get();
-  e->thread_ = std::thread([server] { server->listen_after_bind(); });
-  return e;
-}
-
-MetricsEndpoint::~MetricsEndpoint() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace latchkey

@@ -11,6 +11,7 @@
 #include "worker/checkpoint/files.h"
 #include "worker/train/step_jsonl.h"
 #ifdef LATCHKEY_WITH_METRICS
+#include "common/metrics_endpoint.h"
 #include "worker/metrics/worker_metrics.h"
 #endif
 
@@ -51,8 +52,10 @@ absl::StatusOr<std::unique_ptr<RankOutputs>> RankOutputs::Open(const OutputOptio
   if (options.metrics_port >= 0) {
 #ifdef LATCHKEY_WITH_METRICS
     out->metrics_ = std::make_unique<Metrics>();
-    auto endpoint = MetricsEndpoint::Start(options.metrics_host, options.metrics_port,
-                                           &out->metrics_->registry);
+    const WorkerMetrics* registry = &out->metrics_->registry;
+    auto endpoint = MetricsEndpoint::Start(
+        options.metrics_host, options.metrics_port, [registry] { return registry->Serialize(); },
+        "latchkey-worker");
     if (!endpoint.ok()) return endpoint.status();
     out->metrics_->endpoint = *std::move(endpoint);
     metrics_port = out->metrics_->endpoint->port();
