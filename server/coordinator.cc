@@ -183,7 +183,7 @@ JobView Coordinator::View(const Job& job, bool with_workers) const {
     for (int i = 0; i < grid.world_size; ++i) {
       const RankTable::Rank& r = job.ranks.at(i);
       if (r.worker_id.empty()) continue;
-      WorkerView w;
+      JobWorkerInfo w;
       w.rank = i;
       w.worker_id = r.worker_id;
       w.state = r.state;
@@ -267,7 +267,7 @@ int Coordinator::PickRendezvousPort() const {
   return 0;
 }
 
-absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const SubmitArgs& args) {
+absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const JobSubmission& args) {
   if (args.spec_json.size() > options_.max_spec_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("spec_json: ", args.spec_json.size(),
                                                    " bytes exceeds the limit of ",
@@ -361,7 +361,7 @@ absl::StatusOr<JobView> Coordinator::CancelJob(const std::string& job_id,
   return View(*job, true);
 }
 
-absl::StatusOr<PolicyUpdateResult> Coordinator::UpdateJobPolicy(const PolicyUpdate& update) {
+absl::StatusOr<JobPolicyUpdateResult> Coordinator::UpdateJobPolicy(const JobPolicyUpdate& update) {
   absl::MutexLock lock(&mu_);
   LK_ASSIGN_OR_RETURN(Job * found, FindJob(update.job_id));
   Job& j = *found;
@@ -407,7 +407,7 @@ absl::StatusOr<PolicyUpdateResult> Coordinator::UpdateJobPolicy(const PolicyUpda
                    ", gas=", change.policy.gradient_accumulation_steps, ") from window ",
                    change.first_window));
   Touch(j);
-  return PolicyUpdateResult{change.policy, change.first_window};
+  return JobPolicyUpdateResult{change.policy, change.first_window};
 }
 
 absl::StatusOr<JobWatchUpdate> Coordinator::WaitJobChange(const std::string& job_id,

@@ -79,29 +79,6 @@ class CoordinatorObserver {
   virtual void LatchPublished(KvMode mode) = 0;
 };
 
-struct WorkerView {
-  int rank = 0;
-  std::string worker_id;  // empty: rank not taken yet
-  WorkerState state = WorkerState::kJoined;
-  int tp_rank = 0;
-  int dp_rank = 0;
-  std::string host;
-  absl::Time last_seen = absl::UnixEpoch();
-  int64_t steps_reported = 0;  // highest reported step + 1
-};
-
-struct StepSummary {
-  int64_t step = 0;
-  int micro_batches = 0;
-  double loss = 0;  // rank 0's
-  double grad_norm = 0;
-  KvMode kv_mode = KvMode::kPerMicroBatch;
-  int64_t kv_allreduce_calls = 0;  // rank 0's
-  double step_seconds = 0;         // slowest rank's
-  int64_t tokens = 0;
-  int ranks_reported = 0;
-};
-
 struct JobView {
   JobRecord record;  // join_token cleared
   int world_size = 0;
@@ -109,37 +86,20 @@ struct JobView {
   int dp = 0;
   int64_t steps = 0;
   int workers_joined = 0;
-  std::vector<WorkerView> workers;  // only where asked for; rank order, joined ranks only
+  std::vector<JobWorkerInfo> workers;  // only where asked for; rank order, joined ranks only
   int64_t steps_completed = 0;
-  std::optional<StepSummary> last_step;
+  std::optional<CompletedStep> last_step;
 };
 
-struct SubmitArgs {
-  std::string spec_json;
-  std::string base_dir;
-  std::string rendezvous_host;  // empty: rank 0's
-  int rendezvous_port = 0;      // 0: from the configured range
-};
 struct SubmitResult {
   JobView job;
   std::string join_token;
 };
 
-struct PolicyUpdate {
-  std::string job_id;
-  std::optional<KvReducePolicy> kv_reduce;
-  std::optional<int> gradient_accumulation_steps;
-  std::optional<int64_t> expected_generation;
-};
-struct PolicyUpdateResult {
-  LatchPolicy policy;
-  int64_t first_window = 0;
-};
-
 struct JobWatchUpdate {
   uint64_t version = 0;  // pass back as after_version
   JobView job;
-  std::vector<StepSummary> steps;  // completed steps after `after_step`, in order
+  std::vector<CompletedStep> steps;  // completed steps after `after_step`, in order
 };
 
 struct LatchAudit {
@@ -197,7 +157,6 @@ struct WorkerStatus {
 // The same values as JobService's plain types (common/job_info.h), which proto/wire.h puts on
 // the wire. The join token is never part of them.
 JobInfo ToJobInfo(const JobView& view);
-CompletedStep ToCompletedStep(const StepSummary& step);
 LatchAuditPage ToAuditPage(const LatchAudit& audit);
 
 class Coordinator {
@@ -217,11 +176,11 @@ class Coordinator {
   void Shutdown();
 
   // --- JobService ---
-  absl::StatusOr<SubmitResult> SubmitJob(const SubmitArgs& args);
+  absl::StatusOr<SubmitResult> SubmitJob(const JobSubmission& args);
   absl::StatusOr<JobView> GetJob(const std::string& job_id, bool with_workers);
   absl::StatusOr<std::vector<JobView>> ListJobs(const std::vector<JobState>& states, int limit);
   absl::StatusOr<JobView> CancelJob(const std::string& job_id, const std::string& reason);
-  absl::StatusOr<PolicyUpdateResult> UpdateJobPolicy(const PolicyUpdate& update);
+  absl::StatusOr<JobPolicyUpdateResult> UpdateJobPolicy(const JobPolicyUpdate& update);
   // Returns once the job changed after `after_version` (immediately for 0) or at `deadline`
   // (DEADLINE_EXCEEDED).
   absl::StatusOr<JobWatchUpdate> WaitJobChange(const std::string& job_id, uint64_t after_version,

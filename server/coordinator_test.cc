@@ -150,7 +150,7 @@ TEST(CoordinatorTest, PublishesWithinLookaheadAndSucceeds) {
   EXPECT_EQ(v->record.state, JobState::kSucceeded);
   EXPECT_EQ(v->steps_completed, 6);
   ASSERT_TRUE(v->last_step.has_value());
-  EXPECT_EQ(v->last_step->step, 5);
+  EXPECT_EQ(v->last_step->report.step, 5);
   EXPECT_EQ(v->last_step->ranks_reported, 2);
   EXPECT_EQ(v->workers[0].state, WorkerState::kDone);
   auto end = c->WaitLatches(calls[0], 6, 10, absl::Now());
@@ -167,7 +167,7 @@ TEST(CoordinatorTest, PolicyUpdateStartsAtFirstUnpublishedWindowAndKeepsDataOrde
   auto job = c->SubmitJob({SpecJson(p), "", "", 0});
   const std::string id = job->job.record.job_id;
   auto calls = JoinAll(*c, *job, 2);  // publishes windows 0, 1
-  PolicyUpdate u;
+  JobPolicyUpdate u;
   u.job_id = id;
   u.gradient_accumulation_steps = 2;
   u.kv_reduce = KvReducePolicy::kDeferred;
@@ -195,7 +195,7 @@ TEST(CoordinatorTest, PolicyUpdateStartsAtFirstUnpublishedWindowAndKeepsDataOrde
   ASSERT_EQ(audit->policy_changes.size(), 1u);
   EXPECT_EQ(audit->policy_changes[0].first_window, 2);
 
-  PolicyUpdate bad;
+  JobPolicyUpdate bad;
   bad.job_id = id;
   EXPECT_EQ(c->UpdateJobPolicy(bad).status().code(), absl::StatusCode::kInvalidArgument);
   bad.gradient_accumulation_steps = 0;
@@ -213,7 +213,7 @@ TEST(CoordinatorTest, GasUpdateRefusedForUnmanagedSchedule) {
   p.extra_latchkey = {{"window_schedule", {1, 3}}};
   auto job = c->SubmitJob({SpecJson(p), "", "", 0});
   ASSERT_TRUE(job.ok()) << job.status();
-  PolicyUpdate u;
+  JobPolicyUpdate u;
   u.job_id = job->job.record.job_id;
   u.gradient_accumulation_steps = 2;
   EXPECT_EQ(c->UpdateJobPolicy(u).status().code(), absl::StatusCode::kInvalidArgument);
@@ -345,7 +345,7 @@ TEST(CoordinatorTest, RestartOnSameFileServesSameLatchesAndState) {
     id = job.job.record.job_id;
     auto calls = JoinAll(*c, job, 2);
     for (const auto& call : calls) ASSERT_TRUE(Report(*c, call, 0, 0).ok());
-    PolicyUpdate u;
+    JobPolicyUpdate u;
     u.job_id = id;
     u.gradient_accumulation_steps = 1;
     ASSERT_TRUE(c->UpdateJobPolicy(u).ok());

@@ -10,7 +10,7 @@
 namespace latchkey {
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
                                        v1::SubmitJobResponse* resp) {
-  SubmitArgs args;
+  JobSubmission args;
   args.spec_json = req->spec_json();
   args.base_dir = req->base_dir();
   args.rendezvous_host = req->rendezvous_host();
@@ -58,7 +58,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJob
 grpc::Status JobServiceImpl::UpdateJobPolicy(grpc::ServerContext*,
                                              const v1::UpdateJobPolicyRequest* req,
                                              v1::UpdateJobPolicyResponse* resp) {
-  PolicyUpdate u;
+  JobPolicyUpdate u;
   u.job_id = req->job_id();
   if (req->kv_reduce() != v1::KV_REDUCE_POLICY_UNSPECIFIED) {
     u.kv_reduce = FromProto(req->kv_reduce());
@@ -96,14 +96,14 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
       *m.mutable_job() = job;
       if (!writer->Write(m)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
     } else {
-      for (const StepSummary& s : u->steps) {
+      for (const CompletedStep& s : u->steps) {
         v1::WatchJobResponse m;
         *m.mutable_job() = job;
-        *m.mutable_step() = ToProto(ToCompletedStep(s));
+        *m.mutable_step() = ToProto(s);
         if (!writer->Write(m)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
       }
     }
-    if (!u->steps.empty()) last_step = u->steps.back().step;
+    if (!u->steps.empty()) last_step = u->steps.back().report.step;
     first = false;
     if (IsTerminal(u->job.record.state)) return grpc::Status::OK;
   }

@@ -1,4 +1,4 @@
-// StepAggregator: folds the ranks' reports of one job's steps into one StepSummary per step once
+// StepAggregator: folds the ranks' reports of one job's steps into one CompletedStep per step once
 // every rank has reported it, and keeps the last few for watchers. Part of the Coordinator's
 // private implementation; durable reports live in the JobStore, this is derived state that
 // recovery rebuilds by feeding the stored reports back in.
@@ -30,18 +30,18 @@ class StepAggregator {
   void DropPartial() { partial_.clear(); }
 
   // Completed summaries after `after_step`, in step order.
-  std::vector<StepSummary> After(int64_t after_step) const;
-  std::optional<StepSummary> Last() const;
+  std::vector<CompletedStep> After(int64_t after_step) const;
+  std::optional<CompletedStep> Last() const;
 
  private:
   struct Partial {
     int count = 0;
-    StepSummary summary;
+    CompletedStep summary;
   };
   int world_size_;
   size_t keep_;
   std::map<int64_t, Partial> partial_;
-  std::map<int64_t, StepSummary> recent_;
+  std::map<int64_t, CompletedStep> recent_;
 };
 
 }  // namespace latchkey
