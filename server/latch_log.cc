@@ -16,6 +16,8 @@ absl::StatusOr<std::vector<PublishedLatch>> LatchLog::Publish(JobStore& store, c
   std::vector<PublishedLatch> batch;
   if (next_window_ >= frontier) return batch;
   int64_t m = next_first_micro_batch_;
+  // The store keeps microseconds: serve exactly what a restarted coordinator will read back.
+  now = absl::FromUnixMicros(absl::ToUnixMicros(now));
   for (int64_t w = next_window_; w < frontier; ++w) {
     PublishedLatch p;
     p.latch = DecideLatch(spec, policy, w, m);
