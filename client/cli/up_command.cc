@@ -26,6 +26,7 @@
 
 #include "client/cli/builtin_spec.h"
 #include "client/cli/cli.h"
+#include "common/job_spec.h"
 #include "common/subprocess.h"
 
 namespace latchkey::cli {
@@ -136,15 +137,16 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
     return Fail(absl::InvalidArgumentError("--spec: cannot read '" + o.spec + "'"));
   }
   const std::string spec_text = built_in ? std::string(kBuiltInJobSpec) : ReadFile(o.spec);
-  const nlohmann::json spec = nlohmann::json::parse(spec_text, nullptr, false);
-  if (spec.is_discarded()) return Fail(absl::InvalidArgumentError("--spec: not valid JSON"));
-  int world = o.workers;
-  if (world == 0) {
-    world =
-        spec.value("latchkey", nlohmann::json::object())
-            .value("world_size",
-                   spec.value("tensor_parallel", nlohmann::json::object()).value("autotp_size", 1));
+  // Validated here too, so a bad spec fails before anything is started (naming the field).
+  const std::string base_dir =
+      built_in ? fs::current_path().string() : fs::absolute(o.spec).parent_path().string();
+  const absl::StatusOr<JobSpec> spec = ParseJobSpec(spec_text, base_dir);
+  if (!spec.ok()) {
+    return Fail(
+        absl::Status(spec.status().code(), (built_in ? std::string() : "--spec " + o.spec + ": ") +
+                                               std::string(spec.status().message())));
   }
+  const int world = o.workers > 0 ? o.workers : spec->world_size;
   const std::string run =
       fs::absolute(o.run_dir.empty() ? "runs/up-" + std::to_string(std::time(nullptr)) : o.run_dir)
           .string();
@@ -159,7 +161,7 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
     std::printf(
         "spec         built-in job (demo model, synthetic data, %lld steps; %s/spec.json, "
         "or pass --spec FILE)\n",
-        static_cast<long long>(spec["latchkey"]["steps"].get<int64_t>()), run.c_str());
+        static_cast<long long>(spec->steps), run.c_str());
   }
 
   std::vector<pid_t> children;
