@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "common/job_spec.h"
@@ -24,6 +25,9 @@ struct StepReport {
   int64_t optimizer_state_bytes = 0;  // this rank's optimizer state (ZeRO-1: its partition)
   int64_t latch_generation = 0;       // generation of the latch the step ran under
   double latch_wait_seconds = 0.0;    // time the window waited for its latch (0 standalone)
+  double lr = 0.0;                    // learning rate of this step's update (schedule, float64)
+  // Evaluation loss after this step's update, on the steps where evaluation ran.
+  std::optional<double> eval_loss;
 };
 
 }  // namespace latchkey
