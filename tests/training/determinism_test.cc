@@ -3,6 +3,8 @@
 // paths through the training core (DP x TP with ZeRO-1 and clipping, dropout, bf16).
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include "tests/support/launch.h"
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
@@ -15,6 +17,8 @@ struct Case {
   bool bf16;
   double dropout;
 };
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class Determinism : public ::testing::TestWithParam<Case> {};
 
