@@ -10,7 +10,7 @@ PACKAGES=(
   libabsl-dev prometheus-cpp-dev libsqlite3-dev nlohmann-json3-dev libcli11-dev
   libcpp-httplib-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  prometheus python3-grpcio python3-grpc-tools python3-torch
+  prometheus python3-grpcio python3-grpc-tools python3-torch python3-venv
 )
 
 SUDO=""

@@ -169,6 +169,61 @@ TEST(HfCheckpointTest, ConfigDefaultsAndAliases) {
   EXPECT_EQ(c->n_inner, 64);
 }
 
+// config.json exactly as transformers 4.36.2's save_pretrained writes it for
+// GPTBigCodeConfig(vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=8, n_inner=None)
+// (tests/hf/ checks the whole round trip with the real library): n_inner null and keys latchkey
+// does not use (transformers_version, use_cache, architectures, bos/eos_token_id, ...).
+constexpr char kTransformersConfig[] = R"({
+  "activation_function": "gelu_pytorch_tanh",
+  "architectures": [
+    "GPTBigCodeForCausalLM"
+  ],
+  "attention_softmax_in_fp32": true,
+  "attn_pdrop": 0.1,
+  "bos_token_id": 50256,
+  "embd_pdrop": 0.1,
+  "eos_token_id": 50256,
+  "initializer_range": 0.02,
+  "layer_norm_epsilon": 1e-05,
+  "model_type": "gpt_bigcode",
+  "multi_query": true,
+  "n_embd": 64,
+  "n_head": 8,
+  "n_inner": null,
+  "n_layer": 2,
+  "n_positions": 64,
+  "resid_pdrop": 0.1,
+  "scale_attention_softmax_in_fp32": true,
+  "scale_attn_weights": true,
+  "torch_dtype": "float32",
+  "transformers_version": "4.36.2",
+  "use_cache": true,
+  "vocab_size": 256
+}
+)";
+
+TEST(HfCheckpointTest, ReadsTheConfigTransformersWrites) {
+  absl::StatusOr<ModelConfig> c = ParseHfConfig(kTransformersConfig);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_inner, 0);
+  EXPECT_EQ(c->inner(), 256);
+  EXPECT_TRUE(c->multi_query);
+  EXPECT_DOUBLE_EQ(c->attn_pdrop, 0.1);
+  EXPECT_DOUBLE_EQ(c->layer_norm_epsilon, 1e-5);
+  EXPECT_TRUE(CheckConfigAgrees(Tiny(), *c, "latchkey.init_from").ok());
+
+  // The folder save_pretrained writes: its config.json, the weights, and generation_config.json
+  // (ignored).
+  const std::string dir = CopyFixture("mqa");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/" + kHfConfigFileName, kTransformersConfig).ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/generation_config.json",
+                                  R"({"_from_model_config": true, "bos_token_id": 50256})")
+                  .ok());
+  absl::StatusOr<HfCheckpoint> ckpt = ReadHfCheckpoint(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ(ckpt->config.n_inner, 0);
+}
+
 TEST(HfCheckpointTest, ConfigErrors) {
   struct Case {
     std::string json;
