@@ -34,8 +34,8 @@ struct JobWorkerInfo {
 
 // A step every rank has reported (latchkey.v1.StepSummary). `report` is rank 0's report except
 // step_seconds, which is the slowest rank's. The coordinator passes on step, micro_batches,
-// loss, grad_norm, kv_mode, kv_allreduce_calls, step_seconds and tokens; the report's other
-// fields keep their defaults.
+// loss, grad_norm, kv_mode, kv_allreduce_calls, step_seconds, tokens, lr and eval_loss (set on
+// the steps where evaluation ran); the report's other fields keep their defaults.
 struct CompletedStep {
   StepReport report;
   int ranks_reported = 0;

@@ -238,6 +238,8 @@ v1::ReportStepRequest ToProto(const StepReport& report) {
   out.set_step_seconds(report.step_seconds);
   out.set_tokens(report.tokens);
   out.set_latch_generation(report.latch_generation);
+  out.set_lr(report.lr);
+  if (report.eval_loss) out.mutable_eval_loss()->set_value(*report.eval_loss);
   return out;
 }
 
@@ -255,6 +257,8 @@ absl::StatusOr<StepReport> FromProto(const v1::ReportStepRequest& report) {
   out.step_seconds = report.step_seconds();
   out.tokens = report.tokens();
   out.latch_generation = report.latch_generation();
+  out.lr = report.lr();
+  if (report.has_eval_loss()) out.eval_loss = report.eval_loss().value();
   return out;
 }
 
@@ -270,6 +274,8 @@ v1::StepSummary ToProto(const CompletedStep& step) {
   out.set_step_seconds(r.step_seconds);
   out.set_tokens(r.tokens);
   out.set_ranks_reported(step.ranks_reported);
+  out.set_lr(r.lr);
+  if (r.eval_loss) out.mutable_eval_loss()->set_value(*r.eval_loss);
   return out;
 }
 
@@ -284,6 +290,8 @@ CompletedStep FromProto(const v1::StepSummary& step) {
   r.kv_allreduce_calls = step.kv_allreduce_calls();
   r.step_seconds = step.step_seconds();
   r.tokens = step.tokens();
+  r.lr = step.lr();
+  if (step.has_eval_loss()) r.eval_loss = step.eval_loss().value();
   out.ranks_reported = step.ranks_reported();
   return out;
 }

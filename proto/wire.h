@@ -66,7 +66,8 @@ LatchAuditPage FromProto(const latchkey::v1::ListLatchesResponse& page);
 
 // WorkerService's messages. Join: the rank's JoinInfo (common/join_info.h); an unknown state
 // becomes kPending. ReportStep: the request's step fields (identity and rank are the caller's);
-// StepReport's optimizer_state_bytes and latch_wait_seconds are not on the wire. A request
+// StepReport's optimizer_state_bytes and latch_wait_seconds are not on the wire; eval_loss is
+// a google.protobuf.DoubleValue, unset when the step ran no evaluation. A request
 // without a kv_mode is INVALID_ARGUMENT (the coordinator must know the mode the step ran).
 latchkey::v1::JoinResponse ToProto(const JoinInfo& info);
 JoinInfo FromProto(const latchkey::v1::JoinResponse& info);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -329,6 +330,55 @@ TEST(CoordinatorTest, OldLatchesAreServedFromTheStoreToAResumingWorker) {
   ASSERT_GE(again.size(), 40u);
   for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(again[i].latch, seen[i].latch) << i;
   EXPECT_TRUE(Report(*c, calls[0], 3, 0).ok());  // an old duplicate is still recognised
+}
+
+// The step's summary takes rank 0's lr and eval loss, whichever rank reports first, and keeps
+// "no evaluation" apart from an evaluation loss of 0; both survive a restart.
+TEST(CoordinatorTest, StepSummaryCarriesRankZerosLrAndEvalLossAcrossARestart) {
+  ScopedTempDir dir;
+  const std::string db = dir.path() + "/c.db";
+  SubmitResult job;
+  auto report = [](Coordinator& c, const WorkerCall& call, int64_t step, double lr,
+                   std::optional<double> eval) {
+    StepReportRecord r;
+    r.report.step = step;
+    r.report.lr = lr;
+    r.report.eval_loss = eval;
+    return c.ReportStep(call, r).status();
+  };
+  {
+    auto c = Make({}, db);
+    SpecParams p;
+    p.steps = 4;
+    job = *c->SubmitJob({SpecJson(p), "", "", 0});
+    auto calls = JoinAll(*c, job, 2);
+    ASSERT_EQ(calls[1].rank, 1);
+    ASSERT_TRUE(report(*c, calls[1], 0, 9.0, 99.0).ok());  // rank 1 first
+    ASSERT_TRUE(report(*c, calls[0], 0, 1e-3, std::nullopt).ok());
+    ASSERT_TRUE(report(*c, calls[1], 1, 9.0, std::nullopt).ok());
+    ASSERT_TRUE(report(*c, calls[0], 1, 7.5e-4, 2.5).ok());
+    auto v = c->GetJob(job.job.record.job_id, false);
+    ASSERT_TRUE(v.ok() && v->last_step.has_value());
+    EXPECT_EQ(v->last_step->report.lr, 7.5e-4);
+    EXPECT_EQ(v->last_step->report.eval_loss, std::optional<double>(2.5));
+    auto watch = c->WaitJobChange(job.job.record.job_id, 0, -1, absl::Now());
+    ASSERT_TRUE(watch.ok()) << watch.status();
+    ASSERT_EQ(watch->steps.size(), 2u);
+    EXPECT_EQ(watch->steps[0].report.lr, 1e-3);
+    EXPECT_FALSE(watch->steps[0].report.eval_loss.has_value());  // rank 1's is not the step's
+  }
+  auto c = Make({}, db);
+  auto v = c->GetJob(job.job.record.job_id, false);
+  ASSERT_TRUE(v.ok() && v->last_step.has_value());
+  EXPECT_EQ(v->last_step->report.step, 1);
+  EXPECT_EQ(v->last_step->report.lr, 7.5e-4);
+  EXPECT_EQ(v->last_step->report.eval_loss, std::optional<double>(2.5));
+  ASSERT_TRUE(report(*c, Call(job, "w1", 1), 2, 9.0, 0.0).ok());
+  ASSERT_TRUE(report(*c, Call(job, "w0", 0), 2, 5e-4, 0.0).ok());
+  v = c->GetJob(job.job.record.job_id, false);
+  ASSERT_TRUE(v.ok() && v->last_step.has_value());
+  EXPECT_EQ(v->last_step->report.lr, 5e-4);
+  EXPECT_EQ(v->last_step->report.eval_loss, std::optional<double>(0.0));
 }
 
 TEST(CoordinatorTest, RestartOnSameFileServesSameLatchesAndState) {

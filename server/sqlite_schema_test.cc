@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,7 +100,7 @@ TEST(SqliteSchemaTest, NewFileIsAtTheCurrentVersion) {
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
   EXPECT_EQ(RawInt(path, "PRAGMA user_version"), SqliteStore::kSchemaVersion);
-  EXPECT_EQ(SqliteStore::kSchemaVersion, 2);
+  EXPECT_EQ(SqliteStore::kSchemaVersion, 3);
 }
 
 TEST(SqliteSchemaTest, MigratesAVersion1FileAndFillsTheMaskFromTheSpec) {
@@ -126,7 +127,7 @@ TEST(SqliteSchemaTest, MigratesAVersion1FileAndFillsTheMaskFromTheSpec) {
     ASSERT_EQ(latches->size(), 1u);
     EXPECT_EQ(latches->front().latch.no_sync, kMask);
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 2);
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 3);  // v1 -> v2 -> v3
   EXPECT_EQ(RawInt(path, "SELECT COUNT(*) FROM sqlite_master WHERE name='meta'"), 0);
   // The migration kept the audit append-only.
   EXPECT_NE(RawSql(path, "UPDATE policy_changes SET gas=7"), "");
@@ -137,18 +138,87 @@ TEST(SqliteSchemaTest, MigratesAVersion1FileAndFillsTheMaskFromTheSpec) {
   EXPECT_EQ((*again)->LoadJobs()->front().policy.no_sync, kMask);
 }
 
+// A v2 file (the v1 tables with the no_sync columns, PRAGMA user_version 2) holding step reports
+// of two jobs, one whose spec names the optimizer's lr and one whose spec does not.
+constexpr const char* kV2FromV1 = R"sql(
+ALTER TABLE jobs ADD COLUMN no_sync TEXT NOT NULL DEFAULT '';
+ALTER TABLE policy_changes ADD COLUMN no_sync TEXT NOT NULL DEFAULT '';
+DROP TABLE meta;
+UPDATE jobs SET no_sync='0110';
+INSERT INTO jobs VALUES ('job-000002', 2, 2,
+  '{"optimizer": {"type": "AdamW", "params": {"lr": 0.0025}}, "latchkey": {"steps": 4}}', '',
+  'tok', '', 29501, 0, 'auto', 0, 0, 1, 4, '', '[]', 1, 1, '');
+INSERT INTO step_reports VALUES ('job-000002', 0, 0, 4, 2.5, 1.5, 'coalesced', 1, '{}', 0.1,
+  512, 0, 7);
+INSERT INTO step_reports VALUES ('job-000002', 1, 0, 4, 2.5, 1.5, 'coalesced', 1, '{}', 0.2,
+  512, 0, 8);
+INSERT INTO step_reports VALUES ('job-000001', 0, 0, 4, 3.5, 1.0, 'coalesced', 1, '{}', 0.1,
+  512, 1, 9);
+PRAGMA user_version = 2;
+)sql";
+
+TEST(SqliteSchemaTest, MigratesAVersion2FileFillingTheLrOfEarlierReportsFromTheSpec) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  ASSERT_EQ(RawSql(path, kV1Schema), "");
+  ASSERT_EQ(RawSql(path, kV2FromV1), "");
+  ASSERT_EQ(RawInt(path, "PRAGMA user_version"), 2);
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto reports = (*store)->LoadStepReports("job-000002", 0);
+    ASSERT_TRUE(reports.ok()) << reports.status();
+    ASSERT_EQ(reports->size(), 2u);
+    for (const StepReportRecord& r : *reports) {
+      // Before v3 every step ran at the spec's constant lr, and none evaluated.
+      EXPECT_EQ(r.report.lr, 0.0025) << "rank " << r.rank;
+      EXPECT_FALSE(r.report.eval_loss.has_value()) << "rank " << r.rank;
+      EXPECT_EQ(r.report.loss, 2.5);
+      EXPECT_EQ(r.report.tokens, 512);
+    }
+    EXPECT_EQ((*reports)[1].report.step_seconds, 0.2);
+    // A spec without an optimizer lr leaves 0: unknown, never a guess.
+    auto other = (*store)->LoadStepReports("job-000001", 0);
+    ASSERT_TRUE(other.ok()) << other.status();
+    ASSERT_EQ(other->size(), 1u);
+    EXPECT_EQ(other->front().report.lr, 0.0);
+    EXPECT_EQ(other->front().report.latch_generation, 1);
+    // The v2 state is untouched.
+    auto jobs = (*store)->LoadJobs();
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    ASSERT_EQ(jobs->size(), 2u);
+    EXPECT_EQ(jobs->front().policy.no_sync, kMask);
+    // New reports keep their own lr and eval loss.
+    StepReportRecord next;
+    next.job_id = "job-000002";
+    next.report.step = 1;
+    next.report.lr = 0.002;
+    next.report.eval_loss = 2.25;
+    ASSERT_TRUE(*(*store)->InsertStepReport(next));
+  }
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 3);
+  // Reopening finds nothing to migrate and overwrites nothing.
+  auto again = SqliteStore::Open(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  auto reports = (*again)->LoadStepReports("job-000002", 1);
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  ASSERT_EQ(reports->size(), 1u);
+  EXPECT_EQ(reports->front().report.lr, 0.002);
+  EXPECT_EQ(reports->front().report.eval_loss, std::optional<double>(2.25));
+}
+
 TEST(SqliteSchemaTest, RefusesAFileFromANewerVersionNamingFileAndVersions) {
   ScopedTempDir dir;
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 3"), "");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 4"), "");
   auto store = SqliteStore::Open(path);
   ASSERT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
   const std::string msg(store.status().message());
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
-  EXPECT_NE(msg.find("schema version 3"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("(2)"), std::string::npos) << msg;
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 3);  // left as it was
+  EXPECT_NE(msg.find("schema version 4"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(3)"), std::string::npos) << msg;
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 4);  // left as it was
 }
 
 TEST(SqliteSchemaTest, PolicyMaskIsStoredWithTheJobAndEveryChange) {

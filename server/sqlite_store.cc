@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -63,6 +64,14 @@ ALTER TABLE policy_changes ADD COLUMN no_sync TEXT NOT NULL DEFAULT '';
 DROP TABLE IF EXISTS meta;
 )sql";
 
+// v2 -> v3: every step report keeps the learning rate of its update and, on the steps where
+// evaluation ran, the evaluation loss (NULL otherwise). Reports stored before v3 ran at the
+// constant learning rate of their job's spec, which MigrateV2ToV3 fills in.
+constexpr const char* kMigrateV2ToV3 = R"sql(
+ALTER TABLE step_reports ADD COLUMN lr REAL NOT NULL DEFAULT 0;
+ALTER TABLE step_reports ADD COLUMN eval_loss REAL;
+)sql";
+
 int64_t Us(absl::Time t) { return absl::ToUnixMicros(t); }
 absl::Time FromUs(int64_t us) { return absl::FromUnixMicros(us); }
 
@@ -113,6 +122,7 @@ class SqliteStore::Stmt {
   }
   int64_t Int(int c) { return sqlite3_column_int64(stmt_, c); }
   double Real(int c) { return sqlite3_column_double(stmt_, c); }
+  bool Null(int c) { return sqlite3_column_type(stmt_, c) == SQLITE_NULL; }
   std::string Text(int c) {
     const unsigned char* p = sqlite3_column_text(stmt_, c);
     return p ? std::string(reinterpret_cast<const char*>(p),
@@ -207,6 +217,8 @@ absl::Status SqliteStore::Migrate(int from) {
   switch (from) {
     case 1:
       return MigrateV1ToV2();
+    case 2:
+      return MigrateV2ToV3();
   }
   return absl::InternalError(absl::StrCat("no migration from schema v", from));
 }
@@ -238,6 +250,27 @@ absl::Status SqliteStore::MigrateV1ToV2() {
   return Exec(
       "CREATE TRIGGER policy_changes_no_update BEFORE UPDATE ON policy_changes "
       "BEGIN SELECT RAISE(ABORT, 'policy_changes are append-only'); END;");
+}
+
+absl::Status SqliteStore::MigrateV2ToV3() {
+  LK_RETURN_IF_ERROR(Exec(kMigrateV2ToV3));
+  std::vector<std::pair<std::string, double>> rates;  // job_id, lr
+  {
+    LK_ASSIGN_STMT(st, "SELECT job_id, spec_json FROM jobs");
+    while (true) {
+      LK_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      // Before v3 there were no schedules: every step ran at the optimizer's lr.
+      if (std::optional<double> lr = SpecLr(st.Text(1))) rates.emplace_back(st.Text(0), *lr);
+    }
+    st.Reset();
+  }
+  for (const auto& [job_id, lr] : rates) {
+    LK_ASSIGN_STMT(st, "UPDATE step_reports SET lr=?2 WHERE job_id=?1");
+    st.Bind(1, job_id).Bind(2, lr);
+    LK_RETURN_IF_ERROR(st.Run());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SqliteStore::Exec(const char* sql) {
@@ -362,14 +395,18 @@ absl::Status SqliteStore::AppendPolicyChange(const PolicyChangeRecord& c) {
 
 absl::StatusOr<bool> SqliteStore::InsertStepReport(const StepReportRecord& record) {
   static constexpr const char* kSql =
-      "INSERT OR IGNORE INTO step_reports VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)";
+      "INSERT OR IGNORE INTO step_reports (job_id, rank, step, micro_batches, loss, grad_norm, "
+      "kv_mode, kv_allreduce_calls, collective_calls_json, step_seconds, tokens, "
+      "latch_generation, report_us, lr, eval_loss) "
+      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)";
   LK_ASSIGN_STMT(st, kSql);
   const StepReport& r = record.report;
   st.Bind(1, record.job_id).Bind(2, record.rank).Bind(3, r.step).Bind(4, r.micro_batches);
   st.Bind(5, r.loss).Bind(6, r.grad_norm).Bind(7, std::string(KvModeName(r.kv_mode)));
   st.Bind(8, r.kv_allreduce_calls).Bind(9, nlohmann::json(r.collective_calls).dump());
   st.Bind(10, r.step_seconds).Bind(11, r.tokens).Bind(12, r.latch_generation);
-  st.Bind(13, Us(record.report_time));
+  st.Bind(13, Us(record.report_time)).Bind(14, r.lr);
+  if (r.eval_loss) st.Bind(15, *r.eval_loss);  // unbound: NULL, no evaluation in this step
   LK_RETURN_IF_ERROR(st.Run());
   return sqlite3_changes(db_) > 0;
 }
@@ -516,7 +553,8 @@ absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::LoadStepReports(
   LK_ASSIGN_STMT(st,
                  "SELECT job_id, rank, step, micro_batches, loss, grad_norm, kv_mode, "
                  "kv_allreduce_calls, collective_calls_json, step_seconds, tokens, "
-                 "latch_generation, report_us FROM step_reports WHERE job_id=?1 AND step>=?2 "
+                 "latch_generation, report_us, lr, eval_loss FROM step_reports "
+                 "WHERE job_id=?1 AND step>=?2 "
                  "ORDER BY step, rank");
   st.Bind(1, job_id).Bind(2, from_step);
   std::vector<StepReportRecord> out;
@@ -541,6 +579,8 @@ absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::LoadStepReports(
     r.tokens = st.Int(10);
     r.latch_generation = st.Int(11);
     record.report_time = FromUs(st.Int(12));
+    r.lr = st.Real(13);
+    if (!st.Null(14)) r.eval_loss = st.Real(14);
     out.push_back(std::move(record));
   }
   st.Reset();

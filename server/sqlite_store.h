@@ -29,8 +29,9 @@ enum class SqliteSync { kNormal, kFull };
 
 class SqliteStore : public JobStore {
  public:
-  // The schema this build writes. v2: the policy's no_sync mask is stored.
-  static constexpr int kSchemaVersion = 2;
+  // The schema this build writes. v2: the policy's no_sync mask is stored. v3: each step
+  // report's learning rate and evaluation loss.
+  static constexpr int kSchemaVersion = 3;
 
   // Opens (creating if needed) the database at `path`; ":memory:" for tests.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,
@@ -66,6 +67,7 @@ class SqliteStore : public JobStore {
   absl::Status Upgrade(const std::string& path);
   absl::Status Migrate(int from);  // from -> from + 1, inside the caller's transaction
   absl::Status MigrateV1ToV2();
+  absl::Status MigrateV2ToV3();
   absl::Status Exec(const char* sql);
   absl::StatusOr<Stmt*> Prepared(const char* sql);  // cached by the sql text's address
 

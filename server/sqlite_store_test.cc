@@ -137,6 +137,34 @@ TEST(SqliteStoreTest, StepReportsAreIdempotentPerJobRankStep) {
   EXPECT_EQ(progress->size(), 2u);
 }
 
+TEST(SqliteStoreTest, StepReportKeepsLrAndEvalLossOnlyWhereEvaluationRan) {
+  testing::ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok());
+    StepReportRecord r;
+    r.job_id = "job-1";
+    r.report.step = 0;
+    r.report.lr = 1.2345678901234567e-4;
+    ASSERT_TRUE(*(*store)->InsertStepReport(r));
+    r.report.step = 1;
+    r.report.lr = 0.0;  // a warmup's first steps run at lr 0
+    r.report.eval_loss = 5.4321098765432109;
+    ASSERT_TRUE(*(*store)->InsertStepReport(r));
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  auto all = (*store)->LoadStepReports("job-1", 0);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].report.lr, 1.2345678901234567e-4);  // float64, bit for bit
+  EXPECT_FALSE((*all)[0].report.eval_loss.has_value());
+  EXPECT_EQ((*all)[1].report.lr, 0.0);
+  ASSERT_TRUE((*all)[1].report.eval_loss.has_value());
+  EXPECT_EQ(*(*all)[1].report.eval_loss, 5.4321098765432109);
+}
+
 TEST(SqliteStoreTest, UnopenablePathIsUnavailable) {
   auto store = SqliteStore::Open("/nonexistent-dir/x/coord.db");
   EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);

@@ -68,4 +68,16 @@ std::string SpecNoSync(const std::string& spec_json) {
   return out;
 }
 
+std::optional<double> SpecLr(const std::string& spec_json) {
+  auto spec = nlohmann::json::parse(spec_json, nullptr, false);
+  if (!spec.is_object()) return std::nullopt;
+  const nlohmann::json* lr = &spec;
+  for (const char* key : {"optimizer", "params", "lr"}) {
+    if (!lr->is_object() || !lr->contains(key)) return std::nullopt;
+    lr = &(*lr)[key];
+  }
+  if (!lr->is_number()) return std::nullopt;
+  return lr->get<double>();
+}
+
 }  // namespace latchkey

@@ -5,6 +5,7 @@
 #define LATCHKEY_SERVER_SQLITE_VALUES_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@ absl::StatusOr<WorkerState> WorkerStateFromInt(const std::string& row, int64_t v
 
 // The mask of a spec's latchkey.no_sync as NoSyncText ("" when it has none).
 std::string SpecNoSync(const std::string& spec_json);
+// A spec's optimizer.params.lr; nullopt when it names none or is not JSON.
+std::optional<double> SpecLr(const std::string& spec_json);
 
 }  // namespace latchkey
 

@@ -21,6 +21,8 @@ void StepAggregator::Add(const StepReportRecord& record) {
     out.kv_mode = r.kv_mode;
     out.kv_allreduce_calls = r.kv_allreduce_calls;
     out.tokens = r.tokens;
+    out.lr = r.lr;
+    out.eval_loss = r.eval_loss;
   }
   if (p.count < world_size_) return;
   recent_[r.step] = sum;

@@ -23,8 +23,8 @@ class StepAggregator {
   // `keep`: completed summaries kept (at least 1).
   StepAggregator(int world_size, size_t keep) : world_size_(world_size), keep_(keep) {}
 
-  // Counts one rank's first report of a step. Rank 0's loss, tokens and counts stand for the
-  // step; step_seconds is the slowest rank's.
+  // Counts one rank's first report of a step. Rank 0's loss, lr, eval_loss, tokens and counts
+  // stand for the step; step_seconds is the slowest rank's.
   void Add(const StepReportRecord& record);
   // Forgets steps not every rank has reported (the job ended).
   void DropPartial() { partial_.clear(); }

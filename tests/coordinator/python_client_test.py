@@ -3,7 +3,9 @@
 latchkey-coordinator: stubs are generated from proto/ at test time, it submits a job and reads it
 back, sees NOT_FOUND / INVALID_ARGUMENT as status codes, checks grpc.health.v1 and server
 reflection; then it runs a whole job as two Python ranks: WatchJob and WatchLatches streams,
-Heartbeat, a mid-job UpdateJobPolicy, ReportStep for every window, and the ListLatches audit.
+Heartbeat, a mid-job UpdateJobPolicy, ReportStep for every window (with its learning rate and, on
+some steps, an evaluation loss, which WatchJob and GetJob pass on as rank 0's), and the
+ListLatches audit.
 Run by ctest with Debian's interpreter (/usr/bin/python3). Missing python3-grpcio or grpc_tools
 is a failure, not a skip."""
 
@@ -117,6 +119,15 @@ def drain(sink, timeout):
         out.append(m)
 
 
+def step_lr(s):
+    """A warmup-then-decay learning rate, as a scheduler's float64 values."""
+    return 1e-3 * (s + 1) / 3 if s < 2 else 1e-3 / (s - 1) ** 0.5
+
+
+def step_eval_loss(s):
+    return 2.0 - 0.1 * s + 1.0 / 7
+
+
 def run_streaming_job(jobs, workers, pb, t):
     """A whole job with two Python ranks, checked message by message."""
     job_service_pb2, types_pb2, worker_service_pb2, wrappers_pb2 = pb
@@ -217,7 +228,10 @@ def run_streaming_job(jobs, workers, pb, t):
                 loss=3.0 - 0.25 * s + 0.5 * r, grad_norm=1.5, kv_mode=latch.kv_mode,
                 kv_allreduce_calls=latch.micro_batches if after else 1,
                 collective_calls={"all_reduce/dp": 2}, step_seconds=0.1 + 0.2 * r,
-                tokens=4096, latch_generation=latch.generation)
+                tokens=4096, latch_generation=latch.generation, lr=step_lr(s) + r)
+            # Rank 0 evaluates on odd steps only; rank 1's numbers never reach the summary.
+            if r == 1 or s % 2 == 1:
+                req.eval_loss.value = step_eval_loss(s) + r
             resp = workers.ReportStep(req, timeout=t)
             last = s == STREAM_STEPS - 1 and r == 0
             assert not resp.duplicate, (s, r, resp)
@@ -245,6 +259,12 @@ def run_streaming_job(jobs, workers, pb, t):
         assert abs(st.step_seconds - 0.3) < 1e-12, st  # the slowest rank's
         assert (st.ranks_reported, st.tokens, st.grad_norm) == (2, 4096, 1.5), st
         assert (st.micro_batches, st.kv_mode) == (latch.micro_batches, latch.kv_mode), st
+        assert st.lr == step_lr(st.step), st  # float64 on the wire, exact
+        # The evaluation loss is there exactly on the steps rank 0 evaluated (a wrapper: unset
+        # is "no evaluation", never 0).
+        assert st.HasField("eval_loss") == (st.step % 2 == 1), st
+        if st.step % 2 == 1:
+            assert st.eval_loss.value == step_eval_loss(st.step), st
 
     # ListLatches: the audit is exactly what the ranks were sent, and the change behind it.
     audit = jobs.ListLatches(job_service_pb2.ListLatchesRequest(job_id=job_id), timeout=t)
@@ -266,6 +286,9 @@ def run_streaming_job(jobs, workers, pb, t):
     done = jobs.GetJob(job_service_pb2.GetJobRequest(job_id=job_id), timeout=t).job
     assert done.state == types_pb2.JOB_STATE_SUCCEEDED and done.steps_completed == STREAM_STEPS
     assert done.last_step.step == STREAM_STEPS - 1 and done.policy.generation == 1, done
+    assert done.last_step.lr == step_lr(STREAM_STEPS - 1), done.last_step
+    # The last step (4) ran no evaluation on rank 0.
+    assert not done.last_step.HasField("eval_loss"), done.last_step
     assert [(w.rank, w.dp_rank, w.state, w.steps_reported) for w in done.workers] == [
         (r, r, types_pb2.WORKER_STATE_DONE, STREAM_STEPS) for r in range(2)], done.workers
     hb = workers.Heartbeat(worker_service_pb2.HeartbeatRequest(identity=idents[0], rank=0),
