@@ -36,6 +36,9 @@ nlohmann::json SpecObject(const SpecParams& p) {
       {"optimizer", {{"type", p.optimizer}, {"params", {{"lr", p.lr}}}}},
       {"tensor_parallel", {{"autotp_size", p.tp}}},
   };
+  for (auto it = p.optimizer_params.begin(); it != p.optimizer_params.end(); ++it) {
+    j["optimizer"]["params"][it.key()] = it.value();
+  }
   if (p.clip) j["gradient_clipping"] = *p.clip;
   if (p.zero_stage) j["zero_optimization"] = {{"stage", *p.zero_stage}};
   if (p.managed) j["managed_gradient_accumulation"] = *p.managed;
@@ -49,6 +52,9 @@ nlohmann::json SpecObject(const SpecParams& p) {
   if (!p.init_from.empty()) l["init_from"] = p.init_from;
   for (auto it = p.extra_latchkey.begin(); it != p.extra_latchkey.end(); ++it) {
     l[it.key()] = it.value();
+  }
+  for (auto it = p.extra_top.begin(); it != p.extra_top.end(); ++it) {
+    j[it.key()] = it.value();
   }
   return j;
 }
@@ -73,6 +79,9 @@ SpecParams FixtureParams(const RunShape& r) {
   p.kv_reduce = r.kv_reduce;
   p.init_from = FixtureDir() + "/" + r.variant;
   p.data = TokensData(FixtureDir() + "/tokens.bin");
+  if (r.weight_decay) p.optimizer_params["weight_decay"] = *r.weight_decay;
+  if (!r.scheduler.is_null()) p.extra_top["scheduler"] = r.scheduler;
+  if (!r.eval.is_null()) p.extra_latchkey["eval"] = r.eval;
   return p;
 }
 

@@ -56,6 +56,10 @@ struct SpecParams {
   nlohmann::json data = SyntheticData(1);
   // Merged into "latchkey" last, e.g. {{"window_schedule", {1, 3}}}.
   nlohmann::json extra_latchkey = nlohmann::json::object();
+  // Merged into "optimizer.params" after lr, e.g. {{"weight_decay", 0.1}}.
+  nlohmann::json optimizer_params = nlohmann::json::object();
+  // Merged into the top level last, e.g. {{"scheduler", {{"type", "WarmupLR"}}}}.
+  nlohmann::json extra_top = nlohmann::json::object();
 };
 
 nlohmann::json SpecObject(const SpecParams& p = {});
@@ -75,6 +79,9 @@ struct RunShape {
   int zero = 0;
   std::string optimizer = "SGD";
   std::string kv_reduce = "per_micro_batch";
+  std::optional<double> weight_decay;  // optimizer.params.weight_decay; unset: left out
+  nlohmann::json scheduler;            // the top-level "scheduler" block; null: left out
+  nlohmann::json eval;                 // the "latchkey.eval" block; null: left out
 };
 SpecParams FixtureParams(const RunShape& r);
 nlohmann::json FixtureSpec(const RunShape& r);
