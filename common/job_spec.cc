@@ -118,6 +118,81 @@ absl::Status ParseOptimizer(JsonObjectReader s, OptimizerConfig* o,
   return absl::OkStatus();
 }
 
+// The top-level `scheduler` (DeepSpeed's block). `optimizer_lr` is WarmupLR's default
+// warmup_max_lr. Unknown types, params and warmup types are refused; other keys of the block
+// are warnings, as in every DeepSpeed section.
+absl::Status ParseScheduler(JsonObjectReader s, double optimizer_lr, SchedulerConfig* c,
+                            std::vector<std::string>* warn) {
+  std::string type;
+  LK_RETURN_IF_ERROR(s.Require("type"));
+  LK_RETURN_IF_ERROR(s.String("type", &type));
+  if (type == "WarmupLR") {
+    c->type = SchedulerType::kWarmupLR;
+  } else if (type == "WarmupDecayLR") {
+    c->type = SchedulerType::kWarmupDecayLR;
+  } else if (type == "WarmupCosineLR") {
+    c->type = SchedulerType::kWarmupCosineLR;
+  } else {
+    return s.Error("type", absl::StrCat("unknown scheduler '", type,
+                                        "' (WarmupLR, WarmupDecayLR, WarmupCosineLR)"));
+  }
+  const json* params = nullptr;
+  LK_RETURN_IF_ERROR(s.Object("params", &params));
+  s.WarnUnknown(warn);
+  const json none = json::object();
+  JsonObjectReader p = s.Child("params", params != nullptr ? *params : none);
+  if (c->type != SchedulerType::kWarmupLR) {
+    LK_RETURN_IF_ERROR(p.Require("total_num_steps"));
+    LK_RETURN_IF_ERROR(p.Int64("total_num_steps", &c->total_num_steps, AtLeast(1)));
+  }
+  LK_RETURN_IF_ERROR(
+      p.Int64("warmup_num_steps", &c->warmup_num_steps,
+              IntBounds{1, std::numeric_limits<int64_t>::max(), "a positive integer"}));
+  std::string warmup_type = "log";
+  LK_RETURN_IF_ERROR(p.String("warmup_type", &warmup_type));
+  if (warmup_type == "log") {
+    c->warmup_type = WarmupType::kLog;
+  } else if (warmup_type == "linear") {
+    c->warmup_type = WarmupType::kLinear;
+  } else {
+    return p.Error("warmup_type",
+                   absl::StrCat("unknown warmup_type '", warmup_type, "' (log, linear)"));
+  }
+  if (c->type == SchedulerType::kWarmupCosineLR) {
+    LK_RETURN_IF_ERROR(p.Double("warmup_min_ratio", &c->warmup_min_ratio, kNonNegative));
+    LK_RETURN_IF_ERROR(p.Double("cos_min_ratio", &c->cos_min_ratio, kNonNegative));
+  } else {
+    c->warmup_max_lr = c->type == SchedulerType::kWarmupLR ? optimizer_lr : 0.001;
+    LK_RETURN_IF_ERROR(p.Double("warmup_min_lr", &c->warmup_min_lr, kNonNegative));
+    LK_RETURN_IF_ERROR(p.Double("warmup_max_lr", &c->warmup_max_lr, kNonNegative));
+  }
+  std::vector<std::string> unknown = p.UnknownKeys();
+  if (!unknown.empty()) {
+    return p.Error(unknown.front(), absl::StrCat("unknown or unsupported parameter for ", type));
+  }
+  // DeepSpeed compares against the raised warmup length, and only warns.
+  const int64_t warmup = std::max<int64_t>(2, c->warmup_num_steps);
+  if (c->type != SchedulerType::kWarmupLR && c->total_num_steps < warmup) {
+    warn->push_back(absl::StrCat("scheduler.params.total_num_steps: ", c->total_num_steps,
+                                 " is less than warmup_num_steps (", warmup, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// `dtype` of a token file: uint16 (the default) or uint32.
+absl::Status ParseDtype(JsonObjectReader& s, TokenDtype* out) {
+  std::string dtype = "uint16";
+  LK_RETURN_IF_ERROR(s.String("dtype", &dtype));
+  if (dtype == "uint16") {
+    *out = TokenDtype::kUint16;
+  } else if (dtype == "uint32") {
+    *out = TokenDtype::kUint32;
+  } else {
+    return s.Error("dtype", absl::StrCat("unknown dtype '", dtype, "' (uint16, uint32)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseData(JsonObjectReader s, const std::string& base_dir, DataConfig* d) {
   const json* synthetic = nullptr;
   LK_RETURN_IF_ERROR(s.Object("synthetic", &synthetic));
@@ -135,15 +210,20 @@ absl::Status ParseData(JsonObjectReader s, const std::string& base_dir, DataConf
     LK_RETURN_IF_ERROR(syn.RefuseUnknown());
     d->synthetic_seed = seed;
   }
-  std::string dtype = "uint16";
-  LK_RETURN_IF_ERROR(s.String("dtype", &dtype));
-  if (dtype == "uint16") {
-    d->dtype = TokenDtype::kUint16;
-  } else if (dtype == "uint32") {
-    d->dtype = TokenDtype::kUint32;
-  } else {
-    return s.Error("dtype", absl::StrCat("unknown dtype '", dtype, "' (uint16, uint32)"));
-  }
+  LK_RETURN_IF_ERROR(ParseDtype(s, &d->dtype));
+  return s.RefuseUnknown();
+}
+
+// latchkey.eval: {tokens_file, dtype, every_steps, samples}; the file is checked by the workers.
+absl::Status ParseEval(JsonObjectReader s, const std::string& base_dir, EvalConfig* e) {
+  LK_RETURN_IF_ERROR(s.Require("tokens_file"));
+  LK_RETURN_IF_ERROR(s.String("tokens_file", &e->tokens_file));
+  LK_RETURN_IF_ERROR(ResolvePath(s.Path("tokens_file"), base_dir, &e->tokens_file));
+  LK_RETURN_IF_ERROR(ParseDtype(s, &e->dtype));
+  LK_RETURN_IF_ERROR(s.Require("every_steps"));
+  LK_RETURN_IF_ERROR(s.Int64("every_steps", &e->every_steps, AtLeast(1)));
+  LK_RETURN_IF_ERROR(s.Require("samples"));
+  LK_RETURN_IF_ERROR(s.Int64("samples", &e->samples, AtLeast(1)));
   return s.RefuseUnknown();
 }
 
@@ -177,6 +257,9 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
   LK_RETURN_IF_ERROR(s.Require("data"));
   LK_RETURN_IF_ERROR(s.Object("data", &data));
   LK_RETURN_IF_ERROR(ParseData(s.Child("data", *data), base_dir, &spec->data));
+  const json* eval = nullptr;
+  LK_RETURN_IF_ERROR(s.Object("eval", &eval));
+  if (eval != nullptr) LK_RETURN_IF_ERROR(ParseEval(s.Child("eval", *eval), base_dir, &spec->eval));
   return s.RefuseUnknown();
 }
 
@@ -228,6 +311,11 @@ absl::Status ParseTop(const json& root, const std::string& base_dir, JobSpec* sp
   if (obj != nullptr) {
     LK_RETURN_IF_ERROR(
         ParseOptimizer(top.Child("optimizer", *obj), &spec->optimizer, &spec->warnings));
+  }
+  LK_RETURN_IF_ERROR(top.Object("scheduler", &obj));
+  if (obj != nullptr) {
+    LK_RETURN_IF_ERROR(ParseScheduler(top.Child("scheduler", *obj), spec->optimizer.lr,
+                                      &spec->scheduler, &spec->warnings));
   }
   LK_RETURN_IF_ERROR(top.Object("tensor_parallel", &obj));
   if (obj != nullptr) {

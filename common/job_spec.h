@@ -58,6 +58,38 @@ struct OptimizerConfig {
   double weight_decay = 0.01;                  // AdamW (torch default)
 };
 
+// The top-level `scheduler` block: DeepSpeed's LR schedules (docs/job-spec.md), with the
+// constructors' defaults. kNone: the optimizer's constant lr.
+enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+enum class WarmupType { kLog, kLinear };
+const char* SchedulerTypeName(SchedulerType t);  // "none", "WarmupLR", ...
+const char* WarmupTypeName(WarmupType t);        // "log", "linear"
+
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::kNone;
+  WarmupType warmup_type = WarmupType::kLog;
+  int64_t warmup_num_steps = 1000;  // as given (>= 1); the schedule raises it to at least 2
+  // WarmupLR / WarmupDecayLR. warmup_max_lr is resolved at parsing: WarmupLR's default is the
+  // optimizer's lr, WarmupDecayLR's 0.001.
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 0.001;
+  // WarmupDecayLR / WarmupCosineLR (required there; 0 for WarmupLR).
+  int64_t total_num_steps = 0;
+  // WarmupCosineLR: ratios of the optimizer's lr.
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 1e-4;
+};
+
+// `latchkey.eval`: the held-out loss (docs/observability.md). Absent: tokens_file empty.
+struct EvalConfig {
+  std::string tokens_file;  // absolute after parsing; empty = no evaluation
+  TokenDtype dtype = TokenDtype::kUint16;
+  int64_t every_steps = 1;  // after the update of step s when (s + 1) % every_steps == 0
+  int64_t samples = 1;      // K, eval samples 0..K-1 (modulo the file's sample count)
+
+  bool enabled() const { return !tokens_file.empty(); }
+};
+
 struct DataConfig {
   // Exactly one of tokens_file / synthetic_seed is set.
   std::string tokens_file;  // absolute after parsing (resolved against the spec's folder)
@@ -73,6 +105,7 @@ struct JobSpec {
   int zero_stage = 0;                   // zero_optimization.stage: 0 or 1
   bool bf16 = false;                    // bf16.enabled
   OptimizerConfig optimizer;
+  SchedulerConfig scheduler;                  // top-level `scheduler`
   int tp = 1;                                 // tensor_parallel.autotp_size
   bool has_partition_config = false;          // tensor_parallel.partition_config present
   bool managed_gradient_accumulation = true;  // false: windows from window_schedule
@@ -88,6 +121,7 @@ struct JobSpec {
   int world_size = 1;  // default: tp
   KvReducePolicy kv_reduce = KvReducePolicy::kAuto;
   DataConfig data;
+  EvalConfig eval;        // latchkey.eval
   std::string init_from;  // absolute after parsing; empty = init from seed
 
   // Unknown DeepSpeed top-level keys: listed here, ignored otherwise.
@@ -100,7 +134,7 @@ struct JobSpec {
   int64_t FirstMicroBatch(int64_t s) const;
 };
 
-// Parses and validates a job spec. `base_dir` resolves relative paths (tokens_file, init_from);
+// Parses and validates a job spec. `base_dir` resolves relative paths (token files, init_from);
 // files are NOT opened here (the coordinator may not see them; workers check them).
 // Errors: INVALID_ARGUMENT with "<field.path>: <reason>", e.g.
 //   "tensor_parallel.autotp_size: 3 does not divide model.n_head (8)".
@@ -119,10 +153,14 @@ std::string JobSpecToJson(const JobSpec& spec);
 bool operator==(const ModelConfig& a, const ModelConfig& b);
 bool operator==(const OptimizerConfig& a, const OptimizerConfig& b);
 bool operator==(const DataConfig& a, const DataConfig& b);
+bool operator==(const SchedulerConfig& a, const SchedulerConfig& b);
+bool operator==(const EvalConfig& a, const EvalConfig& b);
 bool operator==(const JobSpec& a, const JobSpec& b);
 inline bool operator!=(const ModelConfig& a, const ModelConfig& b) { return !(a == b); }
 inline bool operator!=(const OptimizerConfig& a, const OptimizerConfig& b) { return !(a == b); }
 inline bool operator!=(const DataConfig& a, const DataConfig& b) { return !(a == b); }
+inline bool operator!=(const SchedulerConfig& a, const SchedulerConfig& b) { return !(a == b); }
+inline bool operator!=(const EvalConfig& a, const EvalConfig& b) { return !(a == b); }
 inline bool operator!=(const JobSpec& a, const JobSpec& b) { return !(a == b); }
 
 }  // namespace latchkey

@@ -48,6 +48,43 @@ std::optional<KvMode> ParseKvMode(absl::string_view name) {
   return std::nullopt;
 }
 
+const char* SchedulerTypeName(SchedulerType t) {
+  switch (t) {
+    case SchedulerType::kNone:
+      return "none";
+    case SchedulerType::kWarmupLR:
+      return "WarmupLR";
+    case SchedulerType::kWarmupDecayLR:
+      return "WarmupDecayLR";
+    case SchedulerType::kWarmupCosineLR:
+      return "WarmupCosineLR";
+  }
+  return "unknown";
+}
+
+const char* WarmupTypeName(WarmupType t) { return t == WarmupType::kLinear ? "linear" : "log"; }
+
+namespace {
+
+const char* DtypeName(TokenDtype d) { return d == TokenDtype::kUint32 ? "uint32" : "uint16"; }
+
+// The `scheduler` block with every parameter of its type explicit.
+nlohmann::json SchedulerJson(const SchedulerConfig& c) {
+  nlohmann::json params = {{"warmup_num_steps", c.warmup_num_steps},
+                           {"warmup_type", WarmupTypeName(c.warmup_type)}};
+  if (c.type == SchedulerType::kWarmupCosineLR) {
+    params["warmup_min_ratio"] = c.warmup_min_ratio;
+    params["cos_min_ratio"] = c.cos_min_ratio;
+  } else {
+    params["warmup_min_lr"] = c.warmup_min_lr;
+    params["warmup_max_lr"] = c.warmup_max_lr;
+  }
+  if (c.type != SchedulerType::kWarmupLR) params["total_num_steps"] = c.total_num_steps;
+  return {{"type", SchedulerTypeName(c.type)}, {"params", params}};
+}
+
+}  // namespace
+
 std::string JobSpecToJson(const JobSpec& spec) {
   using json = nlohmann::json;
   const ModelConfig& m = spec.model;
@@ -83,7 +120,7 @@ std::string JobSpecToJson(const JobSpec& spec) {
   json tensor_parallel = {{"autotp_size", spec.tp}};
   if (spec.has_partition_config) tensor_parallel["partition_config"] = json::object();
 
-  json data = {{"dtype", spec.data.dtype == TokenDtype::kUint32 ? "uint32" : "uint16"}};
+  json data = {{"dtype", DtypeName(spec.data.dtype)}};
   if (spec.data.synthetic_seed) {
     data["synthetic"] = {{"seed", *spec.data.synthetic_seed}};
   } else {
@@ -99,6 +136,12 @@ std::string JobSpecToJson(const JobSpec& spec) {
   if (!spec.managed_gradient_accumulation) latchkey["window_schedule"] = spec.window_schedule;
   if (!spec.init_from.empty()) latchkey["init_from"] = spec.init_from;
   if (!spec.no_sync.empty()) latchkey["no_sync"] = spec.no_sync;
+  if (spec.eval.enabled()) {
+    latchkey["eval"] = {{"tokens_file", spec.eval.tokens_file},
+                        {"dtype", DtypeName(spec.eval.dtype)},
+                        {"every_steps", spec.eval.every_steps},
+                        {"samples", spec.eval.samples}};
+  }
 
   json root = {{"model", model},
                {"train_micro_batch_size_per_gpu", spec.micro_batch_size},
@@ -110,6 +153,8 @@ std::string JobSpecToJson(const JobSpec& spec) {
                {"tensor_parallel", tensor_parallel},
                {"managed_gradient_accumulation", spec.managed_gradient_accumulation},
                {"latchkey", latchkey}};
+  if (spec.scheduler.type != SchedulerType::kNone)
+    root["scheduler"] = SchedulerJson(spec.scheduler);
   return root.dump();
 }
 
@@ -134,12 +179,28 @@ bool operator==(const DataConfig& a, const DataConfig& b) {
   return t(a) == t(b);
 }
 
+bool operator==(const SchedulerConfig& a, const SchedulerConfig& b) {
+  auto t = [](const SchedulerConfig& c) {
+    return std::tie(c.type, c.warmup_type, c.warmup_num_steps, c.warmup_min_lr, c.warmup_max_lr,
+                    c.total_num_steps, c.warmup_min_ratio, c.cos_min_ratio);
+  };
+  return t(a) == t(b);
+}
+
+bool operator==(const EvalConfig& a, const EvalConfig& b) {
+  auto t = [](const EvalConfig& e) {
+    return std::tie(e.tokens_file, e.dtype, e.every_steps, e.samples);
+  };
+  return t(a) == t(b);
+}
+
 bool operator==(const JobSpec& a, const JobSpec& b) {
   auto t = [](const JobSpec& s) {
     return std::tie(s.model, s.micro_batch_size, s.gradient_accumulation_steps, s.gradient_clipping,
-                    s.zero_stage, s.bf16, s.optimizer, s.tp, s.has_partition_config,
+                    s.zero_stage, s.bf16, s.optimizer, s.scheduler, s.tp, s.has_partition_config,
                     s.managed_gradient_accumulation, s.window_schedule, s.no_sync, s.seq_len,
-                    s.steps, s.seed, s.world_size, s.kv_reduce, s.data, s.init_from, s.warnings);
+                    s.steps, s.seed, s.world_size, s.kv_reduce, s.data, s.eval, s.init_from,
+                    s.warnings);
   };
   return t(a) == t(b);
 }
