@@ -63,10 +63,12 @@ std::string JobDetails(const JobInfo& job) {
   absl::StrAppend(&out, "updated:      ", FormatTimestamp(job.update_time), "\n");
   if (job.last_step) {
     const StepReport& s = job.last_step->report;
-    absl::StrAppend(&out, "last step:    ", s.step, " loss ", absl::StrFormat("%.4f", s.loss),
-                    " grad_norm ", absl::StrFormat("%.4f", s.grad_norm), " kv_mode ",
-                    KvModeName(s.kv_mode), " kv_allreduce_calls ", s.kv_allreduce_calls,
-                    " step_seconds ", absl::StrFormat("%.3f", s.step_seconds), "\n");
+    absl::StrAppend(&out, "last step:    ", s.step, " loss ", absl::StrFormat("%.4f", s.loss));
+    if (s.eval_loss) absl::StrAppend(&out, " eval_loss ", absl::StrFormat("%.4f", *s.eval_loss));
+    absl::StrAppend(&out, " lr ", absl::StrFormat("%.3e", s.lr), " grad_norm ",
+                    absl::StrFormat("%.4f", s.grad_norm), " kv_mode ", KvModeName(s.kv_mode),
+                    " kv_allreduce_calls ", s.kv_allreduce_calls, " step_seconds ",
+                    absl::StrFormat("%.3f", s.step_seconds), "\n");
   }
   for (const std::string& w : job.warnings) absl::StrAppend(&out, "warning:      ", w, "\n");
   if (!job.workers.empty()) {
@@ -92,7 +94,10 @@ std::string ProgressLine(const JobInfo& job, const CompletedStep* step) {
   if (s) {
     const StepReport& r = s->report;
     const double tok_s = r.step_seconds > 0 ? r.tokens / r.step_seconds : 0.0;
-    absl::StrAppend(&out, absl::StrFormat(" loss %.4f tok/s %.0f kv-allreduce/step %d (%s)", r.loss,
+    absl::StrAppend(&out, absl::StrFormat(" loss %.4f", r.loss));
+    // Only on the steps that evaluated: a step without evaluation has no eval loss to show.
+    if (r.eval_loss) absl::StrAppend(&out, absl::StrFormat(" eval %.4f", *r.eval_loss));
+    absl::StrAppend(&out, absl::StrFormat(" lr %.3e tok/s %.0f kv-allreduce/step %d (%s)", r.lr,
                                           tok_s, r.kv_allreduce_calls, KvModeName(r.kv_mode)));
   }
   absl::StrAppend(&out, " ", JobStateName(job.state));

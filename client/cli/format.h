@@ -18,7 +18,8 @@ std::string ToJson(const google::protobuf::Message& m);  // one line, proto fiel
 std::string JobTableHeader();
 std::string JobTableRow(const JobInfo& job);
 std::string JobDetails(const JobInfo& job);  // multi-line `status` output
-// "[#####.....] step 12/20 loss 3.2100 tok/s 12345 kv-allreduce/step 1 (coalesced) running"
+// "[#####.....] step 12/20 loss 3.2100 eval 3.3012 lr 2.500e-04 tok/s 12345 kv-allreduce/step 1
+// (coalesced) running"; "eval" only when the step ran an evaluation.
 std::string ProgressLine(const JobInfo& job, const CompletedStep* step);
 std::string LatchTableHeader();
 std::string LatchRow(const Latch& latch);

@@ -27,7 +27,9 @@ int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_s
     const std::string line = ProgressLine(m.job, m.step ? &*m.step : nullptr);
     if (line == last_line) return true;
     last_line = line;
-    if (tty) {
+    if (tty && m.step && m.step->report.eval_loss) {
+      std::cout << "\r\033[K" << line << std::endl;  // an evaluated step's line stays
+    } else if (tty) {
       std::cout << "\r\033[K" << line << std::flush;  // redraw the bar in place
     } else {
       std::cout << line << std::endl;

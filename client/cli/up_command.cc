@@ -85,11 +85,16 @@ double Median(std::vector<double> v) {
 }
 
 void PrintSummary(const std::string& jsonl) {
-  std::vector<nlohmann::json> rows;
+  // A restarted rank appends to its JSONL: the last record of a step is the one that counts.
+  std::map<int64_t, nlohmann::json> by_step;
   std::ifstream in(jsonl);
   for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) rows.push_back(nlohmann::json::parse(line, nullptr, false));
+    if (line.empty()) continue;
+    nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+    if (row.is_object() && row.contains("step")) by_step[row["step"].get<int64_t>()] = row;
   }
+  std::vector<nlohmann::json> rows;
+  for (auto& [step, row] : by_step) rows.push_back(std::move(row));
   if (rows.empty()) return;
   std::vector<double> secs;
   std::map<std::string, std::pair<int64_t, int64_t>> kv;  // mode -> (calls, steps)
@@ -110,6 +115,26 @@ void PrintSummary(const std::string& jsonl) {
   std::printf("  %-36s %zu\n", "steps", rows.size());
   std::printf("  %-36s %.4f -> %.4f\n", "loss first -> final", rows.front()["loss"].get<double>(),
               rows.back()["loss"].get<double>());
+  // Evaluation (latchkey.eval) and the learning rate schedule, from the steps that carry them.
+  std::vector<std::pair<int64_t, double>> evals;  // step, eval_loss
+  std::vector<double> lrs;
+  for (const auto& r : rows) {
+    if (r.contains("eval_loss") && r["eval_loss"].is_number()) {
+      evals.emplace_back(r["step"].get<int64_t>(), r["eval_loss"].get<double>());
+    }
+    if (r.contains("lr") && r["lr"].is_number()) lrs.push_back(r["lr"].get<double>());
+  }
+  if (!evals.empty()) {
+    std::printf("  %-36s %.4f -> %.4f  (%zu evaluations, steps %lld .. %lld)\n",
+                "eval loss first -> final", evals.front().second, evals.back().second, evals.size(),
+                static_cast<long long>(evals.front().first),
+                static_cast<long long>(evals.back().first));
+  }
+  if (!lrs.empty()) {
+    const auto [lo, hi] = std::minmax_element(lrs.begin(), lrs.end());
+    std::printf("  %-36s %.3e .. %.3e  (first %.3e, final %.3e)\n", "lr min .. max", *lo, *hi,
+                lrs.front(), lrs.back());
+  }
   for (const auto& [mode, k] : kv) {
     std::printf("  %-36s %.1f  (%lld steps)\n", ("K/V all-reduces/step, " + mode).c_str(),
                 static_cast<double>(k.first) / k.second, static_cast<long long>(k.second));

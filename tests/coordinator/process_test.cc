@@ -4,7 +4,10 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
+#include <optional>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -229,6 +232,124 @@ TEST(ProcessTest, NoSyncMaskSurvivesKillNineAndRestart) {
   EXPECT_EQ(second.Terminate(), 0);
 }
 
+// Each step's learning rate and evaluation loss (rank 0's; rank 1 reports other numbers first)
+// survive a kill -9 and restart: GetJob and WatchJob (one watch kept open across the restart,
+// one opened after the job ended) show them, and a step without evaluation shows none.
+TEST(ProcessTest, LrAndEvalLossSurviveKillNineAndComeBackInGetJobAndWatchJob) {
+  constexpr int kWorld = 2;
+  constexpr int kSteps = 6;
+  constexpr int kStepsBeforeKill = 3;
+  auto lr = [](int64_t s) { return 1e-3 * std::min<double>(1.0, (s + 1) / 3.0) / (1.0 + s * s); };
+  auto eval = [](int64_t s) -> std::optional<double> {
+    if (s % 3 == 0) return std::nullopt;  // steps 1, 2, 4, 5 evaluate
+    return 4.0 - 0.3 * static_cast<double>(s) + 1.0 / 3.0;
+  };
+  const ScopedTempDir dir("coord-db");
+  const std::string db = dir / "coord.db";
+  const std::vector<std::string> args = {"--latch-lookahead", "1", "--liveness-timeout", "60"};
+  auto first = std::make_unique<CoordinatorProcess>(db, 0, args);
+  ASSERT_TRUE(first->Start());
+  const int port = first->grpc_port();
+  JobClient client({first->address(), absl::Seconds(5)});
+  SpecParams p;
+  p.world_size = kWorld;
+  p.tp = 1;
+  p.steps = kSteps;
+  const SubmittedJob job = SubmitOrDie(client, p);
+  ASSERT_FALSE(job.job_id.empty());
+
+  // One watch for the whole job: JobClient reconnects it across the restart.
+  absl::Mutex mu;
+  std::vector<CompletedStep> watched;  // every step the watch showed, as step or last_step
+  absl::StatusOr<JobInfo> watch_end;
+  std::thread watcher([&] {
+    watch_end = client.WatchJob(
+        job.job_id,
+        [&](const JobUpdate& u) {
+          absl::MutexLock lock(&mu);
+          if (u.step) watched.push_back(*u.step);
+          if (u.job.last_step) watched.push_back(*u.job.last_step);
+          return true;
+        },
+        absl::Now() + absl::Seconds(120));
+  });
+
+  std::vector<std::unique_ptr<WorkerSession>> sessions;
+  for (int i = 0; i < kWorld; ++i) {
+    WorkerSessionOptions o;
+    o.coordinator = first->address();
+    o.job_id = job.job_id;
+    o.join_token = job.join_token;
+    o.worker_id = "lr-worker-" + std::to_string(i);
+    o.requested_rank = i;
+    o.retry_max = absl::Milliseconds(200);
+    o.reconnect_timeout = absl::Seconds(60);
+    auto session = WorkerSession::Join(o);
+    ASSERT_TRUE(session.ok()) << session.status();
+    sessions.push_back(*std::move(session));
+  }
+  for (auto& s : sessions) s->StartLatches(0);
+  auto run_step = [&](int64_t step) {
+    for (int i = kWorld - 1; i >= 0; --i) {  // rank 0 last
+      auto latch = sessions[static_cast<size_t>(i)]->AwaitLatch(step, absl::Seconds(60));
+      ASSERT_TRUE(latch.ok()) << "rank " << i << " step " << step << ": " << latch.status();
+      StepMetrics m;
+      m.step = step;
+      m.micro_batches = latch->latch.n;
+      m.kv_mode = latch->latch.kv_mode;
+      m.latch_generation = latch->latch.generation;
+      m.loss = 3.0;
+      m.lr = i == 0 ? lr(step) : 9.0;
+      m.eval_loss = i == 0 ? eval(step) : std::optional<double>(99.0);
+      ASSERT_TRUE(sessions[static_cast<size_t>(i)]->ReportStep(m).ok()) << step;
+    }
+  };
+  auto expect_step = [&](const CompletedStep& c, const std::string& where) {
+    const int64_t s = c.report.step;
+    EXPECT_EQ(c.report.lr, lr(s)) << where << ", step " << s;
+    EXPECT_EQ(c.report.eval_loss, eval(s)) << where << ", step " << s;
+    EXPECT_EQ(c.ranks_reported, kWorld) << where << ", step " << s;
+  };
+  for (int64_t s = 0; s < kStepsBeforeKill; ++s) run_step(s);
+  first->Kill9();
+
+  CoordinatorProcess second(db, port, args);
+  ASSERT_TRUE(second.Start());
+  auto restarted = client.GetJob(job.job_id);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_EQ(restarted->steps_completed, kStepsBeforeKill);
+  ASSERT_TRUE(restarted->last_step.has_value());
+  EXPECT_EQ(restarted->last_step->report.step, kStepsBeforeKill - 1);
+  expect_step(*restarted->last_step, "GetJob after the restart");
+  for (int64_t s = kStepsBeforeKill; s < kSteps; ++s) run_step(s);
+  for (auto& s : sessions) s->Close();
+  watcher.join();
+
+  ASSERT_TRUE(watch_end.ok()) << watch_end.status();
+  EXPECT_EQ(watch_end->state, JobState::kSucceeded) << watch_end->failure_reason;
+  std::set<int64_t> seen;
+  for (const CompletedStep& c : watched) {
+    expect_step(c, "WatchJob across the restart");
+    seen.insert(c.report.step);
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kSteps));
+  // A watch opened now starts with the job as it is: the last step, evaluated.
+  std::optional<CompletedStep> last;
+  auto fresh = client.WatchJob(
+      job.job_id,
+      [&](const JobUpdate& u) {
+        if (u.job.last_step) last = u.job.last_step;
+        return true;
+      },
+      absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->report.step, kSteps - 1);
+  ASSERT_TRUE(last->report.eval_loss.has_value());
+  expect_step(*last, "WatchJob after the job ended");
+  EXPECT_EQ(second.Terminate(), 0);
+}
+
 TEST(ProcessTest, MetricsEndpointPassesPromtoolAndSigtermExitsCleanly) {
   const ScopedTempDir dir("coord-db");
   CoordinatorProcess proc(dir / "coord.db");
@@ -366,11 +487,35 @@ TEST_F(CliTest, WatchFollowsAJobToSuccess) {
     m.loss = 2.5;
     m.tokens = 1000;
     m.step_seconds = 0.1;
+    m.lr = 2.5e-4 * static_cast<double>(s + 1);
+    if (s == 2 || s == 4) m.eval_loss = 2.0 + 0.125 * static_cast<double>(s);
     ASSERT_TRUE((*session)->ReportStep(m).ok());
   }
   watcher.join();
   EXPECT_EQ(watch.exit_code, 0) << watch.output;
   EXPECT_NE(watch.output.find("step 5/5"), std::string::npos) << watch.output;
+  // Each step's lr; the eval loss on (and only on) the steps that evaluated (2 and 4). The
+  // step counter is the job's when the line was drawn, so it is not matched here.
+  for (const char* line : {"loss 2.5000 lr 2.500e-04 ", "loss 2.5000 lr 5.000e-04 ",
+                           "loss 2.5000 eval 2.2500 lr 7.500e-04 ", "loss 2.5000 lr 1.000e-03 ",
+                           "loss 2.5000 eval 2.5000 lr 1.250e-03 "}) {
+    EXPECT_NE(watch.output.find(line), std::string::npos) << line << "\n" << watch.output;
+  }
+  const Captured status = Cli({"status", job.job_id});
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_NE(status.output.find("last step:    4 loss 2.5000 eval_loss 2.5000 lr 1.250e-03"),
+            std::string::npos)
+      << status.output;
+  // --json status is the wire's proto JSON, new fields included.
+  const Captured json = Cli({"--json", "status", job.job_id});
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const auto parsed =
+      nlohmann::json::parse(json.output.substr(0, json.output.find('\n')), nullptr, false);
+  ASSERT_TRUE(parsed.is_object()) << json.output;
+  const nlohmann::json& last =
+      parsed.contains("job") ? parsed["job"]["last_step"] : parsed["last_step"];
+  EXPECT_EQ(last["lr"], 1.25e-3) << json.output;
+  EXPECT_EQ(last["eval_loss"], 2.5) << json.output;
   EXPECT_NE(watch.output.find("loss 2.5000"), std::string::npos) << watch.output;
   EXPECT_NE(watch.output.find("tok/s 10000"), std::string::npos) << watch.output;
   EXPECT_NE(watch.output.find("succeeded"), std::string::npos) << watch.output;
