@@ -30,6 +30,9 @@ struct WorkerMetrics::Families {
   prometheus::Gauge* grad_norm;
   prometheus::Gauge* optimizer_state_bytes;
   prometheus::Histogram* latch_wait;
+  prometheus::Gauge* learning_rate;
+  prometheus::Gauge* eval_loss;
+  prometheus::Counter* eval_collectives;
 };
 
 WorkerMetrics::WorkerMetrics()
@@ -91,13 +94,29 @@ WorkerMetrics::WorkerMetrics()
                         .Help("Time a window waited for its latch")
                         .Register(*registry_)
                         .Add({}, kWaitBuckets);
+  f_->learning_rate = &BuildGauge()
+                           .Name("latchkey_learning_rate")
+                           .Help("Learning rate of the last optimizer step (the schedule's value)")
+                           .Register(*registry_)
+                           .Add({});
+  f_->eval_loss = &BuildGauge()
+                       .Name("latchkey_eval_loss")
+                       .Help("Evaluation loss of the last evaluation (0 before the first)")
+                       .Register(*registry_)
+                       .Add({});
+  f_->eval_collectives =
+      &BuildCounter()
+           .Name("latchkey_eval_collective_calls_total")
+           .Help("Collectives issued for evaluation (tag eval), all ops and groups")
+           .Register(*registry_)
+           .Add({});
 }
 
 WorkerMetrics::~WorkerMetrics() = default;
 
 void WorkerMetrics::ObserveCollective(const std::string& op, const std::string& group,
                                       const std::string& tag, int64_t bytes, double seconds) {
-  (void)tag;
+  if (tag == kEvalTag) f_->eval_collectives->Increment();
   const prometheus::Labels labels = {{"op", op}, {"group", group}};
   f_->collective_calls->Add(labels).Increment();
   f_->collective_bytes->Add(labels).Increment(static_cast<double>(bytes));
@@ -113,6 +132,8 @@ void WorkerMetrics::ObserveStep(const StepReport& r, int64_t rank_tokens) {
   f_->loss->Set(r.loss);
   f_->grad_norm->Set(r.grad_norm);
   f_->optimizer_state_bytes->Set(static_cast<double>(r.optimizer_state_bytes));
+  f_->learning_rate->Set(r.lr);
+  if (r.eval_loss) f_->eval_loss->Set(*r.eval_loss);
 }
 
 void WorkerMetrics::ObserveLatchWait(double seconds) { f_->latch_wait->Observe(seconds); }

@@ -22,9 +22,11 @@ comm::Group* GroupFrom(AutogradContext* ctx) {
 // Runs inside autograd (forward and backward), where no Status can be returned: a failed
 // collective is thrown as a CollectiveError carrying its Status (code included), which autograd
 // passes through to the caller of backward() unchanged.
-void AllReduceInPlace(comm::Group* g, at::Tensor& t) {
+void AllReduceInPlace(comm::Group* g, at::Tensor& t, const char* tag = nullptr) {
   at::Tensor buf = t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
-  if (absl::Status st = g->AllReduceSum(CommBuffer(buf)); !st.ok()) {
+  comm::CollectiveOptions opts;
+  opts.tag = tag;
+  if (absl::Status st = g->AllReduceSum(CommBuffer(buf), opts); !st.ok()) {
     throw comm::CollectiveError(std::move(st));
   }
   if (!buf.is_same(t)) t.copy_(buf);
@@ -43,16 +45,17 @@ struct CopyToTp : public torch::autograd::Function<CopyToTp> {
   }
 };
 
-// Megatron's "g": all-reduce forward, identity backward.
+// Megatron's "g": all-reduce forward (counted under `tag` when set), identity backward.
 struct ReduceFromTp : public torch::autograd::Function<ReduceFromTp> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, comm::Group* g) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, comm::Group* g,
+                            const char* tag) {
     (void)ctx;
     at::Tensor out = x.contiguous().clone();
-    AllReduceInPlace(g, out);
+    AllReduceInPlace(g, out, tag);
     return out;
   }
   static variable_list backward(AutogradContext*, variable_list grads) {
-    return {grads[0], at::Tensor()};
+    return {grads[0], at::Tensor(), at::Tensor()};
   }
 };
 
@@ -125,7 +128,7 @@ at::Tensor GptBigCode::Logits(const at::Tensor& ids) {
     if (tp) h = CopyToTp::apply(h, tp_);
     at::Tensor qkv = at::linear(h, P(pre + "attn.c_attn.weight"), P(pre + "attn.c_attn.bias"));
     at::Tensor a = at::linear(Attention(qkv, B, S), P(pre + "attn.c_proj.weight"));
-    if (tp) a = ReduceFromTp::apply(a, tp_);
+    if (tp) a = ReduceFromTp::apply(a, tp_, tag_);
     a = a + P(pre + "attn.c_proj.bias");
     x = x + Dropout(a, cfg_.resid_pdrop, replicated_gen_);
 
@@ -134,7 +137,7 @@ at::Tensor GptBigCode::Logits(const at::Tensor& ids) {
     at::Tensor f =
         at::gelu(at::linear(h2, P(pre + "mlp.c_fc.weight"), P(pre + "mlp.c_fc.bias")), "tanh");
     at::Tensor m = at::linear(f, P(pre + "mlp.c_proj.weight"));
-    if (tp) m = ReduceFromTp::apply(m, tp_);
+    if (tp) m = ReduceFromTp::apply(m, tp_, tag_);
     m = m + P(pre + "mlp.c_proj.bias");
     x = x + Dropout(m, cfg_.resid_pdrop, replicated_gen_);
   }

@@ -32,7 +32,12 @@ class GptBigCode {
   // [B, S, vocab] logits.
   at::Tensor Logits(const at::Tensor& input_ids);
 
+  // false: no dropout, and no random number drawn from either stream.
   void set_training(bool training) { training_ = training; }
+  bool training() const { return training_; }
+  // The tag the forward's TP all-reduces are counted under (comm::CollectiveOptions::tag, static
+  // storage); nullptr (the default) for training's.
+  void set_collective_tag(const char* tag) { tag_ = tag; }
 
  private:
   at::Tensor Dropout(const at::Tensor& x, double p, at::Generator& gen);
@@ -44,6 +49,7 @@ class GptBigCode {
   comm::Group* tp_;
   int64_t local_heads_;
   bool training_ = true;
+  const char* tag_ = nullptr;
   at::Generator replicated_gen_;
   at::Generator local_gen_;
   at::Tensor mask_;  // [S, S] bool, lower triangular, cached for the last S

@@ -104,10 +104,13 @@ void RankOutputs::OnStep(const JobSpec& spec, const Latch& latch, const StepRepo
     jsonl_.flush();
   }
   if (rank_ == 0 && !options_.quiet) {
-    std::fprintf(stderr, "step %lld/%lld  loss %.6f  grad_norm %.4f  kv %s x%lld  %.3fs\n",
-                 static_cast<long long>(report.step + 1), static_cast<long long>(spec.steps),
-                 report.loss, report.grad_norm, KvModeName(report.kv_mode),
-                 static_cast<long long>(report.kv_allreduce_calls), report.step_seconds);
+    std::string eval;
+    if (report.eval_loss) eval = "  eval_loss " + std::to_string(*report.eval_loss);
+    std::fprintf(
+        stderr, "step %lld/%lld  loss %.6f  grad_norm %.4f  lr %.3g  kv %s x%lld  %.3fs%s\n",
+        static_cast<long long>(report.step + 1), static_cast<long long>(spec.steps), report.loss,
+        report.grad_norm, report.lr, KvModeName(report.kv_mode),
+        static_cast<long long>(report.kv_allreduce_calls), report.step_seconds, eval.c_str());
   }
 }
 

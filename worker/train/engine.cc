@@ -13,9 +13,11 @@
 #include "worker/model/comm_buffer.h"
 #include "worker/model/gpt_bigcode.h"
 #include "worker/model/param_store.h"
+#include "worker/train/evaluator.h"
 #include "worker/train/flat_ops.h"
 #include "worker/train/grad_norm.h"
 #include "worker/train/kv_reducer.h"
+#include "worker/train/lr_schedule.h"
 #include "worker/train/optimizer.h"
 
 namespace latchkey {
@@ -65,7 +67,7 @@ StTensor ToStTensor(const std::string& name, const at::Tensor& t) {
 class EngineImpl final : public Engine {
  public:
   EngineImpl(const JobSpec& spec, comm::ProcessGroups* g, const EngineOptions& opts)
-      : spec_(spec), g_(g), opts_(opts) {}
+      : spec_(spec), g_(g), opts_(opts), schedule_(spec.scheduler, spec.optimizer.lr) {}
 
   absl::Status Init() {
     auto layout = BuildTpLayout(spec_.model, g_->tp, g_->tp_rank);
@@ -107,6 +109,11 @@ class EngineImpl final : public Engine {
     auto data = OpenDataSource(spec_);
     if (!data.ok()) return data.status();
     data_ = *std::move(data);
+    if (spec_.eval.enabled()) {
+      auto evaluator = Evaluator::Open(spec_, g_, device_);
+      if (!evaluator.ok()) return evaluator.status();
+      evaluator_ = *std::move(evaluator);
+    }
     if (zero1) {
       const int64_t chunk = store_->padded_numel() / g_->dp;
       part_begin_ = g_->dp_rank * chunk;
@@ -137,9 +144,11 @@ class EngineImpl final : public Engine {
     const auto start = Clock::now();
     const auto stats_before = g_->stats->Snapshot();
     const int64_t kv_before = g_->stats->TaggedCalls(comm::kKvTag);
-    absl::StatusOr<double> loss = Window(latch);
+    const double lr = schedule_.ForStep(latch.window);
+    absl::StatusOr<double> loss = Window(latch, lr);
     if (!loss.ok()) return loss.status();
     StepReport r;
+    r.lr = lr;
     r.step = latch.window;
     r.micro_batches = latch.n;
     r.loss = *loss;
@@ -153,6 +162,12 @@ class EngineImpl final : public Engine {
     r.tokens = static_cast<int64_t>(latch.n) * spec_.micro_batch_size * g_->dp * spec_.seq_len;
     r.optimizer_state_bytes = optimizer_state_bytes();
     r.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    // After the update, outside the step's time and collective counts (its own tag).
+    if (evaluator_ && evaluator_->Due(latch.window)) {
+      absl::StatusOr<double> eval_loss = evaluator_->Run(*model_);
+      if (!eval_loss.ok()) return eval_loss.status();
+      r.eval_loss = *eval_loss;
+    }
     return r;
   }
 
@@ -199,7 +214,8 @@ class EngineImpl final : public Engine {
   }
 
  private:
-  absl::StatusOr<double> Window(const Latch& latch) {
+  // Runs the window and its update with learning rate `lr`; returns the window's mean loss.
+  absl::StatusOr<double> Window(const Latch& latch, double lr) {
     const at::Tensor& grads = store_->flat_grads();
     const int64_t numel = store_->numel();
     const int64_t chunk = part_end_ - part_begin_;
@@ -277,7 +293,7 @@ class EngineImpl final : public Engine {
     }
     const double coef = ClipCoefficient(last_norm_, spec_.gradient_clipping);
     if (coef < 1.0) ops_->Scale(grads_part, static_cast<float>(coef));
-    optimizer_->Step(params_part, grads_part);
+    optimizer_->Step(params_part, grads_part, lr);
     if (master_.defined()) {
       // bf16: the next window computes with the updated master, rounded once to bf16.
       const at::Tensor& compute = store_->flat_compute();
@@ -360,6 +376,7 @@ class EngineImpl final : public Engine {
   JobSpec spec_;
   comm::ProcessGroups* g_;
   EngineOptions opts_;
+  LrSchedule schedule_;
   c10::Device device_ = c10::Device(c10::kCPU);
   std::unique_ptr<FlatOps> ops_;  // before everything that computes through it
   std::unique_ptr<ParamStore> store_;
@@ -367,6 +384,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<KvReducer> kv_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<TokenSource> data_;
+  std::unique_ptr<Evaluator> evaluator_;  // latchkey.eval; null without it
   int64_t part_begin_ = 0;
   int64_t part_end_ = 0;
   bool zero1_ = false;

@@ -5,7 +5,10 @@
 // not marked no_sync take the DP mean of the accumulated gradient. At the boundary: K/V sum over
 // TP (deferred/coalesced) -> DP reduction (ZeRO-0 mean all-reduce; ZeRO-1 reduce-scatter into the
 // rank's partition) -> global grad norm -> clip -> optimizer step -> (ZeRO-1) all-gather of
-// parameters. A latch is never mixed with another mode inside its window.
+// parameters. A latch is never mixed with another mode inside its window. The update of step s
+// uses the learning rate of the spec's schedule (lr_schedule.h). With `latchkey.eval`, the
+// evaluation loss (evaluator.h) is computed after the update of the steps it is due on, outside
+// the step's `step_seconds` and its collective counts.
 //
 // Every number in the flat parameter, gradient and optimizer buffers is computed through FlatOps
 // (flat_ops.h) on the buffers' device, and every collective gets device-tagged buffers.
@@ -32,6 +35,10 @@
 
 namespace latchkey {
 
+// The tag of every collective the evaluation issues (comm::CollectiveOptions::tag): counted in
+// CollectiveStats and the worker's metrics, never in a step's collective_calls.
+inline constexpr const char* kEvalTag = "eval";
+
 struct EngineOptions {
   bool skip_kv_reduction_for_testing = false;
   // When set, after the boundary reduction of window `dump_grads_step` (before clipping) each
@@ -50,7 +57,8 @@ struct EngineOptions {
 class Engine {
  public:
   virtual ~Engine() = default;
-  // Runs window latch.window. REQUIRES: windows run in order, each latch valid for this job.
+  // Runs window latch.window (and, where due, the evaluation after it: StepReport::eval_loss).
+  // REQUIRES: windows run in order, each latch valid for this job.
   virtual absl::StatusOr<StepReport> RunWindow(const Latch& latch) = 0;
   // Gathers the shards and (on global rank 0 only) writes an HF checkpoint into `dir`.
   // Every rank must call it (it issues collectives).

@@ -9,12 +9,13 @@ namespace {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(double lr, const FlatOps* ops) : lr_(static_cast<float>(lr)), ops_(ops) {}
-  void Step(const at::Tensor& p, const at::Tensor& g) override { ops_->SgdStep(p, g, lr_); }
+  explicit Sgd(const FlatOps* ops) : ops_(ops) {}
+  void Step(const at::Tensor& p, const at::Tensor& g, double lr) override {
+    ops_->SgdStep(p, g, static_cast<float>(lr));
+  }
   int64_t state_bytes() const override { return 0; }
 
  private:
-  float lr_;
   const FlatOps* ops_;
 };
 
@@ -26,7 +27,7 @@ class AdamW final : public Optimizer {
         m_(at::zeros({count}, at::TensorOptions().dtype(at::kFloat).device(ops->device()))),
         v_(at::zeros({count}, at::TensorOptions().dtype(at::kFloat).device(ops->device()))) {}
 
-  void Step(const at::Tensor& p, const at::Tensor& g) override {
+  void Step(const at::Tensor& p, const at::Tensor& g, double lr) override {
     ++step_;
     const double bc1 = 1.0 - std::pow(c_.betas[0], static_cast<double>(step_));
     const double bc2 = 1.0 - std::pow(c_.betas[1], static_cast<double>(step_));
@@ -34,8 +35,8 @@ class AdamW final : public Optimizer {
     s.beta1 = static_cast<float>(c_.betas[0]);
     s.beta2 = static_cast<float>(c_.betas[1]);
     s.eps = static_cast<float>(c_.eps);
-    s.decay = static_cast<float>(1.0 - c_.lr * c_.weight_decay);
-    s.step_size = static_cast<float>(c_.lr / bc1);
+    s.decay = static_cast<float>(1.0 - lr * c_.weight_decay);
+    s.step_size = static_cast<float>(lr / bc1);
     s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
     ops_->AdamWStep(p, g, m_, v_, s);
   }
@@ -55,7 +56,7 @@ class AdamW final : public Optimizer {
 
 std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerConfig& config, int64_t count,
                                          const FlatOps* ops) {
-  if (config.type == OptimizerType::kSgd) return std::make_unique<Sgd>(config.lr, ops);
+  if (config.type == OptimizerType::kSgd) return std::make_unique<Sgd>(ops);
   return std::make_unique<AdamW>(config, count, ops);
 }
 

@@ -1,8 +1,10 @@
 // Optimizers over a contiguous range of the flat fp32 parameter buffer (ZeRO-1: the rank's
 // partition; ZeRO-0: everything). State is allocated for that range only, on the device of the
 // FlatOps it runs through (the only place its arithmetic happens).
-// Constant learning rate. Formulas are torch.optim's (SGD without momentum; AdamW with decoupled
-// weight decay applied to every parameter and bias-corrected moments).
+// The learning rate comes with every step (the schedule's float64 value, lr_schedule.h), used as
+// torch.optim uses a param group's lr: SGD without momentum p -= lr*g; AdamW with decoupled weight
+// decay p *= 1 - lr*wd, applied to every parameter, and bias-corrected moments with
+// step_size = lr / (1 - beta1^t). A step with lr 0 still advances AdamW's moments and step count.
 // Thread-safety: one thread. Lifetime: `ops` outlives the optimizer.
 #ifndef LATCHKEY_WORKER_TRAIN_OPTIMIZER_H_
 #define LATCHKEY_WORKER_TRAIN_OPTIMIZER_H_
@@ -20,9 +22,9 @@ namespace latchkey {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // params -= update(grads), element by element. REQUIRES: both fp32, 1-D, contiguous, on the
-  // ops' device, with the `count` elements this optimizer was made for.
-  virtual void Step(const at::Tensor& params, const at::Tensor& grads) = 0;
+  // params -= update(grads, lr), element by element. REQUIRES: both fp32, 1-D, contiguous, on the
+  // ops' device, with the `count` elements this optimizer was made for; lr >= 0.
+  virtual void Step(const at::Tensor& params, const at::Tensor& grads, double lr) = 0;
   // Bytes of optimizer state tensors held by this rank.
   virtual int64_t state_bytes() const = 0;
 };

@@ -20,6 +20,8 @@ std::string StepReportJson(int rank, const StepReport& r) {
   j["tokens"] = r.tokens;
   j["optimizer_state_bytes"] = r.optimizer_state_bytes;
   j["latch_wait_seconds"] = r.latch_wait_seconds;
+  j["lr"] = r.lr;
+  if (r.eval_loss) j["eval_loss"] = *r.eval_loss;
   return j.dump();
 }
 

@@ -10,7 +10,7 @@ namespace latchkey {
 
 // One JSON object (no trailing newline) with the fields rank, step, micro_batches, loss,
 // grad_norm, kv_mode, kv_allreduce_calls, collective_calls, step_seconds, tokens,
-// optimizer_state_bytes, latch_wait_seconds.
+// optimizer_state_bytes, latch_wait_seconds, lr, and eval_loss on the steps where evaluation ran.
 std::string StepReportJson(int rank, const StepReport& r);
 
 }  // namespace latchkey
