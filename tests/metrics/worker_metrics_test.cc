@@ -1,5 +1,7 @@
 // The metrics endpoint inside the real latchkey-worker binary (which links libtorch + OpenBLAS:
 // the civetweb TLS pitfall), checked with promtool and scraped by a real Prometheus server.
+#include "worker/metrics/worker_metrics.h"
+
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
@@ -52,7 +54,17 @@ nlohmann::json MetricsSpec() {
   s.gas = 2;
   s.steps = 4;
   s.kv_reduce = "coalesced";
+  s.scheduler = {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 3}}}};
+  s.eval = {{"tokens_file", FixtureDir() + "/eval.bin"}, {"every_steps", 2}, {"samples", 3}};
   return FixtureSpec(s);
+}
+
+TEST(WorkerMetrics, TrainingSeriesExistFromTheStart) {
+  const std::string text = WorkerMetrics().Serialize();
+  for (const char* series :
+       {"latchkey_learning_rate", "latchkey_eval_loss", "latchkey_eval_collective_calls_total"}) {
+    EXPECT_EQ(Sample(text, series), 0) << series << "\n" << text;
+  }
 }
 
 TEST(WorkerMetrics, EndpointCountsMatchJsonlAndPassPromtool) {
@@ -85,8 +97,14 @@ TEST(WorkerMetrics, EndpointCountsMatchJsonlAndPassPromtool) {
   EXPECT_EQ(kv, 4.0);  // coalesced: 1 per step
   EXPECT_EQ(Sample(text, "latchkey_kv_allreduce_total{mode=\"coalesced\"}"), kv);
   EXPECT_EQ(Sample(text, "latchkey_kv_allreduce_total{mode=\"per_micro_batch\"}"), 0);
+  // Evaluation (steps 1 and 3, 3 samples, 2 TP all-reduces per layer forward) is counted in the
+  // collective series under its own tag, never in a step's collective_calls.
+  const double eval_calls = Sample(text, "latchkey_eval_collective_calls_total");
+  EXPECT_EQ(eval_calls, 2 * 3 * 2 * 2);
   EXPECT_EQ(Sample(text, "latchkey_collective_calls_total{group=\"tp\",op=\"all_reduce\"}"),
-            tp_calls);
+            tp_calls + eval_calls);
+  EXPECT_EQ(Sample(text, "latchkey_learning_rate"), run.steps[0][3]["lr"].get<double>());
+  EXPECT_EQ(Sample(text, "latchkey_eval_loss"), run.steps[0][3]["eval_loss"].get<double>());
   EXPECT_EQ(Sample(text, "latchkey_tokens_total"), 4 * 2 * 2 * 32);  // steps * GAS * MB * S
   EXPECT_NEAR(Sample(text, "latchkey_loss"), run.steps[0][3]["loss"].get<double>(), 1e-6);
   EXPECT_EQ(Sample(text, "latchkey_step_seconds_count"), 4);
