@@ -1,7 +1,9 @@
 // The job bare `latchkey up` runs: the demo model of examples/demo.json (GPTBigCode with
 // multi-query attention, TP 2 over two local workers) for 40 steps on the seeded synthetic data
 // source, so it needs no file and runs the same from any folder. Synthetic sequences are
-// learnable, so the loss falls visibly within those steps.
+// learnable, so the loss falls visibly within those steps. Like the demo it warms the learning
+// rate up over 5 steps and decays it on a cosine; it has no evaluation, which needs a held-out
+// token file (examples/demo.json has one).
 #ifndef LATCHKEY_CLIENT_CLI_BUILTIN_SPEC_H_
 #define LATCHKEY_CLIENT_CLI_BUILTIN_SPEC_H_
 
@@ -15,6 +17,8 @@ inline constexpr char kBuiltInJobSpec[] = R"({
   "gradient_clipping": 1.0,
   "zero_optimization": {"stage": 0},
   "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
+  "scheduler": {"type": "WarmupCosineLR",
+                "params": {"total_num_steps": 40, "warmup_num_steps": 5, "warmup_type": "linear"}},
   "tensor_parallel": {"autotp_size": 2},
   "latchkey": {"seq_len": 128, "steps": 40, "seed": 1, "world_size": 2, "kv_reduce": "auto",
                "data": {"synthetic": {"seed": 1}}}

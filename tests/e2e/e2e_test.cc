@@ -3,10 +3,14 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
+#include <vector>
 
 #include "tests/support/free_port.h"
 #include "tests/support/launch.h"
@@ -203,6 +207,11 @@ TEST(EndToEnd, BareUpRunsTheBuiltInJobFromAnEmptyFolder) {
   }
   EXPECT_TRUE(std::regex_search(log, std::regex("step 40/40[^\n]* succeeded"))) << log;
   EXPECT_TRUE(std::regex_search(log, std::regex("\n  steps +40\n"))) << log;
+  // Its warmup + cosine schedule starts at lr 0; it has no eval file, so no eval loss.
+  EXPECT_TRUE(std::regex_search(log, std::regex("\n  lr min \\.\\. max +0\\.000e\\+00 \\.\\. ")))
+      << log;
+  EXPECT_EQ(log.find(" eval "), std::string::npos) << log;
+  EXPECT_EQ(log.find("eval loss"), std::string::npos) << log;
   EXPECT_TRUE(std::filesystem::exists(dir + "/run/final/model.safetensors")) << log;
   // The spec it ran is kept beside the outputs, ready to edit and pass back with --spec.
   const auto spec = nlohmann::json::parse(ReadText(dir + "/run/spec.json"), nullptr, false);
@@ -210,6 +219,108 @@ TEST(EndToEnd, BareUpRunsTheBuiltInJobFromAnEmptyFolder) {
   EXPECT_EQ(spec["latchkey"]["steps"], kSteps);
   // With --run-dir, nothing lands in the working directory.
   EXPECT_TRUE(std::filesystem::is_empty(cwd));
+}
+
+// `latchkey up` on a spec with a warmup + cosine schedule and a held-out eval file: every step's
+// lr in the JSONL, the eval loss on exactly the evaluated steps, both through the coordinator
+// into the progress lines, and the summary's eval loss first -> final and lr range.
+TEST(EndToEnd, UpShowsTheLrScheduleAndTheEvalLoss) {
+  const std::string dir = NewDir("up-eval");
+  constexpr int kSteps = 12;
+  constexpr int kSeqLen = 32;
+  constexpr double kLr = 3e-3;
+  {
+    // The held-out tokens: 4 samples of a fixed byte pattern, unlike the synthetic training data.
+    std::vector<uint16_t> tokens(4 * kSeqLen + 1);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = static_cast<uint16_t>((i * 37 + i / 5) % 256);
+    std::ofstream(dir + "/eval.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(tokens.data()),
+               static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
+  }
+  SpecParams p;
+  p.gas = 2;
+  p.zero_stage = 0;
+  p.lr = kLr;
+  p.tp = 2;
+  p.world_size = 2;
+  p.seq_len = kSeqLen;
+  p.steps = kSteps;
+  p.data = SyntheticData(7);
+  p.extra_top = {
+      {"scheduler",
+       {{"type", "WarmupCosineLR"},
+        {"params",
+         {{"total_num_steps", kSteps}, {"warmup_num_steps", 3}, {"warmup_type", "linear"}}}}}};
+  // Evaluated after steps 4 and 9 ((s + 1) % 5 == 0) and the last one, 11.
+  p.extra_latchkey = {{"eval", {{"tokens_file", "eval.bin"}, {"every_steps", 5}, {"samples", 3}}}};
+  std::ofstream(dir + "/spec.json") << SpecJson(p);
+  const int up = StartProcess(
+      {LATCHKEY_CLI_BIN, "up", "--spec", dir + "/spec.json", "--run-dir", dir + "/run"}, {},
+      dir + "/up.log");
+  const int code = WaitProcess(up, seconds(300));
+  const std::string log = ReadText(dir + "/up.log");
+  ASSERT_EQ(code, 0) << log;
+
+  const std::set<int> evaluated = {4, 9, 11};
+  const auto rows = Jsonl(dir + "/run/steps-0.jsonl");
+  ASSERT_EQ(rows.size(), static_cast<size_t>(kSteps)) << log;
+  std::vector<double> lr;
+  std::vector<double> evals;
+  for (int s = 0; s < kSteps; ++s) {
+    const nlohmann::json& r = rows[static_cast<size_t>(s)];
+    ASSERT_TRUE(r.contains("lr") && r["lr"].is_number()) << r.dump();
+    lr.push_back(r["lr"].get<double>());
+    EXPECT_EQ(r.contains("eval_loss"), evaluated.count(s) == 1) << r.dump();
+    if (r.contains("eval_loss")) {
+      const double e = r["eval_loss"].get<double>();
+      EXPECT_GT(e, 0.0) << r.dump();
+      EXPECT_LT(e, 10.0) << r.dump();  // about ln(256) = 5.5 untrained
+      evals.push_back(e);
+    }
+  }
+  // Warmup from 0 to the optimizer's lr, then a cosine decay below it.
+  EXPECT_EQ(lr[0], 0.0);
+  EXPECT_EQ(lr[0], lr[1]);
+  const double peak = *std::max_element(lr.begin(), lr.end());
+  EXPECT_LE(peak, kLr * (1 + 1e-12));
+  EXPECT_GT(peak, 0.5 * kLr);
+  EXPECT_LT(lr.back(), 0.5 * peak);
+  // Step s runs at the schedule's value after s - 1 steps: the peak right after the warmup.
+  const int top = static_cast<int>(std::max_element(lr.begin(), lr.end()) - lr.begin());
+  EXPECT_GE(top, 3);
+  EXPECT_LE(top, 4);
+  for (int s = 1; s < kSteps; ++s) {
+    if (s <= top) {
+      EXPECT_GE(lr[s], lr[s - 1]) << "warmup, step " << s;
+    } else {
+      EXPECT_LE(lr[s], lr[s - 1]) << "decay, step " << s;
+    }
+  }
+  // The progress lines come from the coordinator's step summaries: rank 0's eval loss, on the
+  // evaluated steps only, with each step's lr.
+  std::vector<double> shown;
+  const std::regex eval_re("loss [0-9.]+ eval ([0-9.]+) lr ([0-9.e+-]+) ");
+  for (std::sregex_iterator it(log.begin(), log.end(), eval_re), end; it != end; ++it) {
+    shown.push_back(std::stod((*it)[1]));
+  }
+  ASSERT_EQ(shown.size(), evals.size()) << log;
+  for (size_t i = 0; i < evals.size(); ++i) EXPECT_NEAR(shown[i], evals[i], 5.1e-5) << log;
+  for (double v : lr) {
+    char text[32];
+    std::snprintf(text, sizeof(text), " lr %.3e ", v);
+    EXPECT_NE(log.find(text), std::string::npos) << text << "\n" << log;
+  }
+  // The summary: eval loss first -> final over the evaluations, and the lr range.
+  char first_final[64];
+  std::snprintf(first_final, sizeof(first_final), "%.4f -> %.4f  (3 evaluations, steps 4 .. 11)",
+                evals.front(), evals.back());
+  EXPECT_TRUE(std::regex_search(log, std::regex("\n  eval loss first -> final +"))) << log;
+  EXPECT_NE(log.find(first_final), std::string::npos) << first_final << "\n" << log;
+  char range[64];
+  std::snprintf(range, sizeof(range), "%.3e .. %.3e", 0.0, peak);
+  EXPECT_TRUE(std::regex_search(log, std::regex("\n  lr min \\.\\. max +"))) << log;
+  EXPECT_NE(log.find(range), std::string::npos) << range << "\n" << log;
 }
 
 TEST(EndToEnd, KilledWorkerFailsTheJobNamingTheRank) {
