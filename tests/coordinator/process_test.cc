@@ -37,6 +37,36 @@ std::vector<AuditedLatch> Audit(JobClient& client, const std::string& job_id) {
   return r.ok() ? r->latches : std::vector<AuditedLatch>();
 }
 
+// Options of a simulated worker that rides out a coordinator restart.
+WorkerSessionOptions RestartTolerantWorker(const std::string& address, const SubmittedJob& job,
+                                           const std::string& name, int rank) {
+  WorkerSessionOptions o;
+  o.coordinator = address;
+  o.job_id = job.job_id;
+  o.join_token = job.join_token;
+  o.worker_id = name + "-" + std::to_string(rank);
+  o.requested_rank = rank;
+  o.retry_max = absl::Milliseconds(200);
+  o.reconnect_timeout = absl::Seconds(60);
+  return o;
+}
+
+// Joins ranks 0..world-1 in order; empty on the first failure (reported as a test failure).
+std::vector<std::unique_ptr<WorkerSession>> JoinAll(const std::string& address,
+                                                    const SubmittedJob& job,
+                                                    const std::string& name, int world) {
+  std::vector<std::unique_ptr<WorkerSession>> sessions;
+  for (int i = 0; i < world; ++i) {
+    auto session = WorkerSession::Join(RestartTolerantWorker(address, job, name, i));
+    if (!session.ok()) {
+      ADD_FAILURE() << "rank " << i << ": " << session.status();
+      return {};
+    }
+    sessions.push_back(*std::move(session));
+  }
+  return sessions;
+}
+
 TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
   constexpr int kWorld = 4;
   constexpr int kSteps = 30;
@@ -61,14 +91,8 @@ TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
   std::vector<std::thread> workers;
   for (int i = 0; i < kWorld; ++i) {
     workers.emplace_back([&, i] {
-      WorkerSessionOptions o;
-      o.coordinator = address;
-      o.job_id = job.job_id;
-      o.join_token = job.join_token;
-      o.worker_id = "proc-worker-" + std::to_string(i);
-      o.requested_rank = i;
+      WorkerSessionOptions o = RestartTolerantWorker(address, job, "proc-worker", i);
       o.retry_max = absl::Milliseconds(300);
-      o.reconnect_timeout = absl::Seconds(60);
       auto session = WorkerSession::Join(o);
       if (!session.ok()) {
         status[i] = session.status();
@@ -175,20 +199,9 @@ TEST(ProcessTest, NoSyncMaskSurvivesKillNineAndRestart) {
   const SubmittedJob job = SubmitOrDie(client, p);
   ASSERT_FALSE(job.job_id.empty());
 
-  std::vector<std::unique_ptr<WorkerSession>> sessions;
-  for (int i = 0; i < kWorld; ++i) {
-    WorkerSessionOptions o;
-    o.coordinator = first->address();
-    o.job_id = job.job_id;
-    o.join_token = job.join_token;
-    o.worker_id = "mask-worker-" + std::to_string(i);
-    o.requested_rank = i;
-    o.retry_max = absl::Milliseconds(200);
-    o.reconnect_timeout = absl::Seconds(60);
-    auto session = WorkerSession::Join(o);
-    ASSERT_TRUE(session.ok()) << session.status();
-    sessions.push_back(*std::move(session));
-  }
+  std::vector<std::unique_ptr<WorkerSession>> sessions =
+      JoinAll(first->address(), job, "mask-worker", kWorld);
+  ASSERT_EQ(sessions.size(), static_cast<size_t>(kWorld));
   for (auto& s : sessions) s->StartLatches(0);
   std::vector<Latch> received;  // rank 0's, window order
   auto run_step = [&](int64_t step) {
@@ -274,20 +287,9 @@ TEST(ProcessTest, LrAndEvalLossSurviveKillNineAndComeBackInGetJobAndWatchJob) {
         absl::Now() + absl::Seconds(120));
   });
 
-  std::vector<std::unique_ptr<WorkerSession>> sessions;
-  for (int i = 0; i < kWorld; ++i) {
-    WorkerSessionOptions o;
-    o.coordinator = first->address();
-    o.job_id = job.job_id;
-    o.join_token = job.join_token;
-    o.worker_id = "lr-worker-" + std::to_string(i);
-    o.requested_rank = i;
-    o.retry_max = absl::Milliseconds(200);
-    o.reconnect_timeout = absl::Seconds(60);
-    auto session = WorkerSession::Join(o);
-    ASSERT_TRUE(session.ok()) << session.status();
-    sessions.push_back(*std::move(session));
-  }
+  std::vector<std::unique_ptr<WorkerSession>> sessions =
+      JoinAll(first->address(), job, "lr-worker", kWorld);
+  ASSERT_EQ(sessions.size(), static_cast<size_t>(kWorld));
   for (auto& s : sessions) s->StartLatches(0);
   auto run_step = [&](int64_t step) {
     for (int i = kWorld - 1; i >= 0; --i) {  // rank 0 last
