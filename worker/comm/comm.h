@@ -84,6 +84,15 @@ struct CollectiveOptions {
 
 inline constexpr const char* kKvTag = "kv";
 
+// How backends tell a timeout from a broken connection when the library they wrap reports both
+// as the same exception: a failure raised once (about) the call's whole timeout has elapsed is
+// the deadline (DEADLINE_EXCEEDED), one raised earlier is a lost peer (UNAVAILABLE). Libraries
+// check their own deadlines a little early or late, so 90% of the timeout counts as reached.
+inline bool DeadlineReached(std::chrono::steady_clock::duration elapsed,
+                            std::chrono::milliseconds timeout) {
+  return elapsed >= timeout * 9 / 10;
+}
+
 class Group {
  public:
   Group(std::string name, int rank, int size, std::shared_ptr<CollectiveStats> stats);

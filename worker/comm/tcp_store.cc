@@ -1,16 +1,20 @@
 // The TCP store over libtorch's c10d::TCPStore: the only use of c10d in latchkey (its API
 // changed after libtorch 1.13, so it stays inside this file).
+#include <optional>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "worker/comm/comm.h"
 #include "worker/comm/store.h"
 
 namespace latchkey::comm {
 namespace {
 
 // c10d reports a missing key by throwing after its timeout, and a lost connection by throwing
-// at once; both become a Status here.
+// at once; both become a Status here (DeadlineReached tells them apart). A call without a
+// deadline (`timeout` unset) can only have lost its connection.
 template <typename Fn>
-absl::Status Guard(const std::string& what, std::chrono::milliseconds timeout, Fn&& fn) {
+absl::Status Guard(const std::string& what, std::optional<std::chrono::milliseconds> timeout,
+                   Fn&& fn) {
   const auto start = std::chrono::steady_clock::now();
   try {
     fn();
@@ -18,7 +22,7 @@ absl::Status Guard(const std::string& what, std::chrono::milliseconds timeout, F
   } catch (const std::exception& e) {
     std::string msg = e.what();
     if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-    if (std::chrono::steady_clock::now() - start >= timeout * 9 / 10) {
+    if (timeout && DeadlineReached(std::chrono::steady_clock::now() - start, *timeout)) {
       return absl::DeadlineExceededError(what + ": " + msg);
     }
     return absl::UnavailableError(what + ": " + msg);
@@ -31,7 +35,7 @@ class TcpStore final : public Store {
       : store_(std::move(store)), address_(std::move(address)) {}
 
   absl::Status Set(const std::string& key, const std::vector<uint8_t>& value) override {
-    return Guard("store " + address_ + " set '" + key + "'", std::chrono::milliseconds::max(),
+    return Guard("store " + address_ + " set '" + key + "'", std::nullopt,
                  [&] { store_->set(key, value); });
   }
   absl::StatusOr<std::vector<uint8_t>> Get(const std::string& key,

@@ -23,15 +23,12 @@ absl::StatusOr<Latch> CoordinatorLatchSource::Await(int64_t window) {
   while (true) {
     auto latch = session_->AwaitLatch(window, kLatchPoll);
     if (latch.ok()) return latch->latch;
-    if (latch.status().code() != absl::StatusCode::kDeadlineExceeded) {
-      if (auto end = session_->job_end(); end.has_value()) {
-        return absl::CancelledError(EndMessage(*end));
-      }
-      return latch.status();
-    }
+    // Whatever stopped the wait, a job that ended elsewhere is not this rank's failure.
     if (auto end = session_->job_end(); end.has_value()) {
       return absl::CancelledError(EndMessage(*end));
     }
+    // DEADLINE_EXCEEDED: not published yet, poll again; anything else is the session's error.
+    if (latch.status().code() != absl::StatusCode::kDeadlineExceeded) return latch.status();
   }
 }
 

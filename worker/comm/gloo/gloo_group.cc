@@ -161,9 +161,7 @@ class GlooGroup final : public Group {
       fn();
       return absl::OkStatus();
     } catch (const gloo::IoException& e) {
-      const auto elapsed = std::chrono::steady_clock::now() - start;
-      // Gloo's own deadline checks run a little early or late; 90% of the timeout is "reached".
-      if (elapsed >= timeout * 9 / 10) {
+      if (DeadlineReached(std::chrono::steady_clock::now() - start, timeout)) {
         return absl::DeadlineExceededError("no progress within " + std::to_string(timeout.count()) +
                                            " ms: " + e.what());
       }
