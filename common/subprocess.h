@@ -32,7 +32,7 @@ struct SpawnOptions {
 absl::StatusOr<pid_t> Spawn(const SpawnOptions& options);
 
 // Exit code (128 + signal when a signal ended it) once the child ended within `timeout`;
-// nullopt while it still runs.
+// nullopt while it still runs; -1 when `pid` is not a child of this process (or was reaped).
 std::optional<int> WaitFor(pid_t pid, std::chrono::milliseconds timeout);
 
 // As WaitFor, but a child still running at the deadline is killed (SIGKILL) and -1 returned.
