@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "common/job_spec.h"
 #include "common/latch.h"
+#include "common/rank_position.h"
 #include "common/states.h"
 #include "common/step_report.h"
 
@@ -41,6 +42,14 @@ struct CompletedStep {
   int ranks_reported = 0;
 };
 
+// How late the slowest rank of one window arrived at its first boundary collective: the spread
+// (max - min) over ranks of the time they waited there (StepReport::boundary_wait_seconds).
+struct WindowArrival {
+  int64_t window = 0;
+  int slowest_rank = 0;  // the rank that waited least: it arrived last
+  double lag_seconds = 0.0;
+};
+
 // A job (latchkey.v1.Job).
 struct JobInfo {
   std::string job_id;
@@ -63,6 +72,17 @@ struct JobInfo {
   std::vector<std::string> warnings;
   absl::Time create_time = absl::UnixEpoch();
   absl::Time update_time = absl::UnixEpoch();
+  // Fault tolerance (docs/fault-tolerance.md).
+  int64_t attempt = 1;                // from 1; each recovery adds one
+  int restarts = 0;                   // attempt - 1
+  int max_restarts = 0;               // the spec's latchkey.max_restarts
+  int64_t last_checkpoint_step = -1;  // newest committed checkpoint; -1: none
+  int64_t resume_step = -1;           // the checkpoint the current attempt resumed from
+  std::string last_recovery_reason;   // what caused the latest recovery
+  std::vector<StalledRank> stalled;   // listed until the attempt they caused completed a step
+  int64_t determinism_violations = 0;  // re-run steps whose loss differed from the first report
+  // The slowest rank of the last completed windows (boundary arrival lag), newest last.
+  std::vector<WindowArrival> slowest;
 };
 
 // SubmitJob's request.
@@ -113,10 +133,19 @@ struct AuditedPolicyChange {
   absl::Time change_time = absl::UnixEpoch();
 };
 
+// One entry of a job's audit log besides latches and policy changes (latchkey.v1.JobEvent).
+struct AuditedEvent {
+  absl::Time time = absl::UnixEpoch();
+  int64_t attempt = 1;
+  std::string kind;  // "recovery", "stalled", "determinism_violation", "checkpoint", "fenced"
+  std::string message;
+};
+
 // One page of ListLatches.
 struct LatchAuditPage {
   std::vector<AuditedLatch> latches;  // window order
   std::vector<AuditedPolicyChange> policy_changes;
+  std::vector<AuditedEvent> events;  // time order
   int64_t next_start_window = 0;  // 0: no more pages
 };
 

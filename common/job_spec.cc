@@ -227,6 +227,18 @@ absl::Status ParseEval(JsonObjectReader s, const std::string& base_dir, EvalConf
   return s.RefuseUnknown();
 }
 
+// latchkey.checkpoint: {dir, every_steps, keep}; the folder is created by the workers.
+absl::Status ParseCheckpoint(JsonObjectReader s, const std::string& base_dir, CheckpointConfig* c) {
+  LK_RETURN_IF_ERROR(s.Require("dir"));
+  LK_RETURN_IF_ERROR(s.String("dir", &c->dir));
+  if (c->dir.empty()) return s.Error("dir", "must not be empty");
+  LK_RETURN_IF_ERROR(ResolvePath(s.Path("dir"), base_dir, &c->dir));
+  LK_RETURN_IF_ERROR(s.Require("every_steps"));
+  LK_RETURN_IF_ERROR(s.Int64("every_steps", &c->every_steps, AtLeast(1)));
+  LK_RETURN_IF_ERROR(s.Int("keep", &c->keep, AtLeast(1)));
+  return s.RefuseUnknown();
+}
+
 absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobSpec* spec,
                            bool* has_world_size, bool* has_schedule) {
   LK_RETURN_IF_ERROR(s.Require("seq_len"));
@@ -260,6 +272,14 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
   const json* eval = nullptr;
   LK_RETURN_IF_ERROR(s.Object("eval", &eval));
   if (eval != nullptr) LK_RETURN_IF_ERROR(ParseEval(s.Child("eval", *eval), base_dir, &spec->eval));
+  const json* checkpoint = nullptr;
+  LK_RETURN_IF_ERROR(s.Object("checkpoint", &checkpoint));
+  if (checkpoint != nullptr) {
+    LK_RETURN_IF_ERROR(
+        ParseCheckpoint(s.Child("checkpoint", *checkpoint), base_dir, &spec->checkpoint));
+  }
+  LK_RETURN_IF_ERROR(s.Int("max_restarts", &spec->max_restarts, AtLeast(0)));
+  LK_RETURN_IF_ERROR(s.Double("hang_timeout_seconds", &spec->hang_timeout_seconds, kPositive));
   return s.RefuseUnknown();
 }
 

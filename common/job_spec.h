@@ -90,6 +90,16 @@ struct EvalConfig {
   bool enabled() const { return !tokens_file.empty(); }
 };
 
+// `latchkey.checkpoint`: resumable training checkpoints (docs/checkpoints.md). Absent: dir empty.
+// A checkpoint is taken after step s when (s + 1) % every_steps == 0 (after its evaluation).
+struct CheckpointConfig {
+  std::string dir;          // absolute after parsing; empty = no checkpoints
+  int64_t every_steps = 1;  // >= 1
+  int keep = 2;             // committed checkpoints kept (>= 1); pruning never removes the newest
+
+  bool enabled() const { return !dir.empty(); }
+};
+
 struct DataConfig {
   // Exactly one of tokens_file / synthetic_seed is set.
   std::string tokens_file;  // absolute after parsing (resolved against the spec's folder)
@@ -121,8 +131,11 @@ struct JobSpec {
   int world_size = 1;  // default: tp
   KvReducePolicy kv_reduce = KvReducePolicy::kAuto;
   DataConfig data;
-  EvalConfig eval;        // latchkey.eval
-  std::string init_from;  // absolute after parsing; empty = init from seed
+  EvalConfig eval;                   // latchkey.eval
+  std::string init_from;             // absolute after parsing; empty = init from seed
+  CheckpointConfig checkpoint;       // latchkey.checkpoint
+  int max_restarts = 3;              // latchkey.max_restarts: recoveries before the job fails
+  double hang_timeout_seconds = 20;  // latchkey.hang_timeout_seconds: no progress -> stalled
 
   // Unknown DeepSpeed top-level keys: listed here, ignored otherwise.
   std::vector<std::string> warnings;
@@ -155,12 +168,14 @@ bool operator==(const OptimizerConfig& a, const OptimizerConfig& b);
 bool operator==(const DataConfig& a, const DataConfig& b);
 bool operator==(const SchedulerConfig& a, const SchedulerConfig& b);
 bool operator==(const EvalConfig& a, const EvalConfig& b);
+bool operator==(const CheckpointConfig& a, const CheckpointConfig& b);
 bool operator==(const JobSpec& a, const JobSpec& b);
 inline bool operator!=(const ModelConfig& a, const ModelConfig& b) { return !(a == b); }
 inline bool operator!=(const OptimizerConfig& a, const OptimizerConfig& b) { return !(a == b); }
 inline bool operator!=(const DataConfig& a, const DataConfig& b) { return !(a == b); }
 inline bool operator!=(const SchedulerConfig& a, const SchedulerConfig& b) { return !(a == b); }
 inline bool operator!=(const EvalConfig& a, const EvalConfig& b) { return !(a == b); }
+inline bool operator!=(const CheckpointConfig& a, const CheckpointConfig& b) { return !(a == b); }
 inline bool operator!=(const JobSpec& a, const JobSpec& b) { return !(a == b); }
 
 }  // namespace latchkey

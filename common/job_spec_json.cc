@@ -142,6 +142,13 @@ std::string JobSpecToJson(const JobSpec& spec) {
                         {"every_steps", spec.eval.every_steps},
                         {"samples", spec.eval.samples}};
   }
+  if (spec.checkpoint.enabled()) {
+    latchkey["checkpoint"] = {{"dir", spec.checkpoint.dir},
+                              {"every_steps", spec.checkpoint.every_steps},
+                              {"keep", spec.checkpoint.keep}};
+  }
+  latchkey["max_restarts"] = spec.max_restarts;
+  latchkey["hang_timeout_seconds"] = spec.hang_timeout_seconds;
 
   json root = {{"model", model},
                {"train_micro_batch_size_per_gpu", spec.micro_batch_size},
@@ -194,13 +201,17 @@ bool operator==(const EvalConfig& a, const EvalConfig& b) {
   return t(a) == t(b);
 }
 
+bool operator==(const CheckpointConfig& a, const CheckpointConfig& b) {
+  return std::tie(a.dir, a.every_steps, a.keep) == std::tie(b.dir, b.every_steps, b.keep);
+}
+
 bool operator==(const JobSpec& a, const JobSpec& b) {
   auto t = [](const JobSpec& s) {
     return std::tie(s.model, s.micro_batch_size, s.gradient_accumulation_steps, s.gradient_clipping,
                     s.zero_stage, s.bf16, s.optimizer, s.scheduler, s.tp, s.has_partition_config,
                     s.managed_gradient_accumulation, s.window_schedule, s.no_sync, s.seq_len,
                     s.steps, s.seed, s.world_size, s.kv_reduce, s.data, s.eval, s.init_from,
-                    s.warnings);
+                    s.checkpoint, s.max_restarts, s.hang_timeout_seconds, s.warnings);
   };
   return t(a) == t(b);
 }

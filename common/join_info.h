@@ -26,6 +26,19 @@ struct JoinInfo {
   int64_t steps = 0;
   absl::Duration heartbeat_interval;
   absl::Duration liveness_timeout;
+  // Fault tolerance (docs/fault-tolerance.md). The attempt this join belongs to (from 1); a
+  // recovery bumps it and every rank joins again (a new worker id; the old one stays fenced).
+  int64_t attempt = 1;
+  // Key prefix in the rendezvous store for this attempt, e.g. "job-000001/a2": a fresh
+  // rendezvous per attempt. For attempt >= 2 rendezvous_host stays empty until rank 0 of the
+  // attempt has joined (so nobody meets a store of the old attempt).
+  std::string rendezvous_prefix;
+  // The committed checkpoint the attempt resumes from: its step (-1: start from scratch) and
+  // the SHA-256 (hex) of its manifest.json as the ranks reported it; the first window run is
+  // resume_step + 1.
+  int64_t resume_step = -1;
+  std::string resume_manifest_sha256;
+  absl::Duration hang_timeout = absl::Seconds(20);  // the job's latchkey.hang_timeout_seconds
 };
 
 }  // namespace latchkey

@@ -14,6 +14,8 @@ const char* JobStateName(JobState s) {
       return "failed";
     case JobState::kCancelled:
       return "cancelled";
+    case JobState::kRecovering:
+      return "recovering";
   }
   return "unknown";
 }

@@ -10,12 +10,21 @@
 namespace latchkey {
 
 // Values equal latchkey.v1.JobState / WorkerState (stored as integers; never renumber).
-enum class JobState { kPending = 1, kRunning = 2, kSucceeded = 3, kFailed = 4, kCancelled = 5 };
+// kRecovering: a rank failed and the job restarts every rank from its last checkpoint (a new
+// attempt); it goes back to kRunning once every rank of the new attempt has joined.
+enum class JobState {
+  kPending = 1,
+  kRunning = 2,
+  kSucceeded = 3,
+  kFailed = 4,
+  kCancelled = 5,
+  kRecovering = 6
+};
 enum class WorkerState { kJoined = 1, kActive = 2, kDone = 3, kLost = 4, kFailed = 5 };
 
-inline constexpr JobState kAllJobStates[] = {JobState::kPending, JobState::kRunning,
+inline constexpr JobState kAllJobStates[] = {JobState::kPending,   JobState::kRunning,
                                              JobState::kSucceeded, JobState::kFailed,
-                                             JobState::kCancelled};
+                                             JobState::kCancelled, JobState::kRecovering};
 inline constexpr WorkerState kAllWorkerStates[] = {WorkerState::kJoined, WorkerState::kActive,
                                                    WorkerState::kDone, WorkerState::kLost,
                                                    WorkerState::kFailed};

@@ -28,6 +28,12 @@ struct StepReport {
   double lr = 0.0;                    // learning rate of this step's update (schedule, float64)
   // Evaluation loss after this step's update, on the steps where evaluation ran.
   std::optional<double> eval_loss;
+  // Time this rank waited in the window's first boundary collective (the straggler measure:
+  // the spread over ranks of a window is how late the slowest rank arrived).
+  double boundary_wait_seconds = 0.0;
+  // Training time blocked by the checkpoint taken after this step (latchkey.checkpoint), on the
+  // steps that saved one; not part of step_seconds.
+  std::optional<double> checkpoint_seconds;
 };
 
 }  // namespace latchkey

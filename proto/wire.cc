@@ -129,6 +129,8 @@ v1::JobState ToProto(JobState state) {
       return v1::JOB_STATE_FAILED;
     case JobState::kCancelled:
       return v1::JOB_STATE_CANCELLED;
+    case JobState::kRecovering:
+      return v1::JOB_STATE_RECOVERING;
   }
   return v1::JOB_STATE_UNSPECIFIED;
 }

@@ -10,7 +10,10 @@ namespace latchkey {
 bool JobStateMachine::Allowed(JobState from, JobState to) {
   switch (to) {
     case JobState::kRunning:
-      return from == JobState::kPending;
+      return from == JobState::kPending || from == JobState::kRecovering;
+    case JobState::kRecovering:
+      // A failure while running, or another one during a recovery (a new attempt each time).
+      return from == JobState::kRunning || from == JobState::kRecovering;
     case JobState::kSucceeded:
       return from == JobState::kRunning;
     case JobState::kFailed:

@@ -50,6 +50,7 @@ int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_s
       return kJobFailed;
     case JobState::kPending:
     case JobState::kRunning:
+    case JobState::kRecovering:
       break;
   }
   return kError;  // the stream ended while the job had not

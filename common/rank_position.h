@@ -1,0 +1,71 @@
+// Where a rank is right now, as its heartbeats carry it: the live flight recorder of a job.
+// The worker's comm layer and engine keep it current (worker/comm/flight_recorder.h); the
+// coordinator compares the positions of all ranks against the plan (every rank issues the same
+// collectives in the same order) to name a stalled rank (docs/fault-tolerance.md).
+//
+// Durations, not timestamps: `seconds` is how long the rank has been at this position when the
+// heartbeat left, so clocks of different hosts never need to agree.
+#ifndef LATCHKEY_COMMON_RANK_POSITION_H_
+#define LATCHKEY_COMMON_RANK_POSITION_H_
+
+#include <cstdint>
+#include <string>
+
+namespace latchkey {
+
+// What the rank is doing at its position.
+enum class RankPhase {
+  kIdle,        // before the first window, or between attempts
+  kLatch,       // waiting for latch(window)
+  kCompute,     // forward/backward/optimizer arithmetic (no collective pending)
+  kCollective,  // inside collective #seq of the window (op, group)
+  kCheckpoint,  // writing or committing a checkpoint after `window`
+  kEval,        // the evaluation after `window`
+};
+
+struct RankPosition {
+  int64_t attempt = 0;  // the job attempt this rank runs (0: not yet known)
+  int64_t window = -1;  // -1: before the first window
+  int micro_batch = -1;
+  RankPhase phase = RankPhase::kIdle;
+  // kCollective: the collective the rank is in. `seq` counts every collective this rank entered
+  // in the window (1-based: the first is #1); in the other phases it is the count entered so
+  // far, so (window, seq) orders ranks along the plan.
+  std::string op;     // "all_reduce", ...
+  std::string group;  // "tp", "dp", "world"
+  int64_t seq = 0;
+  double seconds = 0.0;  // time spent at this position so far
+};
+
+// "compute", "all_reduce/tp #57", "latch", "checkpoint", "eval", "idle".
+inline std::string WhereName(const RankPosition& p) {
+  switch (p.phase) {
+    case RankPhase::kIdle:
+      return "idle";
+    case RankPhase::kLatch:
+      return "latch";
+    case RankPhase::kCompute:
+      return "compute";
+    case RankPhase::kCollective:
+      return p.op + "/" + p.group + " #" + std::to_string(p.seq);
+    case RankPhase::kCheckpoint:
+      return "checkpoint";
+    case RankPhase::kEval:
+      return "eval";
+  }
+  return "idle";
+}
+
+// A rank the coordinator declared stalled (JobInfo::stalled; `latchkey --json status`).
+struct StalledRank {
+  int rank = 0;
+  int64_t window = -1;
+  int micro_batch = -1;
+  std::string where;     // WhereName of its position: compute, OP/GROUP #SEQ, latch, ...
+  double seconds = 0.0;  // how long it had been there at the verdict
+  int64_t attempt = 0;   // the attempt it stalled in (listed until attempt + 1 completed a step)
+};
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_COMMON_RANK_POSITION_H_
