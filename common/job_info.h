@@ -73,13 +73,13 @@ struct JobInfo {
   absl::Time create_time = absl::UnixEpoch();
   absl::Time update_time = absl::UnixEpoch();
   // Fault tolerance (docs/fault-tolerance.md).
-  int64_t attempt = 1;                // from 1; each recovery adds one
-  int restarts = 0;                   // attempt - 1
-  int max_restarts = 0;               // the spec's latchkey.max_restarts
-  int64_t last_checkpoint_step = -1;  // newest committed checkpoint; -1: none
-  int64_t resume_step = -1;           // the checkpoint the current attempt resumed from
-  std::string last_recovery_reason;   // what caused the latest recovery
-  std::vector<StalledRank> stalled;   // listed until the attempt they caused completed a step
+  int64_t attempt = 1;                 // from 1; each recovery adds one
+  int restarts = 0;                    // attempt - 1
+  int max_restarts = 0;                // the spec's latchkey.max_restarts
+  int64_t last_checkpoint_step = -1;   // newest committed checkpoint; -1: none
+  int64_t resume_step = -1;            // the checkpoint the current attempt resumed from
+  std::string last_recovery_reason;    // what caused the latest recovery
+  std::vector<StalledRank> stalled;    // listed until the attempt they caused completed a step
   int64_t determinism_violations = 0;  // re-run steps whose loss differed from the first report
   // The slowest rank of the last completed windows (boundary arrival lag), newest last.
   std::vector<WindowArrival> slowest;
@@ -146,7 +146,7 @@ struct LatchAuditPage {
   std::vector<AuditedLatch> latches;  // window order
   std::vector<AuditedPolicyChange> policy_changes;
   std::vector<AuditedEvent> events;  // time order
-  int64_t next_start_window = 0;  // 0: no more pages
+  int64_t next_start_window = 0;     // 0: no more pages
 };
 
 }  // namespace latchkey

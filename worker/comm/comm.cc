@@ -110,8 +110,10 @@ absl::Status Group::Run(const char* op, size_t bytes, const Device* device,
   if (device != nullptr) {
     if (absl::Status st = CheckDevice(*device); !st.ok()) return Annotate(op, st);
   }
+  if (recorder_) recorder_->EnterCollective(op, name_);
   const auto start = std::chrono::steady_clock::now();
   absl::Status st = fn();
+  if (recorder_) recorder_->ExitCollective();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!st.ok()) return Annotate(op, st);

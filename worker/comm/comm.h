@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "common/timeouts.h"
 #include "worker/comm/collective_stats.h"
+#include "worker/comm/flight_recorder.h"
 
 namespace latchkey::comm {
 
@@ -105,6 +106,8 @@ class Group {
   int size() const { return size_; }
   std::chrono::milliseconds default_timeout() const { return default_timeout_; }
   void set_default_timeout(std::chrono::milliseconds t) { default_timeout_ = t; }
+  // Every collective issued on a parallel group is marked here (entry and exit); null: none.
+  void set_recorder(std::shared_ptr<FlightRecorder> recorder) { recorder_ = std::move(recorder); }
 
   // In-place sum over the group of `data`.
   absl::Status AllReduceSum(const Buffer& data, const CollectiveOptions& opts = {});
@@ -152,6 +155,7 @@ class Group {
   int size_;
   std::shared_ptr<CollectiveStats> stats_;
   std::chrono::milliseconds default_timeout_ = kDefaultCollectiveTimeout;
+  std::shared_ptr<FlightRecorder> recorder_;
 };
 
 // The is_parallel predicate: false for an absent dimension (null) and for a single-rank group.

@@ -20,9 +20,9 @@ std::optional<Backend> ParseBackend(std::string_view name) {
   return std::nullopt;
 }
 
-ProcessGroups MakeSingleProcessGroups() {
+ProcessGroups MakeSingleProcessGroups(std::shared_ptr<CollectiveStats> stats) {
   ProcessGroups g;
-  g.stats = std::make_shared<CollectiveStats>();
+  g.stats = stats ? std::move(stats) : std::make_shared<CollectiveStats>();
   g.world = std::make_shared<SingleRankGroup>("world", g.stats);
   g.tp_group = std::make_shared<SingleRankGroup>("tp", g.stats);
   g.dp_group = std::make_shared<SingleRankGroup>("dp", g.stats);
@@ -41,7 +41,11 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const Rendezv
         "RANK: " + std::to_string(config.rank) +
         " outside [0, WORLD_SIZE=" + std::to_string(config.world_size) + ")");
   }
-  ProcessGroups g = MakeSingleProcessGroups();
+  ProcessGroups g = MakeSingleProcessGroups(config.stats);
+  g.recorder = config.recorder;
+  for (Group* grp : {g.world.get(), g.tp_group.get(), g.dp_group.get()}) {
+    grp->set_recorder(config.recorder);
+  }
   g.rank = config.rank;
   g.world_size = config.world_size;
   g.tp = config.tp;
@@ -79,6 +83,7 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const Rendezv
   }
   for (Group* grp : {g.world.get(), g.tp_group.get(), g.dp_group.get()}) {
     grp->set_default_timeout(config.collective_timeout);
+    grp->set_recorder(config.recorder);
   }
   return g;
 }

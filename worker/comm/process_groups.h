@@ -48,6 +48,11 @@ struct RendezvousConfig {
   std::chrono::milliseconds rendezvous_timeout{kDefaultRendezvousTimeout};
   // Default timeout of every collective on the groups formed.
   std::chrono::milliseconds collective_timeout{kDefaultCollectiveTimeout};
+  // The counters the groups record into; null: a fresh CollectiveStats. A rank that forms new
+  // groups for a new attempt passes the same one, so its metrics keep counting.
+  std::shared_ptr<CollectiveStats> stats;
+  // Where the groups mark every collective's entry and exit; null: nowhere.
+  std::shared_ptr<FlightRecorder> recorder;
 };
 
 // The process groups of one rank.
@@ -62,6 +67,7 @@ struct ProcessGroups {
   std::shared_ptr<Group> tp_group;
   std::shared_ptr<Group> dp_group;
   std::shared_ptr<CollectiveStats> stats;
+  std::shared_ptr<FlightRecorder> recorder;  // may be null
   // Keeps the rendezvous store alive (rank 0 hosts it: ranks still connecting need it after
   // this rank has finished).
   std::shared_ptr<Store> store;
@@ -76,8 +82,8 @@ struct ProcessGroups {
 // a SingleRankGroup; a world of one needs no store at all.
 absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const RendezvousConfig& config);
 
-// Single-process groups (world size 1): nothing is ever issued.
-ProcessGroups MakeSingleProcessGroups();
+// Single-process groups (world size 1): nothing is ever issued. `stats` null: a fresh one.
+ProcessGroups MakeSingleProcessGroups(std::shared_ptr<CollectiveStats> stats = nullptr);
 
 }  // namespace latchkey::comm
 

@@ -25,22 +25,16 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   }
   WorkerSession& session = **session_or;
   const JoinInfo& info = session.info();
-  CoordinatorLatchSource source(&session);
+  comm::RendezvousConfig rdv;
+  rdv.local_address = env.transport_host;
+  rdv.collective_timeout = options.collective_timeout;
+  CoordinatorLatchSource source(&session, rdv);
 
   RankJob job;
   auto spec = ParseJobSpec(info.spec_json, info.base_dir);
-  if (!spec.ok()) return source.Failed(spec.status());
+  if (!spec.ok()) return source.Recover(spec.status()).status();
   job.spec = *std::move(spec);
   job.local_ranks = env.local_world_size.value_or(info.world_size);
-  comm::RendezvousConfig& rdv = job.rendezvous;
-  rdv.host = info.rendezvous_host;
-  rdv.port = info.rendezvous_port;
-  rdv.rank = info.rank;
-  rdv.world_size = info.world_size;
-  rdv.tp = info.tp;
-  rdv.prefix = options.job_id;
-  rdv.local_address = env.transport_host;
-  rdv.collective_timeout = options.collective_timeout;
   return RunRank(job, source, options.run);
 }
 

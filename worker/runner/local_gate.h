@@ -10,15 +10,19 @@ namespace latchkey {
 
 class LocalGate final : public LatchSource {
  public:
-  // `spec` must outlive the gate.
-  explicit LocalGate(const JobSpec& spec);
+  // `spec` must outlive the gate. `rendezvous`: where the ranks meet (torchrun-style env).
+  LocalGate(const JobSpec& spec, comm::RendezvousConfig rendezvous);
 
+  absl::StatusOr<AttemptPlan> Begin() override;
   absl::StatusOr<Latch> Await(int64_t window) override;
   absl::Status StepDone(const StepReport&) override { return absl::OkStatus(); }
-  absl::Status Failed(absl::Status error) override { return error; }
+  absl::Status CheckpointCommitted(const CheckpointCommit&) override { return absl::OkStatus(); }
+  // Standalone ranks do not recover: the error ends the rank.
+  absl::StatusOr<AttemptPlan> Recover(absl::Status error) override { return error; }
 
  private:
   const JobSpec& spec_;
+  comm::RendezvousConfig rendezvous_;
   LatchPolicy policy_;
   int64_t next_window_ = 0;
   int64_t next_first_micro_batch_ = 0;  // M of next_window_

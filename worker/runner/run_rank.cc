@@ -19,14 +19,16 @@ absl::Status Prefixed(const absl::Status& st, const std::string& prefix) {
 absl::Status RunWindows(const RankJob& job, LatchSource& source, const RunOptions& options) {
   const JobSpec& spec = job.spec;
   ConfigureComputeThreads(job.local_ranks);
-  auto groups = comm::CreateProcessGroups(job.backend, job.rendezvous);
+  auto plan = source.Begin();
+  if (!plan.ok()) return plan.status();
+  auto groups = comm::CreateProcessGroups(job.backend, plan->rendezvous);
   if (!groups.ok()) return groups.status();
   auto engine = CreateEngine(spec, &*groups, options.engine);
   if (!engine.ok()) return engine.status();
   auto outputs = RankOutputs::Open(options.outputs, groups->rank, groups->stats.get());
   if (!outputs.ok()) return outputs.status();
 
-  for (int64_t s = 0; s < spec.steps; ++s) {
+  for (int64_t s = plan->first_window(); s < spec.steps; ++s) {
     const auto wait_start = Clock::now();
     auto latch = source.Await(s);
     if (!latch.ok()) return latch.status();
@@ -76,7 +78,7 @@ absl::Status RunRank(const RankJob& job, LatchSource& source, const RunOptions& 
   }
   // The job ended elsewhere: nothing of this rank's to report.
   if (st.code() == absl::StatusCode::kCancelled) return st;
-  return source.Failed(std::move(st));
+  return source.Recover(std::move(st)).status();
 }
 
 }  // namespace latchkey

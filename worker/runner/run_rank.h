@@ -24,7 +24,6 @@ namespace latchkey {
 
 struct RankJob {
   JobSpec spec;
-  comm::RendezvousConfig rendezvous;  // rank, world, tp, where to meet
   comm::Backend backend = comm::Backend::kAuto;
   int local_ranks = 1;  // ranks sharing this machine's cores
 };

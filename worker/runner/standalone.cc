@@ -21,7 +21,7 @@ absl::Status RunStandalone(const StandaloneOptions& options, const WorkerEnv& en
                                       " ranks but WORLD_SIZE is " + std::to_string(world));
   }
   job.local_ranks = env.local_world_size.value_or(world);
-  comm::RendezvousConfig& rdv = job.rendezvous;
+  comm::RendezvousConfig rdv;
   rdv.host = env.master_addr;
   rdv.port = env.master_port;
   rdv.rank = env.rank.value_or(0);
@@ -29,7 +29,7 @@ absl::Status RunStandalone(const StandaloneOptions& options, const WorkerEnv& en
   rdv.tp = job.spec.tp;
   rdv.local_address = env.transport_host;
   rdv.collective_timeout = options.collective_timeout;
-  LocalGate gate(job.spec);
+  LocalGate gate(job.spec, rdv);
   return RunRank(job, gate, options.run);
 }
 

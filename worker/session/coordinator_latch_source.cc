@@ -15,6 +15,23 @@ std::string EndMessage(const JobEnd& end) {
 
 }  // namespace
 
+absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Begin() {
+  const JoinInfo& info = session_->info();
+  AttemptPlan plan;
+  plan.attempt = info.attempt;
+  plan.job_id = session_->job_id();
+  plan.rendezvous = base_;
+  plan.rendezvous.host = info.rendezvous_host;
+  plan.rendezvous.port = info.rendezvous_port;
+  plan.rendezvous.rank = info.rank;
+  plan.rendezvous.world_size = info.world_size;
+  plan.rendezvous.tp = info.tp;
+  plan.rendezvous.prefix = info.rendezvous_prefix.empty() ? plan.job_id : info.rendezvous_prefix;
+  plan.resume_step = info.resume_step;
+  plan.resume_manifest_sha256 = info.resume_manifest_sha256;
+  return plan;
+}
+
 absl::StatusOr<Latch> CoordinatorLatchSource::Await(int64_t window) {
   if (!started_) {
     session_->StartLatches(window);
@@ -43,7 +60,11 @@ absl::Status CoordinatorLatchSource::Report(absl::Status error) {
   return error;
 }
 
-absl::Status CoordinatorLatchSource::Failed(absl::Status error) {
+absl::Status CoordinatorLatchSource::CheckpointCommitted(const CheckpointCommit&) {
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Recover(absl::Status error) {
   const bool symptom = error.code() == absl::StatusCode::kUnavailable ||
                        error.code() == absl::StatusCode::kDeadlineExceeded;
   if (!symptom) return Report(std::move(error));

@@ -12,6 +12,8 @@
 #ifndef LATCHKEY_WORKER_SESSION_COORDINATOR_LATCH_SOURCE_H_
 #define LATCHKEY_WORKER_SESSION_COORDINATOR_LATCH_SOURCE_H_
 
+#include <utility>
+
 #include "absl/time/time.h"
 #include "worker/runner/latch_source.h"
 #include "worker/session/worker_session.h"
@@ -20,12 +22,17 @@ namespace latchkey {
 
 class CoordinatorLatchSource final : public LatchSource {
  public:
-  explicit CoordinatorLatchSource(WorkerSession* session) : session_(session) {}
+  // `base`: this rank's transport settings (local address, timeouts); the coordinator's join
+  // answer fills in where and as which rank it meets the others.
+  CoordinatorLatchSource(WorkerSession* session, comm::RendezvousConfig base)
+      : session_(session), base_(std::move(base)) {}
 
+  absl::StatusOr<AttemptPlan> Begin() override;
   // CANCELLED once the coordinator says the job ended (cancelled, or failed elsewhere).
   absl::StatusOr<Latch> Await(int64_t window) override;
   absl::Status StepDone(const StepReport& report) override;
-  absl::Status Failed(absl::Status error) override;
+  absl::Status CheckpointCommitted(const CheckpointCommit& commit) override;
+  absl::StatusOr<AttemptPlan> Recover(absl::Status error) override;
   void Finished() override;
 
  private:
@@ -33,6 +40,7 @@ class CoordinatorLatchSource final : public LatchSource {
   absl::Status Report(absl::Status error);
 
   WorkerSession* session_;
+  comm::RendezvousConfig base_;
   bool started_ = false;
 };
 

@@ -206,6 +206,7 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSession
 }
 
 const JoinInfo& WorkerSession::info() const { return impl_->info; }
+const std::string& WorkerSession::job_id() const { return impl_->opt.job_id; }
 
 void WorkerSession::StartLatches(int64_t start_window) {
   {

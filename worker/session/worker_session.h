@@ -80,6 +80,7 @@ class WorkerSession {
   WorkerSession& operator=(const WorkerSession&) = delete;
 
   const JoinInfo& info() const;
+  const std::string& job_id() const;
 
   // Opens the latch stream from `start_window` (once; later calls are ignored).
   void StartLatches(int64_t start_window = 0);

@@ -1,0 +1,102 @@
+// Resumable training checkpoints on disk (docs/fault-tolerance.md): the per-rank files, the
+// manifest, the commit protocol's file operations, verification, discovery and pruning.
+// Torch-free and comm-free: the engine gathers the state and the ranks' confirmations; this
+// file only reads and writes folders.
+//
+//   root/step-00000011/rank-00000.safetensors ... manifest.json     committed
+//   root/.step-00000015.a2.tmp/                                      being written (attempt 2)
+//
+// Errors name the path and the reason: NOT_FOUND (missing file), DATA_LOSS (a size or SHA-256
+// that does not match the manifest, a malformed manifest), FAILED_PRECONDITION (a manifest of
+// another job or layout), INTERNAL (an OS error).
+//
+// Thread-safety: all functions are reentrant; concurrent calls on the same folder are not.
+#ifndef LATCHKEY_WORKER_CHECKPOINT_TRAIN_CHECKPOINT_H_
+#define LATCHKEY_WORKER_CHECKPOINT_TRAIN_CHECKPOINT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/job_spec.h"
+#include "worker/checkpoint/safetensors.h"
+
+namespace latchkey {
+
+inline constexpr char kTrainCheckpointFormat[] = "latchkey-checkpoint/1";
+
+struct CheckpointFileEntry {
+  std::string name;  // e.g. "rank-00001.safetensors"
+  int64_t bytes = 0;
+  std::string sha256;  // lowercase hex
+};
+
+struct CheckpointManifest {
+  std::string job_id;  // "standalone" without a coordinator
+  int64_t step = 0;    // the state after this step
+  int64_t attempt = 1;
+  int64_t latch_generation = 0;  // of latch(step)
+  int64_t next_window = 0;       // step + 1
+  int64_t next_first_micro_batch = 0;
+  int world_size = 1;
+  int tp = 1;
+  int dp = 1;
+  int zero_stage = 0;
+  bool bf16 = false;
+  std::string optimizer;  // "AdamW" or "SGD"
+  int compute_threads = 1;
+  ModelConfig model;
+  std::vector<CheckpointFileEntry> files;  // one per global rank, rank order
+  int64_t created_unix_seconds = 0;
+};
+
+// A checkpoint every rank has confirmed and rank 0 has committed (its manifest is on disk).
+struct CheckpointCommit {
+  int64_t step = 0;
+  std::string dir;              // the committed step-N folder
+  std::string manifest_sha256;  // hex
+  int64_t bytes = 0;            // all files of the checkpoint
+  double blocked_seconds = 0;   // training time it blocked on this rank
+};
+
+std::string Sha256Hex(absl::string_view data);
+std::string CheckpointStepDirName(int64_t step);                   // "step-00000011"
+std::string CheckpointTempDirName(int64_t step, int64_t attempt);  // ".step-00000011.a2.tmp"
+std::string CheckpointRankFileName(int rank);                      // "rank-00001.safetensors"
+
+// Writes one rank's file into `temp_dir` (created if missing), fsyncs the file and the folder,
+// and returns its entry (size and SHA-256 of the bytes written).
+absl::StatusOr<CheckpointFileEntry> WriteCheckpointRankFile(const std::string& temp_dir, int rank,
+                                                            const StFile& file);
+
+// Rank 0, after every rank confirmed: writes manifest.json into `temp_dir` (temporary file,
+// fsync, rename, folder fsync), renames `temp_dir` to root/step-N (moving a committed folder of
+// the same step aside first, then removing it) and fsyncs `root`. Returns the SHA-256 of the
+// manifest's bytes.
+absl::StatusOr<std::string> CommitCheckpoint(const std::string& root, const std::string& temp_dir,
+                                             const CheckpointManifest& manifest);
+
+// Reads root/step-N's manifest and checks every file it lists (present, size, SHA-256).
+// `expected_manifest_sha256` non-empty: the manifest's own SHA-256 must equal it.
+absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& step_dir,
+                                                    absl::string_view expected_manifest_sha256);
+
+// One rank's file of a verified checkpoint.
+absl::StatusOr<StFile> ReadCheckpointRankFile(const std::string& step_dir, int rank);
+
+// The newest step under `root` whose checkpoint verifies (and, when `job_id` is non-empty,
+// belongs to that job); nullopt when there is none. Partial folders are skipped.
+absl::StatusOr<std::optional<int64_t>> NewestValidCheckpoint(const std::string& root,
+                                                             const std::string& job_id);
+
+// Keeps the `keep` newest committed checkpoints, never removing `protect_step` (-1: none), and
+// removes temporary folders of earlier attempts. Call only after a commit.
+absl::Status PruneCheckpoints(const std::string& root, int keep, int64_t protect_step);
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_WORKER_CHECKPOINT_TRAIN_CHECKPOINT_H_
