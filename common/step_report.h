@@ -36,6 +36,14 @@ struct StepReport {
   std::optional<double> checkpoint_seconds;
 };
 
+// A committed resumable checkpoint, as rank 0 reports it (WorkerService.ReportCheckpoint).
+struct CheckpointReport {
+  int64_t step = -1;             // the checkpoint holds the state after this step
+  std::string manifest_sha256;   // hex SHA-256 of its manifest.json
+  int64_t bytes = 0;             // all its files
+  double blocked_seconds = 0.0;  // training time it blocked on the reporting rank
+};
+
 }  // namespace latchkey
 
 #endif  // LATCHKEY_COMMON_STEP_REPORT_H_

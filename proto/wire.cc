@@ -206,6 +206,11 @@ v1::JoinResponse ToProto(const JoinInfo& info) {
   *out.mutable_heartbeat_interval() = ToProtoDuration(info.heartbeat_interval);
   *out.mutable_liveness_timeout() = ToProtoDuration(info.liveness_timeout);
   out.set_steps(info.steps);
+  out.set_attempt(info.attempt);
+  out.set_rendezvous_prefix(info.rendezvous_prefix);
+  out.set_resume_step(info.resume_step);
+  out.set_resume_manifest_sha256(info.resume_manifest_sha256);
+  *out.mutable_hang_timeout() = ToProtoDuration(info.hang_timeout);
   return out;
 }
 
@@ -225,6 +230,11 @@ JoinInfo FromProto(const v1::JoinResponse& info) {
   out.heartbeat_interval = FromProtoDuration(info.heartbeat_interval());
   out.liveness_timeout = FromProtoDuration(info.liveness_timeout());
   out.steps = info.steps();
+  out.attempt = info.attempt();
+  out.rendezvous_prefix = info.rendezvous_prefix();
+  out.resume_step = info.resume_step();
+  out.resume_manifest_sha256 = info.resume_manifest_sha256();
+  out.hang_timeout = FromProtoDuration(info.hang_timeout());
   return out;
 }
 
@@ -242,6 +252,7 @@ v1::ReportStepRequest ToProto(const StepReport& report) {
   out.set_latch_generation(report.latch_generation);
   out.set_lr(report.lr);
   if (report.eval_loss) out.mutable_eval_loss()->set_value(*report.eval_loss);
+  out.set_boundary_wait_seconds(report.boundary_wait_seconds);
   return out;
 }
 
@@ -261,6 +272,7 @@ absl::StatusOr<StepReport> FromProto(const v1::ReportStepRequest& report) {
   out.latch_generation = report.latch_generation();
   out.lr = report.lr();
   if (report.has_eval_loss()) out.eval_loss = report.eval_loss().value();
+  out.boundary_wait_seconds = report.boundary_wait_seconds();
   return out;
 }
 
@@ -346,6 +358,15 @@ v1::Job ToProto(const JobInfo& job) {
   for (const std::string& w : job.warnings) out.add_warnings(w);
   SetTime(job.create_time, out.mutable_create_time());
   SetTime(job.update_time, out.mutable_update_time());
+  out.set_attempt(job.attempt);
+  out.set_restarts(job.restarts);
+  out.set_max_restarts(job.max_restarts);
+  out.set_last_checkpoint_step(job.last_checkpoint_step);
+  out.set_resume_step(job.resume_step);
+  out.set_last_recovery_reason(job.last_recovery_reason);
+  for (const StalledRank& r : job.stalled) *out.add_stalled() = ToProto(r);
+  out.set_determinism_violations(job.determinism_violations);
+  for (const WindowArrival& a : job.slowest) *out.add_slowest() = ToProto(a);
   return out;
 }
 
@@ -371,6 +392,15 @@ JobInfo FromProto(const v1::Job& job) {
   out.warnings.assign(job.warnings().begin(), job.warnings().end());
   if (job.has_create_time()) out.create_time = FromProtoTime(job.create_time());
   if (job.has_update_time()) out.update_time = FromProtoTime(job.update_time());
+  out.attempt = job.attempt();
+  out.restarts = job.restarts();
+  out.max_restarts = job.max_restarts();
+  out.last_checkpoint_step = job.last_checkpoint_step();
+  out.resume_step = job.resume_step();
+  out.last_recovery_reason = job.last_recovery_reason();
+  for (const v1::StalledRank& r : job.stalled()) out.stalled.push_back(FromProto(r));
+  out.determinism_violations = job.determinism_violations();
+  for (const v1::WindowArrival& a : job.slowest()) out.slowest.push_back(FromProto(a));
   return out;
 }
 
@@ -453,6 +483,7 @@ v1::ListLatchesResponse ToProto(const LatchAuditPage& page) {
     change->set_first_window(c.first_window);
     SetTime(c.change_time, change->mutable_change_time());
   }
+  for (const AuditedEvent& e : page.events) *out.add_events() = ToProto(e);
   out.set_next_start_window(page.next_start_window);
   return out;
 }
@@ -472,6 +503,7 @@ LatchAuditPage FromProto(const v1::ListLatchesResponse& page) {
     if (c.has_change_time()) a.change_time = FromProtoTime(c.change_time());
     out.policy_changes.push_back(std::move(a));
   }
+  for (const v1::JobEvent& e : page.events()) out.events.push_back(FromProto(e));
   out.next_start_window = page.next_start_window();
   return out;
 }

@@ -11,7 +11,9 @@
 #include "common/job_spec.h"
 #include "common/join_info.h"
 #include "common/latch.h"
+#include "common/rank_position.h"
 #include "common/states.h"
+#include "common/step_report.h"
 #include "google/protobuf/duration.pb.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "latchkey/v1/job_service.pb.h"
@@ -46,7 +48,8 @@ latchkey::v1::JobPolicy ToProto(const LatchPolicy& policy);
 LatchPolicy FromProto(const latchkey::v1::JobPolicy& policy);
 
 // JobService's messages and the plain values of common/job_info.h. Unknown enum values
-// become the field's default; an unset Timestamp is absl::UnixEpoch() and back.
+// become the field's default; an unset Timestamp is absl::UnixEpoch() and back. Job carries
+// JobInfo's fault-tolerance fields (attempt ... slowest) and ListLatchesResponse its events.
 latchkey::v1::StepSummary ToProto(const CompletedStep& step);
 CompletedStep FromProto(const latchkey::v1::StepSummary& step);
 latchkey::v1::WorkerInfo ToProto(const JobWorkerInfo& worker);
@@ -67,12 +70,35 @@ LatchAuditPage FromProto(const latchkey::v1::ListLatchesResponse& page);
 // WorkerService's messages. Join: the rank's JoinInfo (common/join_info.h); an unknown state
 // becomes kPending. ReportStep: the request's step fields (identity and rank are the caller's);
 // StepReport's optimizer_state_bytes and latch_wait_seconds are not on the wire; eval_loss is
-// a google.protobuf.DoubleValue, unset when the step ran no evaluation. A request
+// a google.protobuf.DoubleValue, unset when the step ran no evaluation; checkpoint_seconds is
+// not on the wire (boundary_wait_seconds is). A request
 // without a kv_mode is INVALID_ARGUMENT (the coordinator must know the mode the step ran).
 latchkey::v1::JoinResponse ToProto(const JoinInfo& info);
 JoinInfo FromProto(const latchkey::v1::JoinResponse& info);
 latchkey::v1::ReportStepRequest ToProto(const StepReport& report);
 absl::StatusOr<StepReport> FromProto(const latchkey::v1::ReportStepRequest& report);
+
+// Fault tolerance (docs/fault-tolerance.md; wire_faults.cc). The JoinResponse fields attempt,
+// rendezvous_prefix, resume_step, resume_manifest_sha256 and hang_timeout are JoinInfo's (above);
+// WorkerIdentity.attempt and HeartbeatResponse.attempt are plain integers the adapters copy.
+//
+// RankPosition: `phase` is one of "idle", "latch", "compute", "collective", "checkpoint",
+// "eval" (RankPhaseName); an unknown or empty phase reads as kIdle. `seconds` travels as the
+// Duration in_position (a negative one reads as 0).
+const char* RankPhaseName(RankPhase phase);
+std::optional<RankPhase> RankPhaseFromName(const std::string& name);
+latchkey::v1::RankPosition ToProto(const RankPosition& position);
+RankPosition FromProto(const latchkey::v1::RankPosition& position);
+latchkey::v1::StalledRank ToProto(const StalledRank& stalled);
+StalledRank FromProto(const latchkey::v1::StalledRank& stalled);
+latchkey::v1::WindowArrival ToProto(const WindowArrival& arrival);
+WindowArrival FromProto(const latchkey::v1::WindowArrival& arrival);
+latchkey::v1::JobEvent ToProto(const AuditedEvent& event);
+AuditedEvent FromProto(const latchkey::v1::JobEvent& event);
+// ReportCheckpoint: the request's checkpoint fields (identity and rank are the caller's). A
+// request with a negative step or an empty manifest_sha256 is INVALID_ARGUMENT.
+latchkey::v1::ReportCheckpointRequest ToProto(const CheckpointReport& report);
+absl::StatusOr<CheckpointReport> FromProto(const latchkey::v1::ReportCheckpointRequest& report);
 
 google::protobuf::Timestamp ToProtoTime(absl::Time t);
 absl::Time FromProtoTime(const google::protobuf::Timestamp& t);
