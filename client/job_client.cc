@@ -105,8 +105,16 @@ absl::StatusOr<LatchAuditPage> JobClient::ListAllLatches(const std::string& job_
     auto page = ListLatches(job_id, next);
     if (!page.ok()) return page.status();
     for (AuditedLatch& l : page->latches) all.latches.push_back(std::move(l));
-    // Every page carries the job's whole list of policy changes.
+    // Every page carries the job's whole list of policy changes; events are kept once each
+    // (however the pages split them).
     all.policy_changes = std::move(page->policy_changes);
+    for (AuditedEvent& e : page->events) {
+      const bool seen = std::any_of(all.events.begin(), all.events.end(), [&](const auto& x) {
+        return x.time == e.time && x.attempt == e.attempt && x.kind == e.kind &&
+               x.message == e.message;
+      });
+      if (!seen) all.events.push_back(std::move(e));
+    }
     // The coordinator always moves forward; a next window that does not would loop forever.
     if (page->next_start_window == 0 || page->next_start_window <= next) break;
     next = page->next_start_window;
@@ -148,7 +156,10 @@ absl::StatusOr<JobInfo> JobClient::WatchJob(const std::string& job_id,
     const absl::Time now = absl::Now();
     if (now >= deadline) return absl::DeadlineExceededError("watch deadline passed");
     if (unreachable_since == absl::InfiniteFuture()) unreachable_since = now;
-    if (now - unreachable_since > options_.timeout) {
+    const absl::Duration patience = options_.watch_reconnect > absl::ZeroDuration()
+                                        ? options_.watch_reconnect
+                                        : options_.timeout;
+    if (now - unreachable_since > patience) {
       return st.ok() ? absl::UnavailableError("watch stream ended without news")
                      : FromGrpcStatus(st);
     }

@@ -29,6 +29,9 @@ namespace latchkey {
 struct ClientOptions {
   std::string coordinator = kDefaultCoordinatorAddress;           // HOST:PORT
   absl::Duration timeout = absl::FromChrono(kDefaultRpcTimeout);  // per unary call
+  // How long WatchJob keeps reopening a stream while the coordinator is unreachable (e.g.
+  // restarting); zero: `timeout`.
+  absl::Duration watch_reconnect = absl::ZeroDuration();
 };
 
 class JobClient {
@@ -58,9 +61,10 @@ class JobClient {
 
   // Streams the job's changes to `on_update` until the job ends (returns the final job), or
   // `on_update` returns false (CANCELLED), or `deadline` passes (DEADLINE_EXCEEDED). A stream
-  // broken by a coordinator restart is reopened (with backoff, up to `timeout` unreachable), and
-  // so is each stream after 30 minutes (every call has a deadline, even an endless watch); a
-  // reopened stream starts again with the job as it is. `on_update` runs on the caller's thread.
+  // broken by a coordinator restart is reopened (with backoff, up to `watch_reconnect`, else
+  // `timeout`, unreachable), and so is each stream after 30 minutes (every call has a deadline,
+  // even an endless watch); a reopened stream starts again with the job as it is. `on_update`
+  // runs on the caller's thread.
   absl::StatusOr<JobInfo> WatchJob(const std::string& job_id,
                                    const std::function<bool(const JobUpdate&)>& on_update,
                                    absl::Time deadline);

@@ -15,9 +15,17 @@ extern char** environ;
 namespace latchkey {
 namespace {
 
-int ExitCode(int status) {
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+ExitInfo FromStatus(int status) {
+  ExitInfo e;
+  if (WIFEXITED(status)) {
+    e.code = WEXITSTATUS(status);
+  } else {
+    e.signal = WTERMSIG(status);
+  }
+  return e;
 }
+
+int ExitCode(int status) { return FromStatus(status).combined(); }
 
 }  // namespace
 
@@ -36,7 +44,8 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   if (!options.log_path.empty()) {
-    posix_spawn_file_actions_addopen(&fa, 1, options.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+    posix_spawn_file_actions_addopen(&fa, 1, options.log_path.c_str(),
+                                     O_WRONLY | O_CREAT | (options.append_log ? O_APPEND : O_TRUNC),
                                      0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
   }
@@ -66,6 +75,22 @@ std::optional<int> WaitFor(pid_t pid, std::chrono::milliseconds timeout) {
     if (r < 0 && errno != EINTR) return -1;  // not our child (or already reaped)
     if (std::chrono::steady_clock::now() >= until) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string DescribeExit(const ExitInfo& exit) {
+  if (exit.signal != 0) return "killed by signal " + std::to_string(exit.signal);
+  if (exit.code < 0) return "not a child of this process";
+  return "exited with code " + std::to_string(exit.code);
+}
+
+std::optional<ExitInfo> PollExit(pid_t pid) {
+  while (true) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return FromStatus(status);
+    if (r == 0) return std::nullopt;
+    if (errno != EINTR) return ExitInfo{-1, 0};
   }
 }
 

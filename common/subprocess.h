@@ -26,7 +26,18 @@ struct SpawnOptions {
   std::vector<std::string> args;       // args[0]: a path, or a name looked up on PATH
   std::vector<std::string> extra_env;  // "NAME=value", before this process's environment
   std::string log_path;                // stdout and stderr (truncated); empty: inherited
+  bool append_log = false;             // append to `log_path` instead (a restarted process)
 };
+
+// How a child ended: its exit code, or the signal that killed it.
+struct ExitInfo {
+  int code = 0;    // exit code when signal == 0; -1: not a child of this process
+  int signal = 0;  // the signal that ended it, 0 if it exited
+  // The WaitFor convention: the exit code, or 128 + signal.
+  int combined() const { return signal != 0 ? 128 + signal : code; }
+};
+// "killed by signal 9", "exited with code 75", "not a child of this process".
+std::string DescribeExit(const ExitInfo& exit);
 
 // The child's pid. NOT_FOUND/INTERNAL naming args[0] when it cannot be started.
 absl::StatusOr<pid_t> Spawn(const SpawnOptions& options);
@@ -34,6 +45,10 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options);
 // Exit code (128 + signal when a signal ended it) once the child ended within `timeout`;
 // nullopt while it still runs; -1 when `pid` is not a child of this process (or was reaped).
 std::optional<int> WaitFor(pid_t pid, std::chrono::milliseconds timeout);
+
+// Reaps `pid` if it has ended, without waiting: nullopt while it still runs; code -1 when `pid`
+// is not a child of this process (or was reaped).
+std::optional<ExitInfo> PollExit(pid_t pid);
 
 // As WaitFor, but a child still running at the deadline is killed (SIGKILL) and -1 returned.
 int WaitOrKill(pid_t pid, std::chrono::milliseconds deadline);

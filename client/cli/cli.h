@@ -7,6 +7,8 @@
 #ifndef LATCHKEY_CLIENT_CLI_CLI_H_
 #define LATCHKEY_CLIENT_CLI_CLI_H_
 
+#include <functional>
+#include <mutex>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -39,11 +41,15 @@ struct CliContext {
   std::string coordinator = kDefaultCoordinatorAddress;
   double timeout_s = absl::ToDoubleSeconds(absl::FromChrono(kDefaultRpcTimeout));
   bool json = false;  // machine-readable output where a command supports it
+  // How long a watch keeps reopening its stream while the coordinator is unreachable; 0: the
+  // call timeout (`latchkey up` waits out a restart of its coordinator).
+  double watch_reconnect_s = 0;
 
   ClientOptions client_options() const {
     ClientOptions o;
     o.coordinator = coordinator;
     o.timeout = absl::Seconds(timeout_s);
+    o.watch_reconnect = absl::Seconds(watch_reconnect_s);
     return o;
   }
 };
@@ -61,9 +67,23 @@ void AddUpdateCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddLatchesCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code);  // up_command.cc
 
+// What a caller of WatchUntilEnd may add: a look at every update before its line is printed
+// (`latchkey up`'s supervisor), and the job as the watch last saw it.
+struct WatchHooks {
+  std::function<void(const JobInfo&)> on_job;
+  JobInfo* last_job = nullptr;
+};
+
 // Follows a job until it ends, printing progress (a live bar on a terminal, one line per step
 // otherwise). Returns kOk / kJobFailed / kJobCancelled, or the error's code.
-int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_seconds);
+int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_seconds,
+                  const WatchHooks& hooks = {});
+
+// Held while a line goes to stdout from a thread other than the watch's (or by the watch), so
+// that lines never interleave.
+std::mutex& OutputMutex();
+// Whether stdout is a terminal showing a live progress bar (a line printed over it clears it).
+bool LiveProgress(const CliContext& ctx);
 
 }  // namespace latchkey::cli
 

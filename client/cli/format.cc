@@ -3,11 +3,13 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/job_spec.h"
 #include "common/states.h"
+#include "proto/wire.h"
 
 namespace latchkey::cli {
 
@@ -70,6 +72,33 @@ std::string JobDetails(const JobInfo& job) {
                     " kv_allreduce_calls ", s.kv_allreduce_calls, " step_seconds ",
                     absl::StrFormat("%.3f", s.step_seconds), "\n");
   }
+  absl::StrAppend(&out, "attempt:      ", job.attempt, " (restarts ", job.restarts, " of ",
+                  job.max_restarts, ")");
+  if (job.resume_step >= 0) absl::StrAppend(&out, ", resumed after step ", job.resume_step);
+  absl::StrAppend(&out, "\n");
+  absl::StrAppend(&out, "checkpoint:   ",
+                  job.last_checkpoint_step >= 0
+                      ? absl::StrCat("last committed after step ", job.last_checkpoint_step)
+                      : std::string("none committed"),
+                  "\n");
+  if (!job.last_recovery_reason.empty()) {
+    absl::StrAppend(&out, "recovery:     ", job.last_recovery_reason, "\n");
+  }
+  for (const StalledRank& st : job.stalled) {
+    absl::StrAppend(&out, "stalled:      ", StalledLine(st), "\n");
+  }
+  absl::StrAppend(&out, "determinism:  ", job.determinism_violations,
+                  job.determinism_violations == 1 ? " violation" : " violations",
+                  " (re-run steps whose loss differed)\n");
+  if (!job.slowest.empty()) {
+    std::string windows;
+    for (const WindowArrival& w : job.slowest) {
+      if (!windows.empty()) windows += ", ";
+      absl::StrAppend(&windows, "window ", w.window, " rank ", w.slowest_rank,
+                      absl::StrFormat(" (+%.3f s)", w.lag_seconds));
+    }
+    absl::StrAppend(&out, "slowest:      ", windows, "\n");
+  }
   for (const std::string& w : job.warnings) absl::StrAppend(&out, "warning:      ", w, "\n");
   if (!job.workers.empty()) {
     absl::StrAppend(&out, absl::StrFormat("%-6s %-8s %-8s %-8s %-10s %s\n", "RANK", "TP_RANK",
@@ -100,6 +129,7 @@ std::string ProgressLine(const JobInfo& job, const CompletedStep* step) {
     absl::StrAppend(&out, absl::StrFormat(" lr %.3e tok/s %.0f kv-allreduce/step %d (%s)", r.lr,
                                           tok_s, r.kv_allreduce_calls, KvModeName(r.kv_mode)));
   }
+  if (job.attempt > 1) absl::StrAppend(&out, " attempt ", job.attempt);
   absl::StrAppend(&out, " ", JobStateName(job.state));
   if (job.state == JobState::kPending) {
     absl::StrAppend(&out, " (", job.workers_joined, "/", job.world_size, " joined)");
@@ -122,6 +152,49 @@ std::string LatchRow(const Latch& l) {
 std::string PolicyChangeLine(const AuditedPolicyChange& c) {
   return absl::StrCat("policy generation ", c.policy.generation, " from window ", c.first_window,
                       ": ", PolicySummary(c.policy), " at ", FormatTimestamp(c.change_time));
+}
+
+std::string StalledLine(const StalledRank& s) {
+  return absl::StrFormat("rank %d in window %d, micro-batch %d (%s) for %.1f s, attempt %d", s.rank,
+                         s.window, s.micro_batch, s.where, s.seconds, s.attempt);
+}
+
+std::string StatusJson(const JobInfo& job) {
+  nlohmann::json j = nlohmann::json::parse(ToJson(ToProto(job)), nullptr, false);
+  if (!j.is_object()) j = nlohmann::json::object();
+  j["attempt"] = job.attempt;
+  j["restarts"] = job.restarts;
+  j["max_restarts"] = job.max_restarts;
+  j["last_checkpoint_step"] = job.last_checkpoint_step;
+  j["resume_step"] = job.resume_step;
+  j["last_recovery_reason"] = job.last_recovery_reason;
+  j["determinism_violations"] = job.determinism_violations;
+  nlohmann::json stalled = nlohmann::json::array();
+  for (const StalledRank& s : job.stalled) {
+    stalled.push_back({{"rank", s.rank},
+                       {"window", s.window},
+                       {"micro_batch", s.micro_batch},
+                       {"where", s.where},
+                       {"seconds", s.seconds},
+                       {"attempt", s.attempt}});
+  }
+  j["stalled"] = std::move(stalled);
+  nlohmann::json slowest = nlohmann::json::array();
+  for (const WindowArrival& w : job.slowest) {
+    slowest.push_back(
+        {{"window", w.window}, {"slowest_rank", w.slowest_rank}, {"lag_seconds", w.lag_seconds}});
+  }
+  j["slowest"] = std::move(slowest);
+  return j.dump();
+}
+
+std::string EventTableHeader() {
+  return absl::StrFormat("%-20s %-7s %-22s %s", "TIME", "ATTEMPT", "EVENT", "MESSAGE");
+}
+
+std::string EventRow(const AuditedEvent& e) {
+  return absl::StrFormat("%-20s %-7d %-22s %s", FormatTimestamp(e.time), e.attempt, e.kind,
+                         e.message);
 }
 
 }  // namespace latchkey::cli

@@ -18,12 +18,22 @@ std::string ToJson(const google::protobuf::Message& m);  // one line, proto fiel
 std::string JobTableHeader();
 std::string JobTableRow(const JobInfo& job);
 std::string JobDetails(const JobInfo& job);  // multi-line `status` output
+// `latchkey --json status`: the job's proto JSON on one line, with the fault-tolerance fields
+// always present as numbers (attempt from 1, restarts, max_restarts, last_checkpoint_step -1 if
+// none, resume_step, determinism_violations) and arrays (stalled: [{rank, window, micro_batch,
+// where, seconds, attempt}], slowest: [{window, slowest_rank, lag_seconds}]), [] when empty.
+std::string StatusJson(const JobInfo& job);
+// "rank 1 in window 12, micro-batch 3 (compute) for 14.0 s, attempt 1".
+std::string StalledLine(const StalledRank& s);
 // "[#####.....] step 12/20 loss 3.2100 eval 3.3012 lr 2.500e-04 tok/s 12345 kv-allreduce/step 1
-// (coalesced) running"; "eval" only when the step ran an evaluation.
+// (coalesced) running"; "eval" only when the step ran an evaluation, "attempt A" before the
+// state from the job's second attempt on.
 std::string ProgressLine(const JobInfo& job, const CompletedStep* step);
 std::string LatchTableHeader();
 std::string LatchRow(const Latch& latch);
 std::string PolicyChangeLine(const AuditedPolicyChange& change);
+std::string EventTableHeader();
+std::string EventRow(const AuditedEvent& event);  // time, attempt, kind, message
 // "kv_reduce=auto gas=spec" (gas 0: the spec's gradient_accumulation_steps).
 std::string PolicySummary(const LatchPolicy& policy);
 

@@ -83,7 +83,7 @@ void AddStatusCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
       *exit_code = Fail(job.status());
       return;
     }
-    std::cout << (ctx.json ? ToJson(ToProto(*job)) + "\n" : JobDetails(*job));
+    std::cout << (ctx.json ? StatusJson(*job) + "\n" : JobDetails(*job));
     *exit_code = kOk;
   });
 }
@@ -161,7 +161,11 @@ void AddUpdateCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
 void AddLatchesCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   auto job_id = std::make_shared<std::string>();
   auto start = std::make_shared<int64_t>(0);
-  CLI::App* sub = app.add_subcommand("latches", "The audit of a job's published latches");
+  CLI::App* sub = app.add_subcommand(
+      "latches",
+      "The audit of a job: its published latches, policy changes and events (recoveries, stall "
+      "verdicts, determinism violations, checkpoints, fenced workers)");
+  sub->alias("audit");
   sub->add_option("job", *job_id, "job id")->required();
   sub->add_option("--from", *start, "first window to show");
   sub->callback([job_id, start, &ctx, exit_code] {
@@ -180,6 +184,10 @@ void AddLatchesCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
     for (const AuditedLatch& l : all->latches) std::cout << LatchRow(l.latch) << "\n";
     for (const AuditedPolicyChange& c : all->policy_changes) {
       std::cout << PolicyChangeLine(c) << "\n";
+    }
+    if (!all->events.empty()) {
+      std::cout << "\n" << EventTableHeader() << "\n";
+      for (const AuditedEvent& e : all->events) std::cout << EventRow(e) << "\n";
     }
     *exit_code = kOk;
   });

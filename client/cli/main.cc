@@ -2,7 +2,7 @@
 //
 //   latchkey [--coordinator HOST:PORT] [--timeout S] [--json] COMMAND ...
 //   submit SPEC.json [--watch] | list | status JOB | watch JOB | cancel JOB |
-//   update JOB --kv-reduce MODE | --gas N | latches JOB | up [--spec SPEC.json]
+//   update JOB --kv-reduce MODE | --gas N | latches (audit) JOB | up [--spec SPEC.json]
 #include <cstdlib>
 #include <iostream>
 

@@ -13,13 +13,24 @@
 
 namespace latchkey::cli {
 
-int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_seconds) {
+std::mutex& OutputMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+bool LiveProgress(const CliContext& ctx) { return isatty(STDOUT_FILENO) && !ctx.json; }
+
+int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_seconds,
+                  const WatchHooks& hooks) {
   JobClient client(ctx.client_options());
-  const bool tty = isatty(STDOUT_FILENO) && !ctx.json;
+  const bool tty = LiveProgress(ctx);
   const absl::Time deadline =
       max_seconds > 0 ? absl::Now() + absl::Seconds(max_seconds) : absl::InfiniteFuture();
   std::string last_line;
   auto on_update = [&](const JobUpdate& m) {
+    if (hooks.on_job) hooks.on_job(m.job);
+    if (hooks.last_job) *hooks.last_job = m.job;
+    std::lock_guard<std::mutex> lock(OutputMutex());
     if (ctx.json) {
       std::cout << ToJson(ToProto(m)) << std::endl;
       return true;
@@ -38,6 +49,7 @@ int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_s
   };
   auto final_job = client.WatchJob(job_id, on_update, deadline);
   if (tty) std::cout << std::endl;
+  if (final_job.ok() && hooks.last_job) *hooks.last_job = *final_job;
   if (!final_job.ok()) return Fail(final_job.status());
   switch (final_job->state) {
     case JobState::kSucceeded:

@@ -2,7 +2,11 @@
 // folder), submits the job, starts one latchkey-worker process per rank on this machine (Gloo on
 // CPU), shows live progress, prints where the metrics endpoints are, and ends with a summary
 // table from the ranks' per-step JSONL. Ctrl-C cancels the job and stops everything it started.
-// A crashed worker fails the job (the coordinator names the rank) and `up` exits non-zero.
+// While the job runs, a supervisor (up_supervisor.cc) starts a dead worker again with the same
+// rank and reports its death, kills a worker the coordinator declared stalled, and starts a dead
+// coordinator again on the same ports and database; the job recovers from its last checkpoint
+// up to latchkey.max_restarts (--max-restarts) times, then fails naming the cause, and `up`
+// exits non-zero.
 // Without --spec it runs the built-in job (builtin_spec.h), which reads no files, and keeps that
 // spec as <run>/spec.json to edit and pass back with --spec.
 #include <arpa/inet.h>
@@ -26,6 +30,7 @@
 
 #include "client/cli/builtin_spec.h"
 #include "client/cli/cli.h"
+#include "client/cli/up.h"
 #include "common/job_spec.h"
 #include "common/subprocess.h"
 
@@ -43,13 +48,18 @@ struct UpOptions {
   double liveness_s = 10;
   int collective_timeout_s = 30;
   double max_seconds = 24 * 3600;
+  int max_restarts = -1;  // >= 0: replaces the spec's latchkey.max_restarts
 };
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// The spec with latchkey.max_restarts set (text that is not a JSON object is left to the
+// spec's own validation).
+std::string WithMaxRestarts(const std::string& text, int max_restarts) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return text;
+  if (!j.contains("latchkey") || !j["latchkey"].is_object())
+    j["latchkey"] = nlohmann::json::object();
+  j["latchkey"]["max_restarts"] = max_restarts;
+  return j.dump(2) + "\n";
 }
 
 // The build tree puts the binaries at build/{client,server,worker}/; an install puts them on
@@ -78,76 +88,6 @@ int FreeLocalPort() {
   return port;  // 0: let the coordinator choose
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-void PrintSummary(const std::string& jsonl) {
-  // A restarted rank appends to its JSONL: the last record of a step is the one that counts.
-  std::map<int64_t, nlohmann::json> by_step;
-  std::ifstream in(jsonl);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
-    if (row.is_object() && row.contains("step")) by_step[row["step"].get<int64_t>()] = row;
-  }
-  std::vector<nlohmann::json> rows;
-  for (auto& [step, row] : by_step) rows.push_back(std::move(row));
-  if (rows.empty()) return;
-  std::vector<double> secs;
-  std::map<std::string, std::pair<int64_t, int64_t>> kv;  // mode -> (calls, steps)
-  std::map<std::string, int64_t> calls;
-  int64_t tokens = 0;
-  for (const auto& r : rows) {
-    secs.push_back(r["step_seconds"].get<double>());
-    auto& k = kv[r["kv_mode"].get<std::string>()];
-    k.first += r["kv_allreduce_calls"].get<int64_t>();
-    k.second += 1;
-    for (auto it = r["collective_calls"].begin(); it != r["collective_calls"].end(); ++it) {
-      calls[it.key()] += it.value().get<int64_t>();
-    }
-    tokens += r["tokens"].get<int64_t>();
-  }
-  const double median = Median(secs);
-  std::printf("\nsummary (rank 0)\n");
-  std::printf("  %-36s %zu\n", "steps", rows.size());
-  std::printf("  %-36s %.4f -> %.4f\n", "loss first -> final", rows.front()["loss"].get<double>(),
-              rows.back()["loss"].get<double>());
-  // Evaluation (latchkey.eval) and the learning rate schedule, from the steps that carry them.
-  std::vector<std::pair<int64_t, double>> evals;  // step, eval_loss
-  std::vector<double> lrs;
-  for (const auto& r : rows) {
-    if (r.contains("eval_loss") && r["eval_loss"].is_number()) {
-      evals.emplace_back(r["step"].get<int64_t>(), r["eval_loss"].get<double>());
-    }
-    if (r.contains("lr") && r["lr"].is_number()) lrs.push_back(r["lr"].get<double>());
-  }
-  if (!evals.empty()) {
-    std::printf("  %-36s %.4f -> %.4f  (%zu evaluations, steps %lld .. %lld)\n",
-                "eval loss first -> final", evals.front().second, evals.back().second, evals.size(),
-                static_cast<long long>(evals.front().first),
-                static_cast<long long>(evals.back().first));
-  }
-  if (!lrs.empty()) {
-    const auto [lo, hi] = std::minmax_element(lrs.begin(), lrs.end());
-    std::printf("  %-36s %.3e .. %.3e  (first %.3e, final %.3e)\n", "lr min .. max", *lo, *hi,
-                lrs.front(), lrs.back());
-  }
-  for (const auto& [mode, k] : kv) {
-    std::printf("  %-36s %.1f  (%lld steps)\n", ("K/V all-reduces/step, " + mode).c_str(),
-                static_cast<double>(k.first) / k.second, static_cast<long long>(k.second));
-  }
-  for (const auto& [key, n] : calls) {
-    std::printf("  %-36s %.1f\n", ("collectives/step " + key).c_str(),
-                static_cast<double>(n) / rows.size());
-  }
-  std::printf("  %-36s %.3f s\n", "median step time", median);
-  std::printf("  %-36s %.0f\n", "tokens/s (median step)",
-              rows.back()["tokens"].get<double>() / std::max(median, 1e-9));
-}
-
 int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   // Signals go to one thread (sigwait) so Ctrl-C can stop the children from anywhere.
   sigset_t sigs;
@@ -161,7 +101,8 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   if (!built_in && !std::ifstream(o.spec)) {
     return Fail(absl::InvalidArgumentError("--spec: cannot read '" + o.spec + "'"));
   }
-  const std::string spec_text = built_in ? std::string(kBuiltInJobSpec) : ReadFile(o.spec);
+  std::string spec_text = built_in ? std::string(kBuiltInJobSpec) : ReadTextFile(o.spec);
+  if (o.max_restarts >= 0) spec_text = WithMaxRestarts(spec_text, o.max_restarts);
   // Validated here too, so a bad spec fails before anything is started (naming the field).
   const std::string base_dir =
       built_in ? fs::current_path().string() : fs::absolute(o.spec).parent_path().string();
@@ -189,46 +130,42 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
         static_cast<long long>(spec->steps), run.c_str());
   }
 
-  std::vector<pid_t> children;
   const std::string coord_log = run + "/coordinator.log";
   // A run folder can be reused (the database keeps earlier jobs): never read a stale port file.
   fs::remove(run + "/ports.json");
   for (int r = 0; r < world; ++r) fs::remove(run + "/worker-" + std::to_string(r) + ".port.json");
   SpawnOptions coordinator;
-  coordinator.args = {FindBinary("latchkey-coordinator", "server"),
-                      "--listen",
-                      "127.0.0.1:0",
-                      "--db",
-                      run + "/coordinator.db",
-                      "--metrics-host",
-                      "127.0.0.1",
-                      "--metrics-port",
-                      "0",
-                      "--port-file",
-                      run + "/ports.json",
-                      "--liveness-timeout",
-                      std::to_string(o.liveness_s),
-                      "--heartbeat-interval",
-                      std::to_string(std::max(0.5, o.liveness_s / 5))};
+  const auto coordinator_args = [&](const std::string& listen, const std::string& metrics_port) {
+    return std::vector<std::string>{
+        FindBinary("latchkey-coordinator", "server"), "--listen", listen, "--db",
+        run + "/coordinator.db", "--metrics-host", "127.0.0.1", "--metrics-port", metrics_port,
+        "--port-file", run + "/ports.json", "--liveness-timeout", std::to_string(o.liveness_s),
+        // Positions (and stall verdicts) every second.
+        "--heartbeat-interval", "1"};
+  };
+  coordinator.args = coordinator_args("127.0.0.1:0", "0");
   coordinator.log_path = coord_log;
   const absl::StatusOr<pid_t> started = Spawn(coordinator);
   if (!started.ok()) return Fail(started.status());
   const pid_t coord = *started;
-  children.push_back(coord);
   nlohmann::json ports;
   for (int i = 0; i < 200 && ports.is_null(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const auto parsed = nlohmann::json::parse(ReadFile(run + "/ports.json"), nullptr, false);
+    const auto parsed = nlohmann::json::parse(ReadTextFile(run + "/ports.json"), nullptr, false);
     if (!parsed.is_discarded() && parsed.contains("grpc_port")) ports = parsed;
   }
   if (ports.is_null()) {
-    StopAll(children, std::chrono::seconds(2));
+    StopAll({coord}, std::chrono::seconds(2));
     return Fail(absl::UnavailableError("coordinator did not start; see " + coord_log));
   }
+  const int grpc_port = ports["grpc_port"].get<int>();
+  const int metrics_port = ports.value("metrics_port", 0);
   CliContext ctx = ctx_in;
-  ctx.coordinator = "127.0.0.1:" + std::to_string(ports["grpc_port"].get<int>());
+  ctx.coordinator = "127.0.0.1:" + std::to_string(grpc_port);
+  // The watch waits out a restart of the coordinator.
+  ctx.watch_reconnect_s = 60;
   std::printf("coordinator  %s  (metrics http://127.0.0.1:%d/metrics, db %s/coordinator.db)\n",
-              ctx.coordinator.c_str(), ports.value("metrics_port", 0), run.c_str());
+              ctx.coordinator.c_str(), metrics_port, run.c_str());
 
   JobClient client(ctx.client_options());
   JobSubmission submission;
@@ -241,14 +178,25 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   submission.rendezvous_port = FreeLocalPort();
   auto submitted = client.SubmitJob(submission);
   if (!submitted.ok()) {
-    StopAll(children, std::chrono::seconds(2));
+    StopAll({coord}, std::chrono::seconds(2));
     return Fail(submitted.status());
   }
   const std::string job = submitted->job_id;
   std::printf("job          %s  (%d workers, run folder %s)\n", job.c_str(), world, run.c_str());
+  std::fflush(stdout);
 
-  std::vector<pid_t> workers;
-  for (int r = 0; r < world; ++r) {
+  SupervisorConfig sc;
+  sc.client = ctx.client_options();
+  sc.job_id = job;
+  sc.join_token = submitted->join_token;
+  sc.run_dir = run;
+  sc.world = world;
+  sc.live_progress = LiveProgress(ctx);
+  sc.coordinator_pid = coord;
+  // Started again on the ports it had, so workers and the watch find it where it was.
+  sc.coordinator.args = coordinator_args(ctx.coordinator, std::to_string(metrics_port));
+  sc.coordinator.log_path = coord_log;
+  sc.worker = [&, token = submitted->join_token](int r) {
     SpawnOptions worker;
     worker.args = {FindBinary("latchkey-worker", "worker"),
                    "--coordinator",
@@ -256,7 +204,7 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
                    "--job",
                    job,
                    "--join-token",
-                   submitted->join_token,
+                   token,
                    "--metrics-host",
                    "127.0.0.1",
                    "--metrics-port",
@@ -272,32 +220,20 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
                    "--quiet"};
     worker.extra_env = {"RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(world)};
     worker.log_path = run + "/worker-" + std::to_string(r) + ".log";
-    const absl::StatusOr<pid_t> p = Spawn(worker);
-    if (!p.ok()) {
-      (void)client.CancelJob(job, "latchkey up could not start worker " + std::to_string(r));
-      StopAll(children, std::chrono::seconds(5));
-      return Fail(p.status());
-    }
-    workers.push_back(*p);
-    children.push_back(*p);
+    return worker;
+  };
+  UpSupervisor supervisor(sc);
+  if (absl::Status st = supervisor.Start(); !st.ok()) {
+    (void)client.CancelJob(job, "latchkey up could not start its workers");
+    supervisor.Stop();
+    std::vector<pid_t> all = supervisor.WorkerPids();
+    StopAll(all, std::chrono::seconds(5));
+    StopAll({supervisor.CoordinatorPid()}, std::chrono::seconds(5));
+    return Fail(st);
   }
   // Where the metrics are: each worker writes its port file once it has formed its groups and
   // serves its metrics (up to a minute: the ranks meet and build their model first).
-  for (int r = 0; r < world; ++r) {
-    const std::string port_file = run + "/worker-" + std::to_string(r) + ".port.json";
-    nlohmann::json info;
-    for (int i = 0; i < 1200 && !info.is_object(); ++i) {
-      info = nlohmann::json::parse(ReadFile(port_file), nullptr, /*allow_exceptions=*/false);
-      if (!info.is_object()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (info.is_object() && info.value("metrics_port", -1) > 0) {
-      std::printf("worker %d     pid %d  metrics http://%s:%d/metrics  (log %s/worker-%d.log)\n", r,
-                  static_cast<int>(workers[r]),
-                  info.value("metrics_host", std::string("127.0.0.1")).c_str(),
-                  info.value("metrics_port", -1), run.c_str(), r);
-    }
-  }
-  std::fflush(stdout);
+  supervisor.WaitFirstAnnounced();
 
   std::atomic<bool> interrupted{false};
   std::thread signals([&] {
@@ -307,18 +243,38 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
     interrupted = true;
     std::fprintf(stderr, "\nlatchkey up: interrupted, cancelling job %s\n", job.c_str());
     (void)client.CancelJob(job, "interrupted by latchkey up");
-    StopAll(children, std::chrono::seconds(5));
+    supervisor.Stop();
+    std::vector<pid_t> all = supervisor.WorkerPids();
+    all.push_back(supervisor.CoordinatorPid());
+    StopAll(all, std::chrono::seconds(5));
   });
-  int code = WatchUntilEnd(ctx, job, o.max_seconds);
+  JobInfo last_job;
+  bool have_job = false;
+  WatchHooks hooks;
+  hooks.on_job = [&](const JobInfo& j) {
+    have_job = true;
+    supervisor.OnJob(j);
+  };
+  hooks.last_job = &last_job;
+  int code = WatchUntilEnd(ctx, job, o.max_seconds, hooks);
   if (interrupted) code = kJobCancelled;
+  if (!have_job || !IsTerminal(last_job.state)) {
+    if (auto j = client.GetJob(job); j.ok()) {
+      last_job = *j;
+      have_job = true;
+    }
+  }
   // Workers leave on their own once the job ended; then the coordinator goes.
-  StopAll(workers, std::chrono::seconds(5), std::chrono::seconds(o.collective_timeout_s + 5));
-  StopAll({coord}, std::chrono::seconds(10));
+  supervisor.Stop();
+  StopAll(supervisor.WorkerPids(), std::chrono::seconds(5),
+          std::chrono::seconds(o.collective_timeout_s + 5));
+  StopAll({supervisor.CoordinatorPid()}, std::chrono::seconds(10));
   if (!interrupted) {
     pthread_kill(signals.native_handle(), SIGUSR1);
   }
   signals.join();
-  PrintSummary(run + "/steps-0.jsonl");
+  PrintUpSummary(run + "/steps-0.jsonl", have_job ? &last_job : nullptr,
+                 supervisor.worker_restarts(), supervisor.coordinator_restarts());
   if (code == kOk) {
     std::printf("weights      %s/final (HF GPTBigCode checkpoint)\n", run.c_str());
   } else {
@@ -338,8 +294,11 @@ void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
                  "job spec JSON (default: the built-in job: the demo model on synthetic data)");
   up->add_option("--run-dir", opts->run_dir, "folder for the database, logs, JSONL, weights");
   up->add_option("--workers", opts->workers, "worker processes (default: the spec's world size)");
+  up->add_option("--max-restarts", opts->max_restarts,
+                 "recoveries before the job fails (replaces the spec's latchkey.max_restarts)")
+      ->check(CLI::NonNegativeNumber);
   up->add_option("--liveness-timeout", opts->liveness_s,
-                 "seconds without a heartbeat before a worker fails the job")
+                 "seconds without a heartbeat before a worker counts as lost")
       ->capture_default_str();
   up->add_option("--collective-timeout", opts->collective_timeout_s,
                  "seconds a collective may block before a worker gives up")

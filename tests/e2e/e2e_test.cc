@@ -323,12 +323,13 @@ TEST(EndToEnd, UpShowsTheLrScheduleAndTheEvalLoss) {
   EXPECT_NE(log.find(range), std::string::npos) << range << "\n" << log;
 }
 
+// Without recoveries (--max-restarts 0) a killed worker fails the job, naming its rank.
 TEST(EndToEnd, KilledWorkerFailsTheJobNamingTheRank) {
   const std::string dir = NewDir("kill");
   std::ofstream(dir + "/spec.json") << E2eSpec(100000, "auto").dump(2);
   const int up =
       StartProcess({LATCHKEY_CLI_BIN, "up", "--spec", dir + "/spec.json", "--run-dir", dir + "/run",
-                    "--liveness-timeout", "3", "--collective-timeout", "5"},
+                    "--liveness-timeout", "3", "--collective-timeout", "5", "--max-restarts", "0"},
                    {}, dir + "/up.log");
   const std::string out = WaitForFile(
       dir + "/up.log",
@@ -365,6 +366,7 @@ TEST(EndToEnd, InternalErrorIsReportedAtOnce) {
   Coordinator coord(dir, /*liveness_s=*/"60");
   ASSERT_FALSE(coord.address().empty()) << ReadText(dir + "/coordinator.log");
   nlohmann::json spec = E2eSpec(20, "auto");
+  spec["latchkey"]["max_restarts"] = 0;  // the failure ends the job rather than a recovery
   std::ofstream(dir + "/spec.json") << spec.dump(2);
   const Captured sub = coord.Cli({"submit", dir + "/spec.json"});
   ASSERT_EQ(sub.exit_code, 0) << sub.output;
