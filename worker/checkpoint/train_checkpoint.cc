@@ -1,0 +1,424 @@
+#include "worker/checkpoint/train_checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "worker/checkpoint/files.h"
+
+namespace latchkey {
+namespace {
+
+constexpr char kManifestName[] = "manifest.json";
+
+absl::Status OsError(absl::string_view what, const std::string& path, int err) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(err)));
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return OsError("cannot open folder", dir, errno);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return OsError("cannot fsync folder", dir, err);
+  return absl::OkStatus();
+}
+
+// Writes `contents` to `path` (created or truncated) and fsyncs it.
+absl::Status WriteAndSync(const std::string& path, absl::string_view contents) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return OsError("cannot create", path, errno);
+  size_t done = 0;
+  while (done < contents.size()) {
+    ssize_t w = ::write(fd, contents.data() + done, contents.size() - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return OsError("cannot write", path, err);
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    return OsError("cannot fsync", path, err);
+  }
+  if (::close(fd) != 0) return OsError("cannot close", path, errno);
+  return absl::OkStatus();
+}
+
+absl::Status Rename(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return OsError(absl::StrCat("cannot rename ", from, " to"), to, errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoveAll(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+nlohmann::ordered_json ModelToJson(const ModelConfig& m) {
+  nlohmann::ordered_json j;
+  j["n_layer"] = m.n_layer;
+  j["n_embd"] = m.n_embd;
+  j["n_head"] = m.n_head;
+  j["n_inner"] = m.n_inner;
+  j["vocab_size"] = m.vocab_size;
+  j["n_positions"] = m.n_positions;
+  j["multi_query"] = m.multi_query;
+  j["resid_pdrop"] = m.resid_pdrop;
+  j["embd_pdrop"] = m.embd_pdrop;
+  j["attn_pdrop"] = m.attn_pdrop;
+  j["layer_norm_epsilon"] = m.layer_norm_epsilon;
+  j["initializer_range"] = m.initializer_range;
+  j["scale_attn_weights"] = m.scale_attn_weights;
+  return j;
+}
+
+ModelConfig ModelFromJson(const nlohmann::json& j) {
+  ModelConfig m;
+  m.n_layer = j.at("n_layer").get<int>();
+  m.n_embd = j.at("n_embd").get<int>();
+  m.n_head = j.at("n_head").get<int>();
+  m.n_inner = j.at("n_inner").get<int>();
+  m.vocab_size = j.at("vocab_size").get<int>();
+  m.n_positions = j.at("n_positions").get<int>();
+  m.multi_query = j.at("multi_query").get<bool>();
+  m.resid_pdrop = j.at("resid_pdrop").get<double>();
+  m.embd_pdrop = j.at("embd_pdrop").get<double>();
+  m.attn_pdrop = j.at("attn_pdrop").get<double>();
+  m.layer_norm_epsilon = j.at("layer_norm_epsilon").get<double>();
+  m.initializer_range = j.at("initializer_range").get<double>();
+  m.scale_attn_weights = j.at("scale_attn_weights").get<bool>();
+  return m;
+}
+
+// "step-00000011" -> 11; -1 for any other name.
+int64_t ParseStepDirName(const std::string& name) {
+  const std::string kPrefix = "step-";
+  if (name.size() != kPrefix.size() + 8 || name.compare(0, kPrefix.size(), kPrefix) != 0) {
+    return -1;
+  }
+  int64_t step = 0;
+  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+bool IsTempDirName(const std::string& name) {
+  return name.size() > 10 && name.compare(0, 6, ".step-") == 0 &&
+         name.compare(name.size() - 4, 4, ".tmp") == 0;
+}
+
+struct RootEntries {
+  std::vector<int64_t> steps;           // committed step-N folders, newest first
+  std::vector<std::string> temp_names;  // .step-*.tmp folders
+};
+
+absl::StatusOr<RootEntries> ListRoot(const std::string& root) {
+  RootEntries out;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(root, ec);
+  if (ec == std::errc::no_such_file_or_directory) return out;
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", root, ": ", ec.message()));
+  for (const auto& entry : it) {
+    std::error_code dir_ec;
+    if (!entry.is_directory(dir_ec)) continue;
+    const std::string name = entry.path().filename().string();
+    if (int64_t step = ParseStepDirName(name); step >= 0) {
+      out.steps.push_back(step);
+    } else if (IsTempDirName(name)) {
+      out.temp_names.push_back(name);
+    }
+  }
+  std::sort(out.steps.rbegin(), out.steps.rend());
+  return out;
+}
+
+std::string SerializeManifest(const CheckpointManifest& m) {
+  nlohmann::ordered_json j;
+  j["format"] = kTrainCheckpointFormat;
+  j["job_id"] = m.job_id;
+  j["step"] = m.step;
+  j["attempt"] = m.attempt;
+  j["latch_generation"] = m.latch_generation;
+  j["next_window"] = m.next_window;
+  j["next_first_micro_batch"] = m.next_first_micro_batch;
+  j["world_size"] = m.world_size;
+  j["tp"] = m.tp;
+  j["dp"] = m.dp;
+  j["zero_stage"] = m.zero_stage;
+  j["bf16"] = m.bf16;
+  j["optimizer"] = m.optimizer;
+  j["compute_threads"] = m.compute_threads;
+  j["model"] = ModelToJson(m.model);
+  nlohmann::ordered_json files = nlohmann::ordered_json::array();
+  for (const CheckpointFileEntry& f : m.files) {
+    nlohmann::ordered_json e;
+    e["name"] = f.name;
+    e["bytes"] = f.bytes;
+    e["sha256"] = f.sha256;
+    files.push_back(std::move(e));
+  }
+  j["files"] = std::move(files);
+  j["created_unix_seconds"] = m.created_unix_seconds;
+  return j.dump(2) + "\n";
+}
+
+absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& text,
+                                                 const std::string& source) {
+  CheckpointManifest m;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    const std::string format = j.at("format").get<std::string>();
+    if (format != kTrainCheckpointFormat) {
+      return absl::DataLossError(absl::StrCat(source, ": format \"", format, "\", expected \"",
+                                              kTrainCheckpointFormat, "\""));
+    }
+    m.job_id = j.at("job_id").get<std::string>();
+    m.step = j.at("step").get<int64_t>();
+    m.attempt = j.at("attempt").get<int64_t>();
+    m.latch_generation = j.at("latch_generation").get<int64_t>();
+    m.next_window = j.at("next_window").get<int64_t>();
+    m.next_first_micro_batch = j.at("next_first_micro_batch").get<int64_t>();
+    m.world_size = j.at("world_size").get<int>();
+    m.tp = j.at("tp").get<int>();
+    m.dp = j.at("dp").get<int>();
+    m.zero_stage = j.at("zero_stage").get<int>();
+    m.bf16 = j.at("bf16").get<bool>();
+    m.optimizer = j.at("optimizer").get<std::string>();
+    m.compute_threads = j.at("compute_threads").get<int>();
+    m.model = ModelFromJson(j.at("model"));
+    for (const auto& f : j.at("files")) {
+      CheckpointFileEntry e;
+      e.name = f.at("name").get<std::string>();
+      e.bytes = f.at("bytes").get<int64_t>();
+      e.sha256 = f.at("sha256").get<std::string>();
+      m.files.push_back(std::move(e));
+    }
+    m.created_unix_seconds = j.at("created_unix_seconds").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(source, ": malformed manifest: ", e.what()));
+  }
+  if (m.world_size < 1 || static_cast<int>(m.files.size()) != m.world_size) {
+    return absl::DataLossError(
+        absl::StrCat(source, ": lists ", m.files.size(), " files for world_size ", m.world_size));
+  }
+  for (int r = 0; r < m.world_size; ++r) {
+    if (m.files[r].name != CheckpointRankFileName(r)) {
+      return absl::DataLossError(absl::StrCat(source, ": file ", r, " is \"", m.files[r].name,
+                                              "\", expected \"", CheckpointRankFileName(r), "\""));
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+std::string Sha256Hex(absl::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * len);
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(kHex[md[i] >> 4]);
+    out.push_back(kHex[md[i] & 15]);
+  }
+  return out;
+}
+
+std::string CheckpointStepDirName(int64_t step) {
+  return absl::StrFormat("step-%08d", static_cast<long long>(step));
+}
+
+std::string CheckpointTempDirName(int64_t step, int64_t attempt) {
+  return absl::StrFormat(".step-%08d.a%d.tmp", static_cast<long long>(step),
+                         static_cast<long long>(attempt));
+}
+
+std::string CheckpointRankFileName(int rank) {
+  return absl::StrFormat("rank-%05d.safetensors", rank);
+}
+
+void Sha256ToWords(const std::string& hex, double words[8]) {
+  const bool valid =
+      hex.size() == 64 && hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+  for (int i = 0; i < 8; ++i) {
+    words[i] = valid ? static_cast<double>(std::stoul(hex.substr(8 * i, 8), nullptr, 16)) : 0.0;
+  }
+}
+
+std::string Sha256FromWords(const double words[8]) {
+  std::string out;
+  for (int i = 0; i < 8; ++i) {
+    out += absl::StrFormat("%08x", static_cast<uint32_t>(words[i]));
+  }
+  return out;
+}
+
+absl::Status CheckManifestFits(const std::string& dir, const CheckpointManifest& m,
+                               const CheckpointManifest& want, const std::string& job_id) {
+  const auto refuse = [&](absl::string_view field, const auto& have, const auto& need) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", dir, ": ", field, " ", have, ", this job has ", need));
+  };
+  if (!job_id.empty() && m.job_id != job_id) return refuse("job_id", m.job_id, job_id);
+  if (m.world_size != want.world_size) return refuse("world_size", m.world_size, want.world_size);
+  if (m.tp != want.tp) return refuse("tp", m.tp, want.tp);
+  if (m.zero_stage != want.zero_stage) return refuse("zero_stage", m.zero_stage, want.zero_stage);
+  if (m.bf16 != want.bf16)
+    return refuse("bf16", m.bf16 ? "true" : "false", want.bf16 ? "true" : "false");
+  if (m.optimizer != want.optimizer) return refuse("optimizer", m.optimizer, want.optimizer);
+  if (ModelToJson(m.model) != ModelToJson(want.model)) {
+    return refuse("model", ModelToJson(m.model).dump(), ModelToJson(want.model).dump());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointFileEntry> WriteCheckpointRankFile(const std::string& temp_dir, int rank,
+                                                            const StFile& file) {
+  if (absl::Status st = ValidateStFile(file); !st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(temp_dir, ": not writing rank ", rank, ": ", st.message()));
+  }
+  if (absl::Status st = CreateDirectories(temp_dir); !st.ok()) return st;
+  CheckpointFileEntry entry;
+  entry.name = CheckpointRankFileName(rank);
+  const std::string bytes = SerializeSafetensors(file);
+  const std::string path = JoinPath(temp_dir, entry.name);
+  if (absl::Status st = WriteAndSync(path, bytes); !st.ok()) return st;
+  if (absl::Status st = FsyncDir(temp_dir); !st.ok()) return st;
+  entry.bytes = static_cast<int64_t>(bytes.size());
+  entry.sha256 = Sha256Hex(bytes);
+  return entry;
+}
+
+absl::StatusOr<std::string> CommitCheckpoint(const std::string& root, const std::string& temp_dir,
+                                             const CheckpointManifest& manifest) {
+  if (static_cast<int>(manifest.files.size()) != manifest.world_size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(temp_dir, ": manifest lists ", manifest.files.size(), " files for world_size ",
+                     manifest.world_size));
+  }
+  const std::string text = SerializeManifest(manifest);
+  const std::string tmp = JoinPath(temp_dir, std::string(kManifestName) + ".tmp");
+  if (absl::Status st = WriteAndSync(tmp, text); !st.ok()) return st;
+  if (absl::Status st = Rename(tmp, JoinPath(temp_dir, kManifestName)); !st.ok()) return st;
+  if (absl::Status st = FsyncDir(temp_dir); !st.ok()) return st;
+  const std::string final_dir = JoinPath(root, CheckpointStepDirName(manifest.step));
+  absl::StatusOr<PathKind> kind = GetPathKind(final_dir);
+  if (!kind.ok()) return kind.status();
+  std::string aside;
+  if (*kind != PathKind::kMissing) {
+    // A committed folder of this step from an attempt the coordinator never heard from.
+    aside = JoinPath(
+        root, absl::StrFormat(".step-%08d.replaced.tmp", static_cast<long long>(manifest.step)));
+    if (absl::Status st = RemoveAll(aside); !st.ok()) return st;
+    if (absl::Status st = Rename(final_dir, aside); !st.ok()) return st;
+  }
+  if (absl::Status st = Rename(temp_dir, final_dir); !st.ok()) return st;
+  if (absl::Status st = FsyncDir(root); !st.ok()) return st;
+  if (!aside.empty()) {
+    if (absl::Status st = RemoveAll(aside); !st.ok()) return st;
+    if (absl::Status st = FsyncDir(root); !st.ok()) return st;
+  }
+  return Sha256Hex(text);
+}
+
+absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& step_dir,
+                                                    absl::string_view expected_manifest_sha256) {
+  const std::string path = JoinPath(step_dir, kManifestName);
+  absl::StatusOr<std::string> text = ReadWholeFile(path);
+  if (!text.ok()) return text.status();
+  if (!expected_manifest_sha256.empty()) {
+    const std::string sha = Sha256Hex(*text);
+    if (sha != expected_manifest_sha256) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": SHA-256 ", sha, ", expected ", expected_manifest_sha256));
+    }
+  }
+  absl::StatusOr<CheckpointManifest> m = ParseManifest(*text, path);
+  if (!m.ok()) return m.status();
+  const std::string base = std::filesystem::path(step_dir).lexically_normal().filename().string();
+  if (int64_t step = ParseStepDirName(base); step >= 0 && step != m->step) {
+    return absl::DataLossError(absl::StrCat(path, ": step ", m->step, " in folder ", base));
+  }
+  for (const CheckpointFileEntry& f : m->files) {
+    const std::string file_path = JoinPath(step_dir, f.name);
+    absl::StatusOr<std::string> bytes = ReadWholeFile(file_path);
+    if (!bytes.ok()) return bytes.status();
+    if (static_cast<int64_t>(bytes->size()) != f.bytes) {
+      return absl::DataLossError(
+          absl::StrCat(file_path, ": ", bytes->size(), " bytes, the manifest says ", f.bytes));
+    }
+    const std::string sha = Sha256Hex(*bytes);
+    if (sha != f.sha256) {
+      return absl::DataLossError(
+          absl::StrCat(file_path, ": SHA-256 ", sha, ", the manifest says ", f.sha256));
+    }
+  }
+  return m;
+}
+
+absl::StatusOr<StFile> ReadCheckpointRankFile(const std::string& step_dir, int rank) {
+  return ReadSafetensorsFile(JoinPath(step_dir, CheckpointRankFileName(rank)));
+}
+
+absl::StatusOr<std::optional<int64_t>> NewestValidCheckpoint(const std::string& root,
+                                                             const std::string& job_id) {
+  absl::StatusOr<RootEntries> entries = ListRoot(root);
+  if (!entries.ok()) return entries.status();
+  for (int64_t step : entries->steps) {
+    absl::StatusOr<CheckpointManifest> m =
+        VerifyCheckpoint(JoinPath(root, CheckpointStepDirName(step)), "");
+    if (!m.ok()) continue;  // partial or damaged: never loaded
+    if (!job_id.empty() && m->job_id != job_id) continue;
+    return std::optional<int64_t>(step);
+  }
+  return std::optional<int64_t>();
+}
+
+absl::Status PruneCheckpoints(const std::string& root, int keep, int64_t protect_step) {
+  absl::StatusOr<RootEntries> entries = ListRoot(root);
+  if (!entries.ok()) return entries.status();
+  bool removed = false;
+  // The newest committed checkpoint is always kept.
+  const size_t kept = static_cast<size_t>(std::max(keep, 1));
+  for (size_t i = kept; i < entries->steps.size(); ++i) {
+    const int64_t step = entries->steps[i];
+    if (step == protect_step) continue;
+    if (absl::Status st = RemoveAll(JoinPath(root, CheckpointStepDirName(step))); !st.ok()) {
+      return st;
+    }
+    removed = true;
+  }
+  // No save is in flight after a commit: every temporary folder is left by an earlier attempt.
+  for (const std::string& name : entries->temp_names) {
+    if (absl::Status st = RemoveAll(JoinPath(root, name)); !st.ok()) return st;
+    removed = true;
+  }
+  if (removed) return FsyncDir(root);
+  return absl::OkStatus();
+}
+
+}  // namespace latchkey
