@@ -162,7 +162,7 @@ std::string StalledLine(const StalledRank& s) {
 std::string StatusJson(const JobInfo& job) {
   nlohmann::json j = nlohmann::json::parse(ToJson(ToProto(job)), nullptr, false);
   if (!j.is_object()) j = nlohmann::json::object();
-  j["attempt"] = job.attempt;
+  j["attempt"] = std::max<int64_t>(1, job.attempt);  // a coordinator without attempts: 1
   j["restarts"] = job.restarts;
   j["max_restarts"] = job.max_restarts;
   j["last_checkpoint_step"] = job.last_checkpoint_step;

@@ -90,7 +90,7 @@ void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_res
   if (job != nullptr) {
     // The job's recoveries (each a new attempt), then the processes `up` started again.
     std::printf("  %-36s %d (attempt %lld)\n", "restarts", job->restarts,
-                static_cast<long long>(job->attempt));
+                static_cast<long long>(std::max<int64_t>(1, job->attempt)));
   }
   if (worker_restarts > 0 || coordinator_restarts > 0) {
     std::printf("  %-36s %d worker, %d coordinator\n", "processes started again", worker_restarts,
