@@ -2,12 +2,28 @@
 
 #include <unistd.h>
 
+#include <memory>
+
+#include "worker/comm/collective_stats.h"
+#include "worker/comm/flight_recorder.h"
 #include "worker/session/coordinator_latch_source.h"
 #include "worker/session/worker_session.h"
 
 namespace latchkey {
+namespace {
+
+// Once fenced, how long the training thread may stay where no error reaches it (a collective
+// with a stopped peer) before the process exits for a restart (kExitRestartMe).
+constexpr absl::Duration kStuckExitAfter = absl::Seconds(5);
+
+}  // namespace
 
 absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& env) {
+  // One recorder and one set of counters per process: the groups of every attempt record into
+  // them, so the heartbeats and metrics carry on across attempts.
+  auto recorder = std::make_shared<comm::FlightRecorder>();
+  auto stats = std::make_shared<comm::CollectiveStats>();
+
   WorkerSessionOptions so;
   so.coordinator = options.coordinator;
   so.job_id = options.job_id;
@@ -17,6 +33,8 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   so.worker_id = std::string(host) + ":" + std::to_string(getpid());
   if (options.requested_rank >= 0) so.requested_rank = options.requested_rank;
   so.advertise_host = options.advertise_host;
+  so.position = [recorder] { return recorder->Snapshot(); };
+  so.stuck_exit_after = kStuckExitAfter;
   auto session_or = WorkerSession::Join(so);
   if (!session_or.ok()) {
     return absl::Status(session_or.status().code(), "join " + options.job_id + " at " +
@@ -28,11 +46,13 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   comm::RendezvousConfig rdv;
   rdv.local_address = env.transport_host;
   rdv.collective_timeout = options.collective_timeout;
+  rdv.stats = stats;
+  rdv.recorder = recorder;
   CoordinatorLatchSource source(&session, rdv);
 
   RankJob job;
   auto spec = ParseJobSpec(info.spec_json, info.base_dir);
-  if (!spec.ok()) return source.Recover(spec.status()).status();
+  if (!spec.ok()) return source.Abandon(spec.status());
   job.spec = *std::move(spec);
   job.local_ranks = env.local_world_size.value_or(info.world_size);
   return RunRank(job, source, options.run);

@@ -2,15 +2,27 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "worker/comm/flight_recorder.h"
+
 namespace latchkey {
 namespace {
 
 // How long one AwaitLatch call blocks before the loop checks the job's state again.
 constexpr absl::Duration kLatchPoll = absl::Seconds(1);
+// How often Recover asks the coordinator whether the job moved on.
+constexpr absl::Duration kRecoverPoll = absl::Milliseconds(200);
 
 std::string EndMessage(const JobEnd& end) {
   return "job " + std::string(JobStateName(end.state)) +
          (end.reason.empty() ? "" : ": " + end.reason);
+}
+
+// A peer vanished or stopped, or the attempt was fenced: another rank's failure shows here.
+bool IsSymptom(const absl::Status& error) {
+  return error.code() == absl::StatusCode::kUnavailable ||
+         error.code() == absl::StatusCode::kDeadlineExceeded ||
+         error.code() == absl::StatusCode::kAborted;
 }
 
 }  // namespace
@@ -29,6 +41,10 @@ absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Begin() {
   plan.rendezvous.prefix = info.rendezvous_prefix.empty() ? plan.job_id : info.rendezvous_prefix;
   plan.resume_step = info.resume_step;
   plan.resume_manifest_sha256 = info.resume_manifest_sha256;
+  if (base_.recorder) {
+    base_.recorder->SetAttempt(info.attempt);
+    base_.recorder->SetPhase(RankPhase::kIdle);
+  }
   return plan;
 }
 
@@ -44,7 +60,8 @@ absl::StatusOr<Latch> CoordinatorLatchSource::Await(int64_t window) {
     if (auto end = session_->job_end(); end.has_value()) {
       return absl::CancelledError(EndMessage(*end));
     }
-    // DEADLINE_EXCEEDED: not published yet, poll again; anything else is the session's error.
+    // DEADLINE_EXCEEDED: not published yet, poll again; anything else is the session's error
+    // (ABORTED when the attempt was fenced).
     if (latch.status().code() != absl::StatusCode::kDeadlineExceeded) return latch.status();
   }
 }
@@ -60,24 +77,53 @@ absl::Status CoordinatorLatchSource::Report(absl::Status error) {
   return error;
 }
 
-absl::Status CoordinatorLatchSource::CheckpointCommitted(const CheckpointCommit&) {
-  return absl::OkStatus();
+absl::Status CoordinatorLatchSource::Abandon(absl::Status error) {
+  return Report(std::move(error));
+}
+
+absl::Status CoordinatorLatchSource::CheckpointCommitted(const CheckpointCommit& commit) {
+  if (session_->info().rank != 0) return absl::OkStatus();
+  return session_->ReportCheckpoint(commit.step, commit.manifest_sha256, commit.bytes,
+                                    commit.blocked_seconds);
 }
 
 absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Recover(absl::Status error) {
-  const bool symptom = error.code() == absl::StatusCode::kUnavailable ||
-                       error.code() == absl::StatusCode::kDeadlineExceeded;
-  if (!symptom) return Report(std::move(error));
-  const absl::Time until = absl::Now() + session_->info().liveness_timeout * 1.5 + absl::Seconds(2);
-  while (absl::Now() < until) {
-    if (auto end = session_->job_end(); end.has_value()) {
-      return absl::AbortedError(EndMessage(*end) + " (this rank: " + std::string(error.message()) +
-                                ")");
+  session_->BeginRecovery();  // the watchdog sees the training thread came back
+  if (base_.recorder) base_.recorder->SetPhase(RankPhase::kIdle);
+  const bool symptom = IsSymptom(error);
+  // The job's end, named with this rank's error: an own error is what the job failed with.
+  auto ended = [&](const JobEnd& end) -> absl::Status {
+    if (!symptom) return error;
+    return absl::AbortedError(EndMessage(end) + " (this rank: " + std::string(error.message()) +
+                              ")");
+  };
+  if (auto end = session_->job_end(); end.has_value()) return ended(*end);
+  if (!symptom) (void)Report(error);
+
+  // Wait for the coordinator's verdict: a newer attempt, or the job's end. A symptom may take
+  // the liveness deadline (a dead peer) or the hang timeout (a stopped one) to be named.
+  const int64_t mine = session_->attempt();
+  const JoinInfo& info = session_->info();
+  const absl::Time until =
+      absl::Now() + info.liveness_timeout * 1.5 + info.hang_timeout + absl::Seconds(2);
+  while (session_->job_attempt() <= mine) {
+    if (auto end = session_->job_end(); end.has_value()) return ended(*end);
+    if (absl::Now() >= until) {
+      // Nobody named a cause: this rank's error is the one the job hears of.
+      return symptom ? Report(std::move(error)) : error;
     }
-    (void)session_->Heartbeat();  // also refreshes job_end()
-    absl::SleepFor(absl::Milliseconds(200));
+    (void)session_->Heartbeat();  // refreshes job_end() and job_attempt()
+    if (session_->job_attempt() > mine) break;
+    absl::SleepFor(kRecoverPoll);
   }
-  return Report(std::move(error));
+  if (absl::Status st = session_->Rejoin(); !st.ok()) {
+    if (auto end = session_->job_end(); end.has_value()) return ended(*end);
+    return absl::Status(st.code(), absl::StrCat("rejoin ", session_->job_id(), " for attempt ",
+                                                session_->job_attempt(), ": ", st.message(),
+                                                " (this rank: ", error.message(), ")"));
+  }
+  started_ = false;  // the new attempt's stream starts at its first window
+  return Begin();
 }
 
 void CoordinatorLatchSource::Finished() { session_->Close(); }

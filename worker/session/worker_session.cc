@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <functional>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
@@ -37,37 +41,88 @@ bool StreamRetryable(int code) {
 
 }  // namespace
 
+namespace {
+
+const char* PhaseName(RankPhase phase) {
+  switch (phase) {
+    case RankPhase::kIdle:
+      return "idle";
+    case RankPhase::kLatch:
+      return "latch";
+    case RankPhase::kCompute:
+      return "compute";
+    case RankPhase::kCollective:
+      return "collective";
+    case RankPhase::kCheckpoint:
+      return "checkpoint";
+    case RankPhase::kEval:
+      return "eval";
+  }
+  return "idle";
+}
+
+v1::RankPosition PositionToProto(const RankPosition& p) {
+  v1::RankPosition out;
+  out.set_attempt(p.attempt);
+  out.set_window(p.window);
+  out.set_micro_batch(p.micro_batch);
+  out.set_phase(PhaseName(p.phase));
+  out.set_op(p.op);
+  out.set_group(p.group);
+  out.set_seq(p.seq);
+  *out.mutable_in_position() = ToProtoDuration(absl::Seconds(p.seconds));
+  return out;
+}
+
+}  // namespace
+
 struct WorkerSession::Impl {
   WorkerSessionOptions opt;
-  JoinInfo info;
   std::unique_ptr<v1::WorkerService::Stub> stub;
 
   absl::Mutex mu;
   absl::CondVar cv;
+  // Written under mu by Join/Rejoin (the training thread); the threads read it under mu.
+  JoinInfo info ABSL_GUARDED_BY(mu);
   std::map<int64_t, ReceivedLatch> latches ABSL_GUARDED_BY(mu);
   int64_t next_window ABSL_GUARDED_BY(mu) = 0;
   std::optional<JobEnd> end ABSL_GUARDED_BY(mu);
   absl::Status stream_error ABSL_GUARDED_BY(mu);
   bool closed ABSL_GUARDED_BY(mu) = false;
   bool started ABSL_GUARDED_BY(mu) = false;
+  bool stream_stop ABSL_GUARDED_BY(mu) = false;  // Rejoin ends the stream of the old join
   grpc::ClientContext* stream_ctx ABSL_GUARDED_BY(mu) = nullptr;
+  // Attempts: the newest the coordinator mentioned, whether this join's attempt is over (and
+  // since when), and whether the training thread began its recovery.
+  int64_t job_attempt ABSL_GUARDED_BY(mu) = 0;
+  bool fenced ABSL_GUARDED_BY(mu) = false;
+  absl::Time fenced_since ABSL_GUARDED_BY(mu);
+  bool recovering ABSL_GUARDED_BY(mu) = false;
   std::thread reader;
   std::thread heart;
 
-  v1::WorkerIdentity Identity() const {
+  v1::WorkerIdentity Identity() {
     v1::WorkerIdentity id;
     id.set_job_id(opt.job_id);
     id.set_join_token(opt.join_token);
     id.set_worker_id(opt.worker_id);
+    absl::MutexLock lock(&mu);
+    id.set_attempt(info.attempt);
     return id;
   }
+  int Rank() {
+    absl::MutexLock lock(&mu);
+    return info.rank;
+  }
 
-  // Sleeps up to `d`; false if the session was closed meanwhile.
-  bool Sleep(absl::Duration d) {
+  // Sleeps up to `d`; false if the session was closed (or, with `stream`, the stream stopped).
+  bool Sleep(absl::Duration d, bool stream = false) {
     absl::MutexLock lock(&mu);
     const absl::Time until = absl::Now() + d;
-    while (!closed && absl::Now() < until) cv.WaitWithDeadline(&mu, until);
-    return !closed;
+    while (!closed && !(stream && stream_stop) && absl::Now() < until) {
+      cv.WaitWithDeadline(&mu, until);
+    }
+    return !closed && !(stream && stream_stop);
   }
 
   void SetEnd(v1::JobState wire_state, const std::string& reason) {
@@ -76,6 +131,45 @@ struct WorkerSession::Impl {
     absl::MutexLock lock(&mu);
     if (!end) end = JobEnd{*state, reason};
     cv.SignalAll();
+  }
+
+  void FenceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (fenced) return;
+    fenced = true;
+    fenced_since = absl::Now();
+    cv.SignalAll();
+  }
+  // The coordinator said the job is at `attempt`.
+  void NoteAttempt(int64_t attempt) {
+    absl::MutexLock lock(&mu);
+    job_attempt = std::max(job_attempt, attempt);
+    if (attempt > info.attempt) FenceLocked();
+  }
+  // A call of this join's attempt was refused ABORTED: fenced when it names an attempt (a
+  // heartbeat or the latch stream is refused only for that).
+  // The refusal reads "worker W is at attempt A; job J is at attempt B (fenced)": B is the job's.
+  void NoteAborted(const grpc::Status& st, bool always) {
+    if (st.error_code() != grpc::StatusCode::ABORTED) return;
+    const std::string& msg = st.error_message();
+    if (!always && !absl::StrContains(msg, "attempt")) return;
+    int64_t theirs = 0;
+    const std::string kAt = "is at attempt ";
+    if (const size_t at = msg.rfind(kAt); at != std::string::npos) {
+      size_t end = at + kAt.size();
+      while (end < msg.size() && absl::ascii_isdigit(static_cast<unsigned char>(msg[end]))) ++end;
+      (void)absl::SimpleAtoi(msg.substr(at + kAt.size(), end - at - kAt.size()), &theirs);
+    }
+    absl::MutexLock lock(&mu);
+    job_attempt = std::max(job_attempt, theirs);
+    FenceLocked();
+  }
+  int64_t JobAttemptLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return std::max(job_attempt, fenced ? info.attempt + 1 : info.attempt);
+  }
+  absl::Status FencedErrorLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return absl::AbortedError(absl::StrCat("attempt ", info.attempt, " of job ", opt.job_id,
+                                           " was fenced: the job is at attempt ",
+                                           JobAttemptLocked()));
   }
 
   // Unary call with a deadline per attempt, retried with backoff while retryable.
@@ -95,6 +189,34 @@ struct WorkerSession::Impl {
     }
   }
 
+  // Join (retrying while unreachable, and while the rendezvous host is unknown).
+  absl::StatusOr<JoinInfo> DoJoin() {
+    v1::JoinRequest req;
+    *req.mutable_identity() = Identity();
+    req.mutable_identity()->set_attempt(0);  // Join names no attempt
+    if (opt.requested_rank) req.mutable_requested_rank()->set_value(*opt.requested_rank);
+    req.set_advertise_host(opt.advertise_host);
+    v1::JoinResponse resp;
+    const absl::Time start = absl::Now();
+    while (true) {
+      absl::Status s = Retry([&](grpc::ClientContext* ctx) { return stub->Join(ctx, req, &resp); });
+      if (!s.ok()) return s;
+      // The host is unknown only while rank 0 (of the attempt) has not joined (and the
+      // submitter named none).
+      if (!resp.rendezvous().host().empty() || absl::Now() - start > opt.rendezvous_wait) break;
+      if (!Sleep(opt.retry_max)) return SessionClosed();
+    }
+    return FromProto(resp);
+  }
+
+  void Adopt(JoinInfo joined) {
+    absl::MutexLock lock(&mu);
+    info = std::move(joined);
+    job_attempt = std::max(job_attempt, info.attempt);
+    fenced = false;
+    recovering = false;
+  }
+
   void ReadLoop() {
     absl::Duration backoff = opt.retry_initial;
     absl::Time unreachable_since = absl::InfiniteFuture();
@@ -103,10 +225,10 @@ struct WorkerSession::Impl {
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.stream_deadline));
       v1::WatchLatchesRequest req;
       *req.mutable_identity() = Identity();
-      req.set_rank(info.rank);
+      req.set_rank(Rank());
       {
         absl::MutexLock lock(&mu);
-        if (closed) return;
+        if (closed || stream_stop) return;
         req.set_start_window(next_window);
         stream_ctx = &ctx;
       }
@@ -133,10 +255,11 @@ struct WorkerSession::Impl {
       {
         absl::MutexLock lock(&mu);
         stream_ctx = nullptr;
-        if (closed || end) return;
+        if (closed || end || stream_stop) return;
       }
       if (st.ok()) continue;
       if (!StreamRetryable(st.error_code())) {
+        NoteAborted(st, /*always=*/true);
         absl::MutexLock lock(&mu);
         stream_error = FromGrpcStatus(st);
         cv.SignalAll();
@@ -154,21 +277,95 @@ struct WorkerSession::Impl {
         cv.SignalAll();
         return;
       }
-      if (!Sleep(backoff)) return;
+      if (!Sleep(backoff, /*stream=*/true)) return;
       backoff = std::min(backoff * 2, opt.retry_max);
     }
   }
 
-  void HeartbeatLoop() {
-    const absl::Duration period = std::max(absl::Milliseconds(50), info.heartbeat_interval);
-    while (Sleep(period)) {
-      v1::HeartbeatRequest req;
-      *req.mutable_identity() = Identity();
-      req.set_rank(info.rank);
-      v1::HeartbeatResponse resp;
+  // Ends the latch stream of the current join and forgets its latches.
+  void StopReader() {
+    {
+      absl::MutexLock lock(&mu);
+      stream_stop = true;
+      if (stream_ctx) stream_ctx->TryCancel();
+      cv.SignalAll();
+    }
+    if (reader.joinable()) reader.join();
+    absl::MutexLock lock(&mu);
+    stream_stop = false;
+    started = false;
+    latches.clear();
+    next_window = 0;
+    stream_error = absl::OkStatus();
+  }
+
+  // One heartbeat (no retry when `retry` is false); learns the job's state and attempt.
+  grpc::Status HeartbeatOnce(bool retry) {
+    v1::HeartbeatRequest req;
+    *req.mutable_identity() = Identity();
+    req.set_rank(Rank());
+    if (opt.position) *req.mutable_position() = PositionToProto(opt.position());
+    v1::HeartbeatResponse resp;
+    grpc::Status st;
+    if (retry) {
+      absl::Status s = Retry([&](grpc::ClientContext* ctx) {
+        st = stub->Heartbeat(ctx, req, &resp);
+        return st;
+      });
+      if (!s.ok() && st.ok()) st = ToGrpcStatus(s);  // closed while retrying
+    } else {
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.rpc_timeout));
-      if (stub->Heartbeat(&ctx, req, &resp).ok()) SetEnd(resp.state(), resp.reason());
+      st = stub->Heartbeat(&ctx, req, &resp);
+    }
+    if (st.ok()) {
+      SetEnd(resp.state(), resp.reason());
+      NoteAttempt(resp.attempt());
+    } else {
+      NoteAborted(st, /*always=*/true);
+    }
+    return st;
+  }
+
+  // The watchdog: a fenced session whose training thread never came back to recover is stuck
+  // where no error reaches it (a collective with a stopped peer).
+  void CheckStuck() {
+    if (opt.stuck_exit_after == absl::InfiniteDuration()) return;
+    int rank = 0;
+    int64_t mine = 0;
+    int64_t theirs = 0;
+    {
+      absl::MutexLock lock(&mu);
+      if (!fenced || recovering || end || closed) return;
+      if (absl::Now() - fenced_since < opt.stuck_exit_after) return;
+      rank = info.rank;
+      mine = info.attempt;
+      theirs = JobAttemptLocked();
+    }
+    const std::string where = opt.position ? WhereName(opt.position()) : "training";
+    std::fprintf(stderr,
+                 "latchkey-worker: rank %d stuck in %s of attempt %lld while the job is at "
+                 "attempt %lld; exiting for a restart\n",
+                 rank, where.c_str(), static_cast<long long>(mine), static_cast<long long>(theirs));
+    std::fflush(stderr);
+    _exit(kExitRestartMe);
+  }
+
+  void HeartbeatLoop() {
+    absl::Duration period = opt.heartbeat_interval;
+    if (period <= absl::ZeroDuration()) {
+      absl::MutexLock lock(&mu);
+      period = info.heartbeat_interval;
+    }
+    period = std::max(absl::Milliseconds(50), period);
+    // The watchdog looks more often than the heartbeat goes out.
+    const absl::Duration tick = std::min(period, absl::Milliseconds(250));
+    absl::Time next = absl::Now() + period;
+    while (Sleep(tick)) {
+      CheckStuck();
+      if (absl::Now() < next) continue;
+      next = absl::Now() + period;
+      (void)HeartbeatOnce(/*retry=*/false);
     }
   }
 };
@@ -182,31 +379,33 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSession
   if (options.worker_id.empty()) options.worker_id = DefaultWorkerId();
   impl->opt = std::move(options);
   impl->stub = v1::WorkerService::NewStub(MakeCoordinatorChannel(impl->opt.coordinator));
-  const WorkerSessionOptions& opt = impl->opt;
-
-  v1::JoinRequest req;
-  *req.mutable_identity() = impl->Identity();
-  if (opt.requested_rank) req.mutable_requested_rank()->set_value(*opt.requested_rank);
-  req.set_advertise_host(opt.advertise_host);
-  v1::JoinResponse resp;
-  const absl::Time start = absl::Now();
-  while (true) {
-    absl::Status s =
-        impl->Retry([&](grpc::ClientContext* ctx) { return impl->stub->Join(ctx, req, &resp); });
-    if (!s.ok()) return s;
-    // The host is unknown only while rank 0 has not joined (and the submitter named none).
-    if (!resp.rendezvous().host().empty() || absl::Now() - start > opt.rendezvous_wait) break;
-    if (!impl->Sleep(opt.retry_max)) return SessionClosed();
-  }
-  impl->info = FromProto(resp);
+  auto joined = impl->DoJoin();
+  if (!joined.ok()) return joined.status();
+  impl->Adopt(*std::move(joined));
   std::unique_ptr<WorkerSession> session(new WorkerSession(std::move(impl)));
   Impl* raw = session->impl_.get();
   if (raw->opt.heartbeat) raw->heart = std::thread([raw] { raw->HeartbeatLoop(); });
   return session;
 }
 
-const JoinInfo& WorkerSession::info() const { return impl_->info; }
+// Only the training thread writes info (Rejoin), so its own reads need no lock.
+const JoinInfo& WorkerSession::info() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return impl_->info; }
 const std::string& WorkerSession::job_id() const { return impl_->opt.job_id; }
+
+int64_t WorkerSession::attempt() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->info.attempt;
+}
+
+int64_t WorkerSession::job_attempt() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->JobAttemptLocked();
+}
+
+bool WorkerSession::fenced() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->fenced;
+}
 
 void WorkerSession::StartLatches(int64_t start_window) {
   {
@@ -225,6 +424,7 @@ absl::StatusOr<ReceivedLatch> WorkerSession::AwaitLatch(int64_t window, absl::Du
   absl::MutexLock lock(&im.mu);
   if (!im.started) return absl::FailedPreconditionError("StartLatches() not called");
   while (true) {
+    if (im.fenced && !im.end) return im.FencedErrorLocked();
     auto it = im.latches.find(window);
     if (it != im.latches.end()) {
       ReceivedLatch r = it->second;
@@ -251,35 +451,76 @@ absl::StatusOr<ReceivedLatch> WorkerSession::AwaitLatch(int64_t window, absl::Du
 }
 
 absl::Status WorkerSession::ReportStep(const StepMetrics& m) {
+  {
+    absl::MutexLock lock(&impl_->mu);
+    if (impl_->fenced) return impl_->FencedErrorLocked();
+  }
   v1::ReportStepRequest req = ToProto(m);
   *req.mutable_identity() = impl_->Identity();
-  req.set_rank(impl_->info.rank);
+  req.set_rank(impl_->Rank());
   v1::ReportStepResponse resp;
-  absl::Status s = impl_->Retry(
-      [&](grpc::ClientContext* ctx) { return impl_->stub->ReportStep(ctx, req, &resp); });
+  grpc::Status last;
+  absl::Status s = impl_->Retry([&](grpc::ClientContext* ctx) {
+    last = impl_->stub->ReportStep(ctx, req, &resp);
+    return last;
+  });
   if (s.ok()) impl_->SetEnd(resp.state(), "");
+  impl_->NoteAborted(last, /*always=*/false);
   return s;
 }
 
 absl::Status WorkerSession::ReportFailure(const std::string& message) {
   v1::ReportFailureRequest req;
   *req.mutable_identity() = impl_->Identity();
-  req.set_rank(impl_->info.rank);
+  req.set_rank(impl_->Rank());
   req.set_message(message);
   v1::ReportFailureResponse resp;
-  return impl_->Retry(
+  absl::Status s = impl_->Retry(
       [&](grpc::ClientContext* ctx) { return impl_->stub->ReportFailure(ctx, req, &resp); });
+  if (s.ok()) impl_->NoteAttempt(resp.attempt());
+  return s;
+}
+
+absl::Status WorkerSession::ReportCheckpoint(int64_t step, const std::string& manifest_sha256,
+                                             int64_t bytes, double blocked_seconds) {
+  v1::ReportCheckpointRequest req;
+  *req.mutable_identity() = impl_->Identity();
+  req.set_rank(impl_->Rank());
+  req.set_step(step);
+  req.set_manifest_sha256(manifest_sha256);
+  req.set_bytes(bytes);
+  req.set_blocked_seconds(blocked_seconds);
+  v1::ReportCheckpointResponse resp;
+  grpc::Status last;
+  absl::Status s = impl_->Retry([&](grpc::ClientContext* ctx) {
+    last = impl_->stub->ReportCheckpoint(ctx, req, &resp);
+    return last;
+  });
+  if (s.ok()) impl_->SetEnd(resp.state(), "");
+  impl_->NoteAborted(last, /*always=*/false);
+  return s;
 }
 
 absl::Status WorkerSession::Heartbeat() {
-  v1::HeartbeatRequest req;
-  *req.mutable_identity() = impl_->Identity();
-  req.set_rank(impl_->info.rank);
-  v1::HeartbeatResponse resp;
-  absl::Status s = impl_->Retry(
-      [&](grpc::ClientContext* ctx) { return impl_->stub->Heartbeat(ctx, req, &resp); });
-  if (s.ok()) impl_->SetEnd(resp.state(), resp.reason());
-  return s;
+  grpc::Status st = impl_->HeartbeatOnce(/*retry=*/true);
+  return st.ok() ? absl::OkStatus() : FromGrpcStatus(st);
+}
+
+void WorkerSession::BeginRecovery() {
+  absl::MutexLock lock(&impl_->mu);
+  impl_->recovering = true;
+}
+
+absl::Status WorkerSession::Rejoin() {
+  {
+    absl::MutexLock lock(&impl_->mu);
+    if (impl_->closed) return SessionClosed();
+  }
+  impl_->StopReader();
+  auto joined = impl_->DoJoin();
+  if (!joined.ok()) return joined.status();
+  impl_->Adopt(*std::move(joined));
+  return absl::OkStatus();
 }
 
 std::optional<JobEnd> WorkerSession::job_end() const {

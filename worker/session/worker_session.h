@@ -14,13 +14,22 @@
 // network), from the first window not yet received, with exponential backoff; unary calls
 // retry the same way (ReportStep is idempotent per step). After `reconnect_timeout` without
 // the coordinator, calls fail UNAVAILABLE. A background thread heartbeats at the interval the
-// coordinator asked for.
+// coordinator asked for, carrying the rank's position (options.position).
+//
+// Attempts (docs/fault-tolerance.md): every call carries the attempt of the current join. The
+// session is fenced once the coordinator moved on to a newer attempt (a heartbeat said so, or a
+// call or the latch stream ended ABORTED): AwaitLatch and ReportStep then fail ABORTED at once,
+// and Rejoin() joins the job's current attempt with the same worker id. Watchdog: when the
+// session is fenced and the training thread has not begun its recovery (BeginRecovery) within
+// options.stuck_exit_after, the heartbeat thread prints one line and exits the process with
+// kExitRestartMe (it is stuck in a collective with a stopped peer; its supervisor restarts it).
 //
 // Thread-safety: all methods are thread-safe. Close() (or the destructor) stops the threads.
 #ifndef LATCHKEY_WORKER_SESSION_WORKER_SESSION_H_
 #define LATCHKEY_WORKER_SESSION_WORKER_SESSION_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,11 +39,16 @@
 #include "absl/time/time.h"
 #include "common/join_info.h"
 #include "common/latch.h"
+#include "common/rank_position.h"
 #include "common/states.h"
 #include "common/step_report.h"
 #include "common/timeouts.h"
 
 namespace latchkey {
+
+// The exit code of a worker that gave up on an attempt it cannot leave (stuck in a collective
+// of a fenced attempt): its supervisor (`latchkey up`, a pod's restart policy) restarts it.
+inline constexpr int kExitRestartMe = 75;
 
 struct WorkerSessionOptions {
   std::string coordinator = kDefaultCoordinatorAddress;
@@ -52,6 +66,13 @@ struct WorkerSessionOptions {
   // Join waits (re-joining) until the rendezvous host is known, at most this long.
   absl::Duration rendezvous_wait = absl::Minutes(10);
   bool heartbeat = true;
+  // Heartbeat period; zero: the interval the coordinator said at Join.
+  absl::Duration heartbeat_interval = absl::ZeroDuration();
+  // Where the rank is (sent with every heartbeat); null: no position.
+  std::function<RankPosition()> position;
+  // Watchdog: once fenced, if the training thread has not called BeginRecovery() (or Rejoin())
+  // within this long, print one line to stderr and _exit(kExitRestartMe). Infinite: never.
+  absl::Duration stuck_exit_after = absl::InfiniteDuration();
 };
 
 struct ReceivedLatch {
@@ -79,21 +100,40 @@ class WorkerSession {
   WorkerSession(const WorkerSession&) = delete;
   WorkerSession& operator=(const WorkerSession&) = delete;
 
+  // The current join's answer; replaced by Rejoin() (call both from the training thread).
   const JoinInfo& info() const;
   const std::string& job_id() const;
+  // The attempt of the current join (info().attempt).
+  int64_t attempt() const;
+  // The newest attempt of the job the coordinator mentioned (Join, heartbeats, ReportFailure);
+  // at least attempt() + 1 once the session is fenced.
+  int64_t job_attempt() const;
+  // True once the coordinator moved past this session's attempt (until Rejoin()).
+  bool fenced() const;
 
-  // Opens the latch stream from `start_window` (once; later calls are ignored).
+  // Opens the latch stream from `start_window` (once per join; later calls are ignored).
   void StartLatches(int64_t start_window = 0);
   // latch(window), waiting up to `timeout`. Errors: DEADLINE_EXCEEDED (not yet), CANCELLED
   // (the job was cancelled), FAILED_PRECONDITION (the job failed, or ended before this window),
-  // ABORTED (this session was closed: Close() ran; a new session may join again),
+  // ABORTED (this session was closed: Close() ran; or fenced: the job moved to a newer attempt),
   // OUT_OF_RANGE (the window was consumed already), UNAVAILABLE (coordinator gone past
   // reconnect_timeout), or the stream's own error.
   absl::StatusOr<ReceivedLatch> AwaitLatch(int64_t window, absl::Duration timeout);
-  // Unary calls retry while the coordinator is unreachable; ABORTED once the session is closed.
+  // Unary calls retry while the coordinator is unreachable; ABORTED once the session is closed
+  // (ReportStep also once it is fenced).
   absl::Status ReportStep(const StepMetrics& metrics);
   absl::Status ReportFailure(const std::string& message);
+  // A checkpoint after `step` was committed (rank 0 reports it). Idempotent.
+  absl::Status ReportCheckpoint(int64_t step, const std::string& manifest_sha256, int64_t bytes,
+                                double blocked_seconds);
   absl::Status Heartbeat();
+  // The training thread left the fenced attempt and is recovering: disarms the watchdog.
+  void BeginRecovery();
+  // Joins again with the same worker id, for the job's current attempt, waiting (up to
+  // options.rendezvous_wait) while the rendezvous host is empty. Stops the latch stream: call
+  // StartLatches again for the new attempt's first window. On success info() is the new answer
+  // and the session is no longer fenced. Errors as Join.
+  absl::Status Rejoin();
   // Set once the coordinator said the job ended (stream or heartbeat).
   std::optional<JobEnd> job_end() const;
   void Close();
