@@ -41,41 +41,6 @@ bool StreamRetryable(int code) {
 
 }  // namespace
 
-namespace {
-
-const char* PhaseName(RankPhase phase) {
-  switch (phase) {
-    case RankPhase::kIdle:
-      return "idle";
-    case RankPhase::kLatch:
-      return "latch";
-    case RankPhase::kCompute:
-      return "compute";
-    case RankPhase::kCollective:
-      return "collective";
-    case RankPhase::kCheckpoint:
-      return "checkpoint";
-    case RankPhase::kEval:
-      return "eval";
-  }
-  return "idle";
-}
-
-v1::RankPosition PositionToProto(const RankPosition& p) {
-  v1::RankPosition out;
-  out.set_attempt(p.attempt);
-  out.set_window(p.window);
-  out.set_micro_batch(p.micro_batch);
-  out.set_phase(PhaseName(p.phase));
-  out.set_op(p.op);
-  out.set_group(p.group);
-  out.set_seq(p.seq);
-  *out.mutable_in_position() = ToProtoDuration(absl::Seconds(p.seconds));
-  return out;
-}
-
-}  // namespace
-
 struct WorkerSession::Impl {
   WorkerSessionOptions opt;
   std::unique_ptr<v1::WorkerService::Stub> stub;
@@ -304,7 +269,7 @@ struct WorkerSession::Impl {
     v1::HeartbeatRequest req;
     *req.mutable_identity() = Identity();
     req.set_rank(Rank());
-    if (opt.position) *req.mutable_position() = PositionToProto(opt.position());
+    if (opt.position) *req.mutable_position() = ToProto(opt.position());
     v1::HeartbeatResponse resp;
     grpc::Status st;
     if (retry) {
@@ -483,13 +448,14 @@ absl::Status WorkerSession::ReportFailure(const std::string& message) {
 
 absl::Status WorkerSession::ReportCheckpoint(int64_t step, const std::string& manifest_sha256,
                                              int64_t bytes, double blocked_seconds) {
-  v1::ReportCheckpointRequest req;
+  CheckpointReport report;
+  report.step = step;
+  report.manifest_sha256 = manifest_sha256;
+  report.bytes = bytes;
+  report.blocked_seconds = blocked_seconds;
+  v1::ReportCheckpointRequest req = ToProto(report);
   *req.mutable_identity() = impl_->Identity();
   req.set_rank(impl_->Rank());
-  req.set_step(step);
-  req.set_manifest_sha256(manifest_sha256);
-  req.set_bytes(bytes);
-  req.set_blocked_seconds(blocked_seconds);
   v1::ReportCheckpointResponse resp;
   grpc::Status last;
   absl::Status s = impl_->Retry([&](grpc::ClientContext* ctx) {
