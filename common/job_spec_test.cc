@@ -325,6 +325,40 @@ std::vector<ErrorCase> ErrorCases() {
        "int8"},
       {"DataUnknownKey", [=](json& j) { lk(j)["data"]["shuffle"] = true; }, "latchkey.data.shuffle",
        "unknown key"},
+      {"CheckpointDirMissing",
+       [=](json& j) {
+         lk(j)["checkpoint"] = {{"every_steps", 2}};
+       },
+       "latchkey.checkpoint.dir", "required"},
+      {"CheckpointDirEmpty",
+       [=](json& j) {
+         lk(j)["checkpoint"] = {{"dir", ""}, {"every_steps", 2}};
+       },
+       "latchkey.checkpoint.dir", "must not be empty"},
+      {"CheckpointEveryMissing",
+       [=](json& j) {
+         lk(j)["checkpoint"] = {{"dir", "ck"}};
+       },
+       "latchkey.checkpoint.every_steps", "required"},
+      {"CheckpointEveryZero",
+       [=](json& j) {
+         lk(j)["checkpoint"] = {{"dir", "ck"}, {"every_steps", 0}};
+       },
+       "latchkey.checkpoint.every_steps", "must be >= 1"},
+      {"CheckpointKeepZero",
+       [=](json& j) {
+         lk(j)["checkpoint"] = {{"dir", "ck"}, {"every_steps", 1}, {"keep", 0}};
+       },
+       "latchkey.checkpoint.keep", "must be >= 1"},
+      {"CheckpointUnknownKey",
+       [=](json& j) {
+         lk(j)["checkpoint"] = {{"dir", "ck"}, {"every_steps", 1}, {"async", 1}};
+       },
+       "latchkey.checkpoint.async", "unknown key"},
+      {"MaxRestartsNegative", [=](json& j) { lk(j)["max_restarts"] = -1; }, "latchkey.max_restarts",
+       "must be >= 0, got -1"},
+      {"HangTimeoutZero", [=](json& j) { lk(j)["hang_timeout_seconds"] = 0; },
+       "latchkey.hang_timeout_seconds", ""},
       {"SyntheticUnknownKey",
        [=](json& j) {
          lk(j)["data"] = {{"synthetic", {{"seed", 1}, {"len", 9}}}};
@@ -461,6 +495,31 @@ TEST(JobSpecTest, NameHelpersRoundTrip) {
   EXPECT_STREQ(KvModeName(KvMode::kCoalesced), "coalesced");
   EXPECT_FALSE(ParseKvReducePolicy("Auto").has_value());
   EXPECT_FALSE(ParseKvMode("auto").has_value());  // a latch never carries auto
+}
+
+TEST(JobSpecTest, FaultToleranceKeys) {
+  absl::StatusOr<JobSpec> plain = Parse(Example());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->checkpoint.enabled());
+  EXPECT_EQ(plain->max_restarts, 3);
+  EXPECT_EQ(plain->hang_timeout_seconds, 20);
+
+  json j = Example();
+  j["latchkey"]["checkpoint"] = {{"dir", "ckpt"}, {"every_steps", 5}};
+  j["latchkey"]["max_restarts"] = 0;
+  j["latchkey"]["hang_timeout_seconds"] = 4.5;
+  absl::StatusOr<JobSpec> spec = Parse(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->checkpoint.enabled());
+  EXPECT_EQ(spec->checkpoint.dir, "/jobs/a/ckpt");  // relative to the spec's folder
+  EXPECT_EQ(spec->checkpoint.every_steps, 5);
+  EXPECT_EQ(spec->checkpoint.keep, 2);
+  EXPECT_EQ(spec->max_restarts, 0);
+  EXPECT_EQ(spec->hang_timeout_seconds, 4.5);
+  absl::StatusOr<JobSpec> back = ParseJobSpec(JobSpecToJson(*spec), "/elsewhere");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, *spec);
+  EXPECT_NE(*back, *plain);
 }
 
 TEST(JobSpecTest, JsonRoundTrip) {
