@@ -18,8 +18,9 @@ inline constexpr std::chrono::seconds kDefaultReconnectTimeout{120};
 
 // A worker unseen for this long fails its job (latchkey-coordinator --liveness-timeout).
 inline constexpr std::chrono::seconds kDefaultLivenessTimeout{30};
-// How often workers heartbeat: a third of the liveness timeout leaves room for two lost beats.
-inline constexpr std::chrono::seconds kDefaultHeartbeatInterval{10};
+// How often workers heartbeat: each beat carries the rank's position, so the hang detector
+// (two missed beats make a rank silent) sees a stall within seconds.
+inline constexpr std::chrono::seconds kDefaultHeartbeatInterval{1};
 
 // Where clients look for the coordinator when neither a flag nor $LATCHKEY_COORDINATOR says,
 // and the port the coordinator listens on by default (the same one).

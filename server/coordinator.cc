@@ -131,21 +131,11 @@ void Coordinator::CheckLiveness() {
   for (auto& [id, job] : jobs_) {
     if (IsTerminal(job->rec.state)) continue;
     const std::vector<int> late = job->ranks.Late(now, options_.liveness_timeout);
-    if (late.empty()) continue;
-    std::vector<std::string> names;
-    for (int i : late) {
-      const RankTable::Rank& r = job->ranks.at(i);
-      names.push_back(absl::StrCat(
-          "rank ", i, " (worker ", r.worker_id, ", unseen for ",
-          absl::FormatDuration(absl::Trunc(now - r.last_seen, absl::Milliseconds(100))), ")"));
-      SetWorkerState(*job, i, WorkerState::kLost).IgnoreError();  // EndJob reports a store error
+    if (!late.empty()) {
+      LivenessVerdict(*job, late, now);
+      continue;
     }
-    absl::Status s =
-        EndJob(*job, JobState::kFailed,
-               absl::StrCat(absl::StrJoin(names, ", "), " missed the liveness deadline of ",
-                            absl::FormatDuration(options_.liveness_timeout)),
-               WorkerState::kDone);
-    (void)s;  // a store failure leaves the job live; the next check tries again
+    CheckHang(*job, now);
   }
 }
 
@@ -179,6 +169,8 @@ JobView Coordinator::View(const Job& job, bool with_workers) const {
   v.workers_joined = job.ranks.joined();
   v.steps_completed = job.steps_completed;
   v.last_step = job.steps.Last();
+  v.max_restarts = job.spec.max_restarts;
+  v.slowest.assign(job.slowest.begin(), job.slowest.end());
   if (with_workers) {
     for (int i = 0; i < grid.world_size; ++i) {
       const RankTable::Rank& r = job.ranks.at(i);
@@ -207,9 +199,11 @@ absl::Status Coordinator::StartJob(Job& job) {
 
 absl::Status Coordinator::EndJob(Job& job, JobState state, const std::string& reason,
                                  WorkerState worker_state) {
+  const int stalled = static_cast<int>(job.rec.stalled.size());
   absl::Status s = machine_->End(job.rec, job.ranks, state, reason, worker_state);
   Touch(job);
   LK_RETURN_IF_ERROR(s);
+  if (observer_ && stalled > 0) observer_->AddStalledRanks(-stalled);  // live jobs' verdicts only
   // Ended jobs serve no stream: their latches are read from the store if ever asked for.
   job.latches.ForgetAll();
   job.steps.DropPartial();
@@ -240,7 +234,8 @@ absl::Status Coordinator::Publish(Job& job) {
 }
 
 absl::Status Coordinator::Advance(Job& job) {
-  const int64_t completed = job.ranks.StepsCompleted();
+  LK_RETURN_IF_ERROR(ClearStalled(job));
+  const int64_t completed = std::max(job.steps_completed, job.ranks.StepsCompleted());
   if (completed != job.steps_completed) {
     job.steps_completed = completed;
     Touch(job);
@@ -250,7 +245,7 @@ absl::Status Coordinator::Advance(Job& job) {
     job.latches.ForgetBefore(job.steps_completed - kKeptBehind);
   }
   if (job.rec.state == JobState::kRunning && job.ranks.all_joined() &&
-      job.steps_completed >= job.spec.steps) {
+      job.ranks.StepsCompleted() >= job.spec.steps) {
     return EndJob(job, JobState::kSucceeded, "", WorkerState::kDone);
   }
   return Publish(job);
@@ -444,6 +439,7 @@ absl::StatusOr<LatchAudit> Coordinator::ListLatches(const std::string& job_id, i
     out.next_start_window = out.latches.back().latch.window + 1;
   }
   LK_ASSIGN_OR_RETURN(out.policy_changes, store_->LoadPolicyChanges(job_id));
+  LK_ASSIGN_OR_RETURN(out.events, store_->LoadEvents(job_id));
   return out;
 }
 

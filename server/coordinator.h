@@ -14,6 +14,21 @@
 // StepAggregator (per-step summaries), RankTable (who holds which rank, liveness), and the
 // recovery on load (coordinator_recovery.cc).
 //
+// Attempts (docs/fault-tolerance.md; coordinator_attempts.cc): a job runs in attempts, from 1.
+// A failure of a running or recovering job (ReportFailure, a missed liveness deadline, a stall
+// verdict of the hang detector) starts a recovery while restarts < the spec's
+// latchkey.max_restarts: attempt + 1, restarts + 1, resume step = the newest committed checkpoint
+// (-1: none), state RECOVERING and the cause, persisted in one transaction with a "recovery"
+// event; every rank is freed and every worker of the old attempt is fenced. Once every rank has
+// joined the new attempt the job is RUNNING again; published latches are served as stored.
+// Past max_restarts the job fails naming the cause ("... (after N restarts)").
+//
+// Fencing: every worker call but Join names the attempt the worker joined (WorkerCall::attempt).
+// A call of another attempt than the job's is ABORTED
+//   "worker W is at attempt A; job J is at attempt B (fenced)"
+// and changes nothing. Attempt 0 stands for the attempt the worker holds (or last held) its
+// rank in: a supervisor reporting a dead process, or a client that predates attempts.
+//
 // Errors: unknown job NOT_FOUND; bad join token UNAUTHENTICATED; wrong state
 // FAILED_PRECONDITION; stale generation or rank conflict ABORTED; bad input INVALID_ARGUMENT
 // naming the field; a damaged store DATA_LOSS; after Shutdown() UNAVAILABLE.
@@ -57,7 +72,8 @@ struct CoordinatorOptions {
   // Stamps records and measures liveness; null: RealClock(). Not owned; must outlive the
   // coordinator. The Wait* deadlines are real time (absl::Now()) whatever the clock.
   const Clock* clock = nullptr;
-  // Told to workers at Join; a third of the timeout leaves room for two lost heartbeats.
+  // Told to workers at Join; well under the liveness timeout. Two intervals without a heartbeat
+  // make a rank silent for the hang detector.
   absl::Duration heartbeat_interval = absl::FromChrono(kDefaultHeartbeatInterval);
   // Rendezvous ports handed out at submit when the submitter names none (inclusive range).
   int rendezvous_port_first = 29500;
@@ -77,6 +93,12 @@ class CoordinatorObserver {
   virtual void AddJobs(JobState state, int delta) = 0;
   virtual void AddWorkers(WorkerState state, int delta) = 0;
   virtual void LatchPublished(KvMode mode) = 0;
+  // Stall verdicts listed on live jobs (JobRecord::stalled) changed by `delta`.
+  virtual void AddStalledRanks(int /*delta*/) {}
+  // A job began a new attempt.
+  virtual void JobRestarted() {}
+  // Every rank reported one window: max - min of their boundary waits.
+  virtual void BoundaryArrivalLag(double /*seconds*/) {}
 };
 
 struct JobView {
@@ -89,6 +111,8 @@ struct JobView {
   std::vector<JobWorkerInfo> workers;  // only where asked for; rank order, joined ranks only
   int64_t steps_completed = 0;
   std::optional<CompletedStep> last_step;
+  int max_restarts = 0;                // the spec's latchkey.max_restarts
+  std::vector<WindowArrival> slowest;  // the last windows' slowest ranks, newest last
 };
 
 struct SubmitResult {
@@ -105,7 +129,8 @@ struct JobWatchUpdate {
 struct LatchAudit {
   std::vector<PublishedLatch> latches;
   std::vector<PolicyChangeRecord> policy_changes;
-  int64_t next_start_window = 0;  // 0: no more
+  std::vector<JobEventRecord> events;  // every event of the job, in order
+  int64_t next_start_window = 0;       // 0: no more
 };
 
 // Who a worker call comes from.
@@ -114,6 +139,9 @@ struct WorkerCall {
   std::string join_token;
   std::string worker_id;
   int rank = -1;  // not used by Join
+  // The attempt the worker joined (JoinResult::attempt); not used by Join. 0: the attempt this
+  // worker holds (or last held) its rank in.
+  int64_t attempt = 0;
 };
 
 struct JoinArgs {
@@ -146,12 +174,14 @@ struct Subscription {
   std::string job_id;
   int rank = -1;
   uint64_t id = 0;
+  int64_t attempt = 1;  // the job's attempt when the stream opened
 };
 
 struct WorkerStatus {
   JobState state = JobState::kPending;
   std::string reason;
   bool duplicate = false;  // ReportStep only
+  int64_t attempt = 1;     // the job's current attempt (after the call)
 };
 
 // The same values as JobService's plain types (common/job_info.h), which proto/wire.h puts on
@@ -189,6 +219,10 @@ class Coordinator {
                                          int limit);
 
   // --- WorkerService ---
+  // Joins the job's current attempt. The same worker id gets the same rank back while the
+  // attempt lasts; after a recovery every rank is free and a worker (the same id from a
+  // surviving process, or a new one) claims one again. For attempt >= 2 the rendezvous host is
+  // empty until rank 0 of the attempt has joined (join again until it is set).
   absl::StatusOr<JoinResult> Join(const JoinArgs& args);
   // Returns the published latches from `window` on (at most `max`), or job_ended, waiting up to
   // `deadline` (DEADLINE_EXCEEDED) while there is neither.
@@ -202,11 +236,23 @@ class Coordinator {
   absl::StatusOr<Subscription> SubscribeLatches(const WorkerCall& call,
                                                 std::shared_ptr<JobListener> listener);
   void Unsubscribe(const Subscription& subscription);
+  // A report of a step already stored (a re-run after a recovery, or a retry) is acknowledged
+  // as duplicate (the first report is kept) and still moves the rank's progress in this
+  // attempt; a re-run whose loss differs bitwise from the first report is a determinism
+  // violation (event and JobRecord::determinism_violations, once per step and attempt).
   absl::StatusOr<WorkerStatus> ReportStep(const WorkerCall& call, StepReportRecord report);
-  absl::StatusOr<WorkerStatus> Heartbeat(const WorkerCall& call);
+  // `position`: where the rank is (the hang detector's input); none from an older client.
+  absl::StatusOr<WorkerStatus> Heartbeat(const WorkerCall& call,
+                                         const std::optional<RankPosition>& position = {});
+  // The job recovers (up to max_restarts) or fails, naming the rank and `message`.
   absl::StatusOr<WorkerStatus> ReportFailure(const WorkerCall& call, const std::string& message);
+  // A committed checkpoint after `report.step`: persisted with a "checkpoint" event; the job's
+  // last_checkpoint_step is the newest one. Repeating a report changes nothing.
+  absl::StatusOr<WorkerStatus> ReportCheckpoint(const WorkerCall& call,
+                                                const CheckpointReport& report);
 
-  // Fails every live job with a worker past its liveness deadline.
+  // Every live job with a worker past its liveness deadline, or (running) stalled by the hang
+  // detector, recovers or fails.
   void CheckLiveness();
 
   const CoordinatorOptions& options() const { return options_; }
@@ -221,8 +267,31 @@ class Coordinator {
   absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::StatusOr<Job*> FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // FindJob + token check (+ rank ownership when check_rank).
-  absl::StatusOr<Job*> FindForWorker(const WorkerCall& call, bool check_rank)
+  // FindJob + token check + the attempt fence (not for Join: fence false) (+ rank ownership
+  // when check_rank).
+  absl::StatusOr<Job*> FindForWorker(const WorkerCall& call, bool check_rank, bool fence = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Attempts (coordinator_attempts.cc). A failure of `rank` (-1: none in particular; it becomes
+  // `worker_state`) with `cause`: a recovery while restarts remain, else the job fails.
+  absl::Status FailOrRecover(Job& job, int rank, WorkerState worker_state, const std::string& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status BeginAttempt(Job& job, const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees every rank for the job's (new) attempt, fencing the old holders.
+  void ResetRanks(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The hang detector over a running job; true when it started a recovery or failed the job.
+  bool CheckHang(Job& job, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Liveness verdict for the ranks in `late`.
+  void LivenessVerdict(Job& job, const std::vector<int>& late, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Boundary arrival of one rank's window; the window's lag once every rank reported it.
+  void NoteArrival(Job& job, int rank, const StepReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A re-run's report against the stored first one.
+  absl::Status CheckDeterminism(Job& job, const StepReportRecord& record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops stall verdicts once the attempt they caused completed a step.
+  absl::Status ClearStalled(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobEventRecord Event(const Job& job, const std::string& kind, const std::string& message) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobView View(const Job& job, bool with_workers) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

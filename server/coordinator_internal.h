@@ -4,8 +4,10 @@
 #define LATCHKEY_SERVER_COORDINATOR_INTERNAL_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -34,7 +36,19 @@ struct Coordinator::Job {
   RankTable ranks;
   LatchLog latches;
   StepAggregator steps;
-  int64_t steps_completed = 0;  // ranks.StepsCompleted() as of the last Advance
+  // The most ranks.StepsCompleted() has been as of the last Advance: it does not go back when
+  // a recovery resumes from an older checkpoint (the steps stay completed and stored).
+  int64_t steps_completed = 0;
+
+  // Attempts: the workers of earlier attempts (worker id -> the attempt it last held a rank
+  // in; a worker that joins the current attempt leaves it), the steps of this attempt already
+  // counted as determinism violations, each window's boundary waits of this attempt by rank
+  // until every rank reported it, and the last windows' slowest ranks (newest last).
+  std::map<std::string, int64_t> fenced;
+  std::set<int64_t> violated_steps;
+  std::map<int64_t, std::map<int, double>> arrivals;
+  std::deque<WindowArrival> slowest;
+  static constexpr size_t kSlowestKept = 8;
 
   // Waiters (WaitJobChange, WaitLatches) and latch streams.
   uint64_t version = 1;  // bumps on every change waiters may care about

@@ -1,8 +1,14 @@
 // Coordinator: recovery on load. Rebuilds every job's components from the store, gives every
 // worker a fresh liveness deadline, and finishes what a crash may have interrupted between two
-// writes (a job whose last rank joined but that never started).
+// writes (a job whose last rank joined but that never started, a recovery whose ranks all
+// joined). Only the workers of a job's current attempt hold ranks; those of earlier attempts
+// stay fenced. A rank's progress in an attempt after the first is not stored (a re-run's
+// reports are duplicates): it restarts at the attempt's first window and moves on with the
+// next report.
 #include <algorithm>
+#include <map>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -37,16 +43,39 @@ absl::Status Coordinator::Load() {
     std::string id = job->rec.job_id;
     jobs_.emplace(std::move(id), std::move(job));
   }
+  for (auto& [id, job] : jobs_) {
+    if (job->rec.attempt > 1) job->ranks.Reset(job->rec.resume_step + 1);
+    if (observer_ && !IsTerminal(job->rec.state) && !job->rec.stalled.empty()) {
+      observer_->AddStalledRanks(static_cast<int>(job->rec.stalled.size()));
+    }
+  }
   for (const WorkerRecord& w : workers) {
     auto it = jobs_.find(w.job_id);
     if (it == jobs_.end() || !it->second->ranks.grid().contains(w.rank)) continue;
-    it->second->ranks.Place(w, now);
+    Job& job = *it->second;
+    if (w.attempt != job.rec.attempt) {
+      job.fenced[w.worker_id] = std::max(job.fenced[w.worker_id], w.attempt);
+      continue;
+    }
+    job.ranks.Place(w, now);
+    if (w.state == WorkerState::kDone) job.ranks.SetProgress(w.rank, job.spec.steps - 1);
     if (observer_) observer_->AddWorkers(w.state, 1);
   }
+  // Completed steps (as stored) per job; each rank's progress in a first attempt.
+  std::map<std::string, std::vector<int64_t>> stored;  // job -> highest step + 1 per rank
   for (const RankProgress& p : progress) {
     auto it = jobs_.find(p.job_id);
     if (it == jobs_.end() || !it->second->ranks.grid().contains(p.rank)) continue;
-    it->second->ranks.SetProgress(p.rank, p.max_step);
+    Job& job = *it->second;
+    auto& per_rank = stored[p.job_id];
+    per_rank.resize(static_cast<size_t>(job.world_size()), 0);
+    per_rank[static_cast<size_t>(p.rank)] = p.max_step + 1;
+    if (job.rec.attempt == 1) job.ranks.SetProgress(p.rank, p.max_step);
+  }
+  for (auto& [id, per_rank] : stored) {
+    Job& job = *jobs_[id];
+    if (!job.ranks.all_joined() && job.rec.attempt == 1) continue;
+    job.steps_completed = *std::min_element(per_rank.begin(), per_rank.end());
   }
   for (auto& [job, reason] : unparsable) {
     if (!IsTerminal(job->rec.state)) {
@@ -55,14 +84,15 @@ absl::Status Coordinator::Load() {
   }
   for (auto& [id, job] : jobs_) {
     // Summaries of the steps not every rank has finished, and of the last completed one.
-    job->steps_completed = job->ranks.StepsCompleted();
+    job->steps_completed = std::max(job->steps_completed, job->ranks.StepsCompleted());
     LK_ASSIGN_OR_RETURN(
         std::vector<StepReportRecord> reports,
         store_->LoadStepReports(id, std::max<int64_t>(0, job->steps_completed - 1)));
     for (const StepReportRecord& r : reports) job->steps.Add(r);
     if (IsTerminal(job->rec.state)) continue;
     LK_RETURN_IF_ERROR(job->latches.Restore(*store_));
-    if (job->rec.state == JobState::kPending && job->ranks.all_joined()) {
+    if ((job->rec.state == JobState::kPending || job->rec.state == JobState::kRecovering) &&
+        job->ranks.all_joined()) {
       LK_RETURN_IF_ERROR(StartJob(*job));
     }
     LK_RETURN_IF_ERROR(Advance(*job));

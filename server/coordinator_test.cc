@@ -20,6 +20,13 @@ using testing::ScopedTempDir;
 using testing::SpecJson;
 using testing::SpecParams;
 
+// The default spec with latchkey.max_restarts 0: a failure fails the job.
+std::string NoRestartsSpec() {
+  SpecParams p;
+  p.extra_latchkey = {{"max_restarts", 0}};
+  return SpecJson(p);
+}
+
 std::unique_ptr<Coordinator> Make(CoordinatorOptions opt = {}, const std::string& db = ":memory:") {
   auto store = SqliteStore::Open(db);
   EXPECT_TRUE(store.ok()) << store.status();
@@ -226,7 +233,7 @@ TEST(CoordinatorTest, MissedLivenessDeadlineFailsJobNamingRank) {
   opt.liveness_timeout = absl::Seconds(30);
   opt.clock = &clock;
   auto c = Make(opt);
-  auto job = c->SubmitJob({SpecJson(), "", "", 0});
+  auto job = c->SubmitJob({NoRestartsSpec(), "", "", 0});
   auto calls = JoinAll(*c, *job, 2);
   const std::string id = job->job.record.job_id;
   clock.Advance(absl::Seconds(20));
@@ -259,7 +266,7 @@ TEST(CoordinatorTest, OpenLatchStreamKeepsARankAliveAndItsEndStartsTheDeadline) 
   opt.liveness_timeout = absl::Seconds(30);
   opt.clock = &clock;
   auto c = Make(opt);
-  auto job = c->SubmitJob({SpecJson(), "", "", 0});
+  auto job = c->SubmitJob({NoRestartsSpec(), "", "", 0});
   auto calls = JoinAll(*c, *job, 2);
   const std::string id = job->job.record.job_id;
   auto sub = c->SubscribeLatches(calls[1], std::make_shared<NullListener>());
@@ -303,7 +310,7 @@ TEST(CoordinatorTest, RecordsAreStampedWithTheInjectedClock) {
 
 TEST(CoordinatorTest, WorkerFailureFailsJobWithItsMessage) {
   auto c = Make();
-  auto job = c->SubmitJob({SpecJson(), "", "", 0});
+  auto job = c->SubmitJob({NoRestartsSpec(), "", "", 0});
   auto calls = JoinAll(*c, *job, 2);
   auto r = c->ReportFailure(calls[1], "latchkey.data.tokens_file: /x/data.bin not found");
   ASSERT_TRUE(r.ok());

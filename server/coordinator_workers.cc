@@ -22,19 +22,35 @@ bool TokenEquals(const std::string& a, const std::string& b) {
 }  // namespace
 
 absl::StatusOr<Coordinator::Job*> Coordinator::FindForWorker(const WorkerCall& call,
-                                                             bool check_rank) {
+                                                             bool check_rank, bool fence) {
   LK_ASSIGN_OR_RETURN(Job * j, FindJob(call.job_id));
   if (!TokenEquals(call.join_token, j->rec.join_token)) {
     return absl::UnauthenticatedError(absl::StrCat(call.job_id, ": join token does not match"));
   }
   if (call.worker_id.empty()) return absl::InvalidArgumentError("identity.worker_id: required");
+  if (call.attempt < 0) return absl::InvalidArgumentError("identity.attempt: must be >= 0");
+  if (fence) {
+    int64_t attempt = call.attempt;
+    if (attempt == 0) {  // the attempt this worker holds (or last held) its rank in
+      if (j->ranks.RankOf(call.worker_id)) {
+        attempt = j->rec.attempt;
+      } else if (auto it = j->fenced.find(call.worker_id); it != j->fenced.end()) {
+        attempt = it->second;
+      }
+    }
+    if (attempt != 0 && attempt != j->rec.attempt) {
+      return absl::AbortedError(absl::StrCat("worker ", call.worker_id, " is at attempt ", attempt,
+                                             "; job ", j->rec.job_id, " is at attempt ",
+                                             j->rec.attempt, " (fenced)"));
+    }
+  }
   if (check_rank) LK_RETURN_IF_ERROR(j->ranks.CheckHolder(call.job_id, call.rank, call.worker_id));
   return j;
 }
 
 absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
   absl::MutexLock lock(&mu_);
-  LK_ASSIGN_OR_RETURN(Job * found, FindForWorker(args.call, /*check_rank=*/false));
+  LK_ASSIGN_OR_RETURN(Job * found, FindForWorker(args.call, /*check_rank=*/false, /*fence=*/false));
   Job& j = *found;
   if (IsTerminal(j.rec.state)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -56,11 +72,14 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
     w.host = !args.advertise_host.empty() ? args.advertise_host : args.peer_host;
     w.state = WorkerState::kJoined;
     w.join_time = clock_->Now();
+    w.attempt = j.rec.attempt;
     LK_RETURN_IF_ERROR(store_->PutWorker(w));
     j.ranks.Place(w, w.join_time);
+    j.fenced.erase(w.worker_id);  // it is of the current attempt now
     if (observer_) observer_->AddWorkers(WorkerState::kJoined, 1);
     Log(absl::StrCat(j.rec.job_id, ": rank ", *rank, " joined (worker ", w.worker_id, " at ",
-                     w.host.empty() ? "?" : w.host, "), ", j.ranks.joined(), "/", j.world_size()));
+                     w.host.empty() ? "?" : w.host, "), ", j.ranks.joined(), "/", j.world_size(),
+                     j.rec.attempt > 1 ? absl::StrCat(" of attempt ", j.rec.attempt) : ""));
     if (*rank == 0 && !j.rec.rendezvous_host_fixed) {
       // Rank 0 hosts the TCP store, so its address is the rendezvous host.
       JobRecord rec = j.rec;
@@ -69,7 +88,8 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
       LK_RETURN_IF_ERROR(store_->UpdateJob(rec));
       j.rec = std::move(rec);
     }
-    if (j.ranks.all_joined() && j.rec.state == JobState::kPending) {
+    if (j.ranks.all_joined() &&
+        (j.rec.state == JobState::kPending || j.rec.state == JobState::kRecovering)) {
       LK_RETURN_IF_ERROR(StartJob(j));
     }
     Touch(j);
@@ -87,11 +107,19 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
   out.spec_json = j.rec.spec_json;
   out.base_dir = j.rec.base_dir;
   out.rendezvous_host = j.rec.rendezvous_host;
+  // A new attempt meets at a fresh store: its host once rank 0 of the attempt has joined.
+  if (j.rec.attempt > 1 && j.ranks.at(0).worker_id.empty()) out.rendezvous_host.clear();
   out.rendezvous_port = j.rec.rendezvous_port;
   out.state = j.rec.state;
   out.heartbeat_interval = options_.heartbeat_interval;
   out.liveness_timeout = options_.liveness_timeout;
   out.steps = j.spec.steps;
+  out.attempt = j.rec.attempt;
+  out.rendezvous_prefix =
+      j.rec.attempt == 1 ? j.rec.job_id : absl::StrCat(j.rec.job_id, "/a", j.rec.attempt);
+  out.resume_step = j.rec.resume_step;
+  out.resume_manifest_sha256 = j.rec.resume_manifest_sha256;
+  out.hang_timeout = absl::Seconds(j.spec.hang_timeout_seconds);
   return out;
 }
 
@@ -143,7 +171,7 @@ absl::StatusOr<Subscription> Coordinator::SubscribeLatches(const WorkerCall& cal
   RankTable::Rank& r = j->ranks.at(call.rank);
   r.open_streams++;
   r.last_seen = clock_->Now();
-  Subscription sub{j->rec.job_id, call.rank, ++last_listener_id_};
+  Subscription sub{j->rec.job_id, call.rank, ++last_listener_id_, j->rec.attempt};
   j->listeners.emplace(sub.id, std::move(listener));
   return sub;
 }
@@ -152,6 +180,8 @@ void Coordinator::Unsubscribe(const Subscription& sub) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(sub.job_id);  // not FindJob: this also runs during shutdown
   if (it == jobs_.end() || it->second->listeners.erase(sub.id) == 0) return;
+  // A stream of an earlier attempt: its rank was freed with the attempt.
+  if (sub.attempt != it->second->rec.attempt) return;
   RankTable::Rank& r = it->second->ranks.at(sub.rank);
   r.open_streams--;
   r.last_seen = clock_->Now();  // the deadline runs from the stream's end
@@ -168,6 +198,7 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportStep(const WorkerCall& call,
   WorkerStatus out;
   out.state = j.rec.state;
   out.reason = j.rec.failure_reason;
+  out.attempt = j.rec.attempt;
   if (report.step < 0 || report.step >= j.spec.steps) {
     return absl::InvalidArgumentError(
         absl::StrCat("step: ", report.step, " is outside [0, ", j.spec.steps, ")"));
@@ -195,11 +226,14 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportStep(const WorkerCall& call,
   record.rank = call.rank;
   record.report_time = clock_->Now();
   LK_ASSIGN_OR_RETURN(bool inserted, store_->InsertStepReport(record));
-  if (!inserted) {
+  if (inserted) {
+    j.steps.Add(record);
+  } else {
+    // A re-run of a stored step (or a retry): the first report stays; the rank moves on.
     out.duplicate = true;
-    return out;
+    LK_RETURN_IF_ERROR(CheckDeterminism(j, record));
   }
-  j.steps.Add(record);
+  NoteArrival(j, call.rank, report);
   rank.steps_reported = std::max(rank.steps_reported, report.step + 1);
   LK_RETURN_IF_ERROR(Advance(j));
   if (rank.steps_reported >= j.spec.steps) {
@@ -209,11 +243,14 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportStep(const WorkerCall& call,
   return out;
 }
 
-absl::StatusOr<WorkerStatus> Coordinator::Heartbeat(const WorkerCall& call) {
+absl::StatusOr<WorkerStatus> Coordinator::Heartbeat(const WorkerCall& call,
+                                                    const std::optional<RankPosition>& position) {
   absl::MutexLock lock(&mu_);
   LK_ASSIGN_OR_RETURN(Job * j, FindForWorker(call, /*check_rank=*/true));
-  j->ranks.at(call.rank).last_seen = clock_->Now();
-  return WorkerStatus{j->rec.state, j->rec.failure_reason, false};
+  RankTable::Rank& r = j->ranks.at(call.rank);
+  r.last_seen = r.heartbeat_time = clock_->Now();
+  if (position) r.position = *position;
+  return WorkerStatus{j->rec.state, j->rec.failure_reason, false, j->rec.attempt};
 }
 
 absl::StatusOr<WorkerStatus> Coordinator::ReportFailure(const WorkerCall& call,
@@ -221,13 +258,11 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportFailure(const WorkerCall& call,
   absl::MutexLock lock(&mu_);
   LK_ASSIGN_OR_RETURN(Job * j, FindForWorker(call, /*check_rank=*/true));
   if (!IsTerminal(j->rec.state)) {
-    LK_RETURN_IF_ERROR(SetWorkerState(*j, call.rank, WorkerState::kFailed));
-    LK_RETURN_IF_ERROR(EndJob(*j, JobState::kFailed,
-                              absl::StrCat("rank ", call.rank, " (worker ", call.worker_id,
-                                           "): ", message.empty() ? "failed" : message),
-                              WorkerState::kDone));
+    LK_RETURN_IF_ERROR(FailOrRecover(*j, call.rank, WorkerState::kFailed,
+                                     absl::StrCat("rank ", call.rank, " (worker ", call.worker_id,
+                                                  "): ", message.empty() ? "failed" : message)));
   }
-  return WorkerStatus{j->rec.state, j->rec.failure_reason, false};
+  return WorkerStatus{j->rec.state, j->rec.failure_reason, false, j->rec.attempt};
 }
 
 }  // namespace latchkey

@@ -68,6 +68,28 @@ absl::Status JobStateMachine::SetWorkerState(const std::string& job_id, RankTabl
   return absl::OkStatus();
 }
 
+absl::Status JobStateMachine::Recover(JobRecord& job, JobRecord next, const JobEventRecord& event) {
+  if (!Allowed(job.state, JobState::kRecovering)) {
+    return absl::InternalError(absl::StrCat(job.job_id, ": no transition ", JobStateName(job.state),
+                                            " -> ", JobStateName(JobState::kRecovering)));
+  }
+  next.state = JobState::kRecovering;
+  next.failure_reason.clear();
+  next.update_time = clock_->Now();
+  LK_RETURN_IF_ERROR(store_->UpdateJobWithEvent(next, event));
+  if (observer_) {
+    observer_->AddJobs(job.state, -1);
+    observer_->AddJobs(JobState::kRecovering, 1);
+  }
+  if (log_ && *log_) {
+    (*log_)(absl::StrCat(job.job_id, ": ", JobStateName(job.state), " -> recovering (attempt ",
+                         next.attempt, ", restart ", next.restarts,
+                         "): ", next.last_recovery_reason));
+  }
+  job = std::move(next);
+  return absl::OkStatus();
+}
+
 absl::Status JobStateMachine::Start(JobRecord& job, RankTable& ranks) {
   LK_RETURN_IF_ERROR(SetJobState(job, JobState::kRunning, ""));
   for (int i = 0; i < ranks.world_size(); ++i) {

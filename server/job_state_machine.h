@@ -2,9 +2,11 @@
 // for the metrics and logged. Part of the Coordinator's private implementation.
 //
 //   pending -> running               every rank joined (its workers become active)
+//   running | recovering -> recovering   a rank failed, restarts remain: a new attempt
+//   recovering -> running            every rank of the new attempt joined
 //   running -> succeeded             every rank reported the last step
-//   pending | running -> failed      a worker failed or missed its liveness deadline
-//   pending | running -> cancelled   a user cancelled it
+//   pending | running | recovering -> failed      a worker failed past max_restarts
+//   pending | running | recovering -> cancelled   a user cancelled it
 //
 // Succeeded, failed and cancelled are terminal. Asking for any other transition is a bug in the
 // caller and returns INTERNAL, changing nothing.
@@ -36,8 +38,11 @@ class JobStateMachine {
 
   static bool Allowed(JobState from, JobState to);
 
-  // pending -> running; every joined rank becomes active.
+  // pending | recovering -> running; every joined rank becomes active.
   absl::Status Start(JobRecord& job, RankTable& ranks);
+  // -> recovering as `next` says (its attempt, restarts, resume step, cause), persisted with
+  // `event` in one transaction; the failure reason is cleared.
+  absl::Status Recover(JobRecord& job, JobRecord next, const JobEventRecord& event);
   // -> `state` (terminal) with `reason`; every live rank becomes `worker_state`.
   absl::Status End(JobRecord& job, RankTable& ranks, JobState state, const std::string& reason,
                    WorkerState worker_state);

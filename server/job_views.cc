@@ -28,6 +28,15 @@ JobInfo ToJobInfo(const JobView& v) {
   out.warnings = r.warnings;
   out.create_time = r.create_time;
   out.update_time = r.update_time;
+  out.attempt = r.attempt;
+  out.restarts = r.restarts;
+  out.max_restarts = v.max_restarts;
+  out.last_checkpoint_step = r.last_checkpoint_step;
+  out.resume_step = r.resume_step;
+  out.last_recovery_reason = r.last_recovery_reason;
+  out.stalled = r.stalled;
+  out.determinism_violations = r.determinism_violations;
+  out.slowest = v.slowest;
   return out;
 }
 
@@ -36,6 +45,9 @@ LatchAuditPage ToAuditPage(const LatchAudit& audit) {
   for (const PublishedLatch& p : audit.latches) out.latches.push_back({p.latch, p.publish_time});
   for (const PolicyChangeRecord& c : audit.policy_changes) {
     out.policy_changes.push_back({c.policy, c.first_window, c.change_time});
+  }
+  for (const JobEventRecord& e : audit.events) {
+    out.events.push_back({e.time, e.attempt, e.kind, e.message});
   }
   out.next_start_window = audit.next_start_window;
   return out;

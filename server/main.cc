@@ -6,6 +6,7 @@
 // (database, ports).
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--heartbeat-interval", heartbeat_s,
-                 "seconds between worker heartbeats (default: liveness timeout / 3)");
+                 "seconds between worker heartbeats (default: 1, at most liveness timeout / 3)");
   app.add_option("--rendezvous-ports", rendezvous_ports,
                  "FIRST-LAST: ports handed to jobs whose submitter names none")
       ->capture_default_str();
@@ -114,8 +115,10 @@ int main(int argc, char** argv) {
               << "\n";
   };
   options.liveness_timeout = absl::Seconds(liveness_s);
-  options.heartbeat_interval =
-      heartbeat_s > 0 ? absl::Seconds(heartbeat_s) : options.liveness_timeout / 3;
+  options.heartbeat_interval = heartbeat_s > 0
+                                   ? absl::Seconds(heartbeat_s)
+                                   : std::min(absl::FromChrono(latchkey::kDefaultHeartbeatInterval),
+                                              options.liveness_timeout / 3);
   if (!ParsePortRange(rendezvous_ports, &options.rendezvous_port_first,
                       &options.rendezvous_port_last)) {
     std::cerr << "latchkey-coordinator: --rendezvous-ports: expected FIRST-LAST, got "

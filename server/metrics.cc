@@ -2,6 +2,7 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
@@ -16,8 +17,7 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
                    .Name("latchkey_jobs")
                    .Help("Jobs known to the coordinator, by state.")
                    .Register(*registry_);
-  for (JobState s : {JobState::kPending, JobState::kRunning, JobState::kSucceeded,
-                     JobState::kFailed, JobState::kCancelled}) {
+  for (JobState s : kAllJobStates) {
     jobs_[s] = &jobs.Add({{"state", JobStateName(s)}});
   }
   auto& workers = prometheus::BuildGauge()
@@ -35,6 +35,24 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
   for (KvMode m : {KvMode::kPerMicroBatch, KvMode::kDeferred, KvMode::kCoalesced}) {
     latches_[m] = &latches.Add({{"kv_mode", KvModeName(m)}});
   }
+  stalled_ = &prometheus::BuildGauge()
+                  .Name("latchkey_stalled_ranks")
+                  .Help("Ranks the hang detector declared stalled, listed on live jobs.")
+                  .Register(*registry_)
+                  .Add({});
+  restarts_ = &prometheus::BuildCounter()
+                   .Name("latchkey_job_restarts_total")
+                   .Help("Recoveries begun: a job restarted every rank in a new attempt.")
+                   .Register(*registry_)
+                   .Add({});
+  arrival_lag_ = &prometheus::BuildHistogram()
+                      .Name("latchkey_boundary_arrival_lag_seconds")
+                      .Help(
+                          "Per window, how much later the slowest rank reached the first boundary "
+                          "collective than the fastest (max - min of the ranks' waits there).")
+                      .Register(*registry_)
+                      .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05,
+                                                                       0.1, 0.5, 1, 5, 10, 30, 60});
 }
 
 CoordinatorMetrics::~CoordinatorMetrics() = default;
@@ -46,6 +64,12 @@ void CoordinatorMetrics::AddWorkers(WorkerState state, int delta) {
 }
 
 void CoordinatorMetrics::LatchPublished(KvMode mode) { latches_.at(mode)->Increment(); }
+
+void CoordinatorMetrics::AddStalledRanks(int delta) { stalled_->Increment(delta); }
+
+void CoordinatorMetrics::JobRestarted() { restarts_->Increment(); }
+
+void CoordinatorMetrics::BoundaryArrivalLag(double seconds) { arrival_lag_->Observe(seconds); }
 
 std::string CoordinatorMetrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());

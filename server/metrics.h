@@ -2,6 +2,10 @@
 //   latchkey_jobs{state}                      gauge, jobs per state
 //   latchkey_workers{state}                   gauge, workers per state
 //   latchkey_latches_published_total{kv_mode} counter
+//   latchkey_stalled_ranks                    gauge, stall verdicts listed on live jobs
+//   latchkey_job_restarts_total               counter, recoveries begun (new attempts)
+//   latchkey_boundary_arrival_lag_seconds     histogram, per window: max - min over ranks of
+//                                             the time waited in its first boundary collective
 // Every label value exists from the start (a zero is a sample too), so dashboards and
 // `promtool check metrics` see a stable set.
 //
@@ -19,6 +23,7 @@
 namespace prometheus {
 class Counter;
 class Gauge;
+class Histogram;
 class Registry;
 }  // namespace prometheus
 
@@ -32,6 +37,9 @@ class CoordinatorMetrics : public CoordinatorObserver {
   void AddJobs(JobState state, int delta) override;
   void AddWorkers(WorkerState state, int delta) override;
   void LatchPublished(KvMode mode) override;
+  void AddStalledRanks(int delta) override;
+  void JobRestarted() override;
+  void BoundaryArrivalLag(double seconds) override;
 
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
   // The text exposition (what /metrics serves).
@@ -42,6 +50,9 @@ class CoordinatorMetrics : public CoordinatorObserver {
   std::map<JobState, prometheus::Gauge*> jobs_;
   std::map<WorkerState, prometheus::Gauge*> workers_;
   std::map<KvMode, prometheus::Counter*> latches_;
+  prometheus::Gauge* stalled_ = nullptr;
+  prometheus::Counter* restarts_ = nullptr;
+  prometheus::Histogram* arrival_lag_ = nullptr;
 };
 
 }  // namespace latchkey

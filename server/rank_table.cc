@@ -59,6 +59,17 @@ void RankTable::Place(const WorkerRecord& worker, absl::Time now) {
   r.state = worker.state;
   r.join_time = worker.join_time;
   r.last_seen = now;
+  r.attempt = worker.attempt;
+  r.position.reset();
+  r.heartbeat_time = now;
+}
+
+void RankTable::Reset(int64_t steps_reported) {
+  for (Rank& r : ranks_) {
+    r = Rank{};
+    r.steps_reported = steps_reported;
+  }
+  joined_ = 0;
 }
 
 int64_t RankTable::StepsCompleted() const {

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/rank_grid.h"
+#include "common/rank_position.h"
 #include "common/states.h"
 #include "server/store.h"
 
@@ -32,6 +33,11 @@ class RankTable {
     absl::Time last_seen = absl::UnixEpoch();  // not persisted: a restart grants a fresh deadline
     int64_t steps_reported = 0;                // highest reported step + 1
     int open_streams = 0;                      // latch streams subscribed now
+    int64_t attempt = 1;                       // the job attempt the holder joined
+    // Where the rank is, as its latest heartbeat said (none: it never sent a position), and
+    // when that heartbeat arrived (not persisted).
+    std::optional<RankPosition> position;
+    absl::Time heartbeat_time = absl::UnixEpoch();
   };
 
   // REQUIRES: grid.valid().
@@ -57,6 +63,9 @@ class RankTable {
   void Place(const WorkerRecord& worker, absl::Time now);
   // Progress after a restart: the highest step each rank had reported.
   void SetProgress(int rank, int64_t max_step) { at(rank).steps_reported = max_step + 1; }
+  // A new attempt: every rank free, each rank's progress `steps_reported` (the first window the
+  // attempt runs).
+  void Reset(int64_t steps_reported);
 
   // min over ranks of steps_reported; 0 until every rank has joined.
   int64_t StepsCompleted() const;

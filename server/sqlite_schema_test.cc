@@ -100,7 +100,7 @@ TEST(SqliteSchemaTest, NewFileIsAtTheCurrentVersion) {
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
   EXPECT_EQ(RawInt(path, "PRAGMA user_version"), SqliteStore::kSchemaVersion);
-  EXPECT_EQ(SqliteStore::kSchemaVersion, 3);
+  EXPECT_EQ(SqliteStore::kSchemaVersion, 4);
 }
 
 TEST(SqliteSchemaTest, MigratesAVersion1FileAndFillsTheMaskFromTheSpec) {
@@ -127,7 +127,7 @@ TEST(SqliteSchemaTest, MigratesAVersion1FileAndFillsTheMaskFromTheSpec) {
     ASSERT_EQ(latches->size(), 1u);
     EXPECT_EQ(latches->front().latch.no_sync, kMask);
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 3);  // v1 -> v2 -> v3
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 4);  // v1 -> v2 -> v3 -> v4
   EXPECT_EQ(RawInt(path, "SELECT COUNT(*) FROM sqlite_master WHERE name='meta'"), 0);
   // The migration kept the audit append-only.
   EXPECT_NE(RawSql(path, "UPDATE policy_changes SET gas=7"), "");
@@ -196,7 +196,7 @@ TEST(SqliteSchemaTest, MigratesAVersion2FileFillingTheLrOfEarlierReportsFromTheS
     next.report.eval_loss = 2.25;
     ASSERT_TRUE(*(*store)->InsertStepReport(next));
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 3);
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 4);
   // Reopening finds nothing to migrate and overwrites nothing.
   auto again = SqliteStore::Open(path);
   ASSERT_TRUE(again.ok()) << again.status();
@@ -207,18 +207,110 @@ TEST(SqliteSchemaTest, MigratesAVersion2FileFillingTheLrOfEarlierReportsFromTheS
   EXPECT_EQ(reports->front().report.eval_loss, std::optional<double>(2.25));
 }
 
+// A v3 file: the v2 one above with the step reports' lr and eval_loss columns, a worker of
+// job-000001 and PRAGMA user_version 3.
+constexpr const char* kV3FromV2 = R"sql(
+ALTER TABLE step_reports ADD COLUMN lr REAL NOT NULL DEFAULT 0;
+ALTER TABLE step_reports ADD COLUMN eval_loss REAL;
+INSERT INTO workers VALUES ('job-000001', 0, 'host:1', '10.0.0.1', 2, 5);
+PRAGMA user_version = 3;
+)sql";
+
+TEST(SqliteSchemaTest, MigratesAVersion3FileToAttemptOneWithNoCheckpointOrEvents) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  ASSERT_EQ(RawSql(path, kV1Schema), "");
+  ASSERT_EQ(RawSql(path, kV2FromV1), "");
+  ASSERT_EQ(RawSql(path, kV3FromV2), "");
+  ASSERT_EQ(RawInt(path, "PRAGMA user_version"), 3);
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto jobs = (*store)->LoadJobs();
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    ASSERT_EQ(jobs->size(), 2u);
+    for (const JobRecord& j : *jobs) {
+      EXPECT_EQ(j.attempt, 1) << j.job_id;
+      EXPECT_EQ(j.restarts, 0) << j.job_id;
+      EXPECT_EQ(j.resume_step, -1) << j.job_id;
+      EXPECT_EQ(j.last_checkpoint_step, -1) << j.job_id;
+      EXPECT_TRUE(j.stalled.empty()) << j.job_id;
+      EXPECT_EQ(j.determinism_violations, 0) << j.job_id;
+    }
+    EXPECT_EQ(jobs->front().policy.no_sync, kMask);  // the v3 state is untouched
+    auto workers = (*store)->LoadWorkers();
+    ASSERT_TRUE(workers.ok()) << workers.status();
+    ASSERT_EQ(workers->size(), 1u);
+    EXPECT_EQ(workers->front().attempt, 1);
+    EXPECT_EQ(workers->front().worker_id, "host:1");
+    EXPECT_TRUE((*store)->LoadCheckpoints("job-000001")->empty());
+    EXPECT_TRUE((*store)->LoadEvents("job-000001")->empty());
+    // The new tables take a checkpoint and an event with the job's new attempt, atomically.
+    JobRecord next = jobs->front();
+    next.attempt = 2;
+    next.restarts = 1;
+    next.last_checkpoint_step = 3;
+    next.last_checkpoint_sha256 = "ab12";
+    next.stalled.push_back({1, 3, 2, "all_reduce/tp #5", 21.5, 1});
+    CheckpointRecord c{"job-000001", 3, "ab12", 4096, 2, absl::FromUnixSeconds(9)};
+    JobEventRecord e{"job-000001", absl::FromUnixSeconds(9), 2, "checkpoint", "after step 3"};
+    ASSERT_TRUE((*store)->PutCheckpoint(c, next, e).ok());
+  }
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 4);
+  // The events are append-only.
+  EXPECT_NE(RawSql(path, "UPDATE job_events SET kind='x'"), "");
+  EXPECT_NE(RawSql(path, "DELETE FROM job_events"), "");
+  auto again = SqliteStore::Open(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  const JobRecord j = (*again)->LoadJobs()->front();
+  EXPECT_EQ(j.attempt, 2);
+  EXPECT_EQ(j.restarts, 1);
+  EXPECT_EQ(j.last_checkpoint_step, 3);
+  EXPECT_EQ(j.last_checkpoint_sha256, "ab12");
+  ASSERT_EQ(j.stalled.size(), 1u);
+  EXPECT_EQ(j.stalled[0].where, "all_reduce/tp #5");
+  EXPECT_EQ(j.stalled[0].seconds, 21.5);
+  auto checkpoints = (*again)->LoadCheckpoints("job-000001");
+  ASSERT_EQ(checkpoints->size(), 1u);
+  EXPECT_EQ(checkpoints->front().bytes, 4096);
+  EXPECT_EQ(checkpoints->front().attempt, 2);
+  auto events = (*again)->LoadEvents("job-000001");
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ(events->front().kind, "checkpoint");
+  EXPECT_EQ(events->front().time, absl::FromUnixSeconds(9));
+}
+
+TEST(SqliteSchemaTest, CorruptStalledListIsDataLoss) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobRecord j;
+    j.job_id = "job-000001";
+    j.seq = 1;
+    ASSERT_TRUE((*store)->CreateJob(j).ok());
+  }
+  ASSERT_EQ(RawSql(path, "UPDATE jobs SET stalled_json='{\"rank\": 1}'"), "");
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto jobs = (*store)->LoadJobs();
+  EXPECT_EQ(jobs.status().code(), absl::StatusCode::kDataLoss) << jobs.status();
+  EXPECT_NE(jobs.status().message().find("job-000001"), std::string::npos) << jobs.status();
+}
+
 TEST(SqliteSchemaTest, RefusesAFileFromANewerVersionNamingFileAndVersions) {
   ScopedTempDir dir;
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 4"), "");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 5"), "");
   auto store = SqliteStore::Open(path);
   ASSERT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
   const std::string msg(store.status().message());
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
-  EXPECT_NE(msg.find("schema version 4"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("(3)"), std::string::npos) << msg;
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 4);  // left as it was
+  EXPECT_NE(msg.find("schema version 5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(4)"), std::string::npos) << msg;
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 5);  // left as it was
 }
 
 TEST(SqliteSchemaTest, PolicyMaskIsStoredWithTheJobAndEveryChange) {

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "server/sqlite_stmt.h"
 #include "server/sqlite_values.h"
 
 namespace latchkey {
@@ -72,68 +74,7 @@ ALTER TABLE step_reports ADD COLUMN lr REAL NOT NULL DEFAULT 0;
 ALTER TABLE step_reports ADD COLUMN eval_loss REAL;
 )sql";
 
-int64_t Us(absl::Time t) { return absl::ToUnixMicros(t); }
-absl::Time FromUs(int64_t us) { return absl::FromUnixMicros(us); }
-
 }  // namespace
-
-// A prepared statement with 1-based binds and 0-based columns.
-class SqliteStore::Stmt {
- public:
-  Stmt(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
-  ~Stmt() { sqlite3_finalize(stmt_); }
-
-  Stmt& Bind(int i, int64_t v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  Stmt& Bind(int i, int v) { return Bind(i, static_cast<int64_t>(v)); }
-  Stmt& Bind(int i, double v) {
-    sqlite3_bind_double(stmt_, i, v);
-    return *this;
-  }
-  Stmt& Bind(int i, const std::string& v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  // true: a row is available; false: done. Errors carry SQLite's message.
-  absl::StatusOr<bool> Step() {
-    const int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    const int ext = sqlite3_extended_errcode(db_);
-    std::string msg = absl::StrCat("sqlite: ", sqlite3_errmsg(db_));
-    sqlite3_reset(stmt_);
-    if (ext == SQLITE_CONSTRAINT_PRIMARYKEY || ext == SQLITE_CONSTRAINT_TRIGGER ||
-        ext == SQLITE_CONSTRAINT_UNIQUE) {
-      return absl::FailedPreconditionError(msg);
-    }
-    return absl::InternalError(msg);
-  }
-  // Runs a statement that returns no rows and resets it.
-  absl::Status Run() {
-    auto r = Step();
-    Reset();
-    return r.status();
-  }
-  void Reset() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  int64_t Int(int c) { return sqlite3_column_int64(stmt_, c); }
-  double Real(int c) { return sqlite3_column_double(stmt_, c); }
-  bool Null(int c) { return sqlite3_column_type(stmt_, c) == SQLITE_NULL; }
-  std::string Text(int c) {
-    const unsigned char* p = sqlite3_column_text(stmt_, c);
-    return p ? std::string(reinterpret_cast<const char*>(p),
-                           static_cast<size_t>(sqlite3_column_bytes(stmt_, c)))
-             : std::string();
-  }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_;
-};
 
 struct SqliteStore::StmtCache {
   std::map<const char*, std::unique_ptr<Stmt>> by_sql;
@@ -145,11 +86,6 @@ SqliteStore::~SqliteStore() {
   cache_.reset();  // finalize statements before closing
   sqlite3_close(db_);
 }
-
-// A prepared statement from the cache, or the caller returns the prepare error.
-#define LK_ASSIGN_STMT(var, sql)                       \
-  LK_ASSIGN_OR_RETURN(Stmt* var##_ptr, Prepared(sql)); \
-  Stmt& var = *var##_ptr
 
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path,
                                                                SqliteSync sync) {
@@ -219,6 +155,8 @@ absl::Status SqliteStore::Migrate(int from) {
       return MigrateV1ToV2();
     case 2:
       return MigrateV2ToV3();
+    case 3:
+      return MigrateV3ToV4();
   }
   return absl::InternalError(absl::StrCat("no migration from schema v", from));
 }
@@ -303,8 +241,11 @@ absl::Status SqliteStore::CreateJob(const JobRecord& j) {
   static constexpr const char* kSql =
       "INSERT INTO jobs (job_id, seq, state, spec_json, base_dir, join_token, rendezvous_host, "
       "rendezvous_port, rendezvous_host_fixed, kv_reduce, gas, generation, next_window, "
-      "next_first_micro_batch, failure_reason, warnings_json, create_us, update_us, no_sync) "
-      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)";
+      "next_first_micro_batch, failure_reason, warnings_json, create_us, update_us, no_sync, "
+      "attempt, restarts, resume_step, resume_sha256, last_checkpoint_step, "
+      "last_checkpoint_sha256, last_recovery_reason, stalled_json, determinism_violations) "
+      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,"
+      "?23,?24,?25,?26,?27,?28)";
   LK_ASSIGN_STMT(st, kSql);
   st.Bind(1, j.job_id).Bind(2, j.seq).Bind(3, static_cast<int>(j.state)).Bind(4, j.spec_json);
   st.Bind(5, j.base_dir).Bind(6, j.join_token).Bind(7, j.rendezvous_host);
@@ -315,24 +256,30 @@ absl::Status SqliteStore::CreateJob(const JobRecord& j) {
   st.Bind(16, nlohmann::json(j.warnings).dump());
   st.Bind(17, Us(j.create_time)).Bind(18, Us(j.update_time));
   st.Bind(19, NoSyncText(j.policy.no_sync));
+  BindFaults(st, 20, j);
   return st.Run();
 }
 
 absl::Status SqliteStore::UpdateJob(const JobRecord& j) {
   static constexpr const char* kSql =
       "UPDATE jobs SET state=?2, rendezvous_host=?3, rendezvous_port=?4, failure_reason=?5, "
-      "update_us=?6 WHERE job_id=?1";
+      "update_us=?6, attempt=?7, restarts=?8, resume_step=?9, resume_sha256=?10, "
+      "last_checkpoint_step=?11, last_checkpoint_sha256=?12, last_recovery_reason=?13, "
+      "stalled_json=?14, determinism_violations=?15 WHERE job_id=?1";
   LK_ASSIGN_STMT(st, kSql);
   st.Bind(1, j.job_id).Bind(2, static_cast<int>(j.state)).Bind(3, j.rendezvous_host);
   st.Bind(4, j.rendezvous_port).Bind(5, j.failure_reason).Bind(6, Us(j.update_time));
+  BindFaults(st, 7, j);
   return st.Run();
 }
 
 absl::Status SqliteStore::PutWorker(const WorkerRecord& w) {
-  static constexpr const char* kSql = "INSERT OR REPLACE INTO workers VALUES (?1,?2,?3,?4,?5,?6)";
+  static constexpr const char* kSql =
+      "INSERT OR REPLACE INTO workers (job_id, rank, worker_id, host, state, join_us, attempt) "
+      "VALUES (?1,?2,?3,?4,?5,?6,?7)";
   LK_ASSIGN_STMT(st, kSql);
   st.Bind(1, w.job_id).Bind(2, w.rank).Bind(3, w.worker_id).Bind(4, w.host);
-  st.Bind(5, static_cast<int>(w.state)).Bind(6, Us(w.join_time));
+  st.Bind(5, static_cast<int>(w.state)).Bind(6, Us(w.join_time)).Bind(7, w.attempt);
   return st.Run();
 }
 
@@ -416,7 +363,9 @@ absl::StatusOr<std::vector<JobRecord>> SqliteStore::LoadJobs() {
                  "SELECT job_id, seq, state, spec_json, base_dir, join_token, rendezvous_host, "
                  "rendezvous_port, rendezvous_host_fixed, kv_reduce, gas, generation, "
                  "next_window, next_first_micro_batch, failure_reason, warnings_json, create_us, "
-                 "update_us, no_sync FROM jobs ORDER BY seq");
+                 "update_us, no_sync, attempt, restarts, resume_step, resume_sha256, "
+                 "last_checkpoint_step, last_checkpoint_sha256, last_recovery_reason, "
+                 "stalled_json, determinism_violations FROM jobs ORDER BY seq");
   std::vector<JobRecord> out;
   while (true) {
     LK_ASSIGN_OR_RETURN(bool row, st.Step());
@@ -447,6 +396,16 @@ absl::StatusOr<std::vector<JobRecord>> SqliteStore::LoadJobs() {
     j.create_time = FromUs(st.Int(16));
     j.update_time = FromUs(st.Int(17));
     LK_ASSIGN_OR_RETURN(j.policy.no_sync, NoSyncFromText(where, st.Text(18)));
+    j.attempt = st.Int(19);
+    j.restarts = static_cast<int>(st.Int(20));
+    j.resume_step = st.Int(21);
+    j.resume_manifest_sha256 = st.Text(22);
+    j.last_checkpoint_step = st.Int(23);
+    j.last_checkpoint_sha256 = st.Text(24);
+    j.last_recovery_reason = st.Text(25);
+    LK_ASSIGN_OR_RETURN(j.stalled, StalledFromJson(where, st.Text(26)));
+    j.determinism_violations = st.Int(27);
+    if (j.attempt < 1) return Corrupt(where, absl::StrCat("attempt ", j.attempt, " is not >= 1"));
     out.push_back(std::move(j));
   }
   st.Reset();
@@ -455,7 +414,7 @@ absl::StatusOr<std::vector<JobRecord>> SqliteStore::LoadJobs() {
 
 absl::StatusOr<std::vector<WorkerRecord>> SqliteStore::LoadWorkers() {
   LK_ASSIGN_STMT(st,
-                 "SELECT job_id, rank, worker_id, host, state, join_us FROM workers "
+                 "SELECT job_id, rank, worker_id, host, state, join_us, attempt FROM workers "
                  "ORDER BY job_id, rank");
   std::vector<WorkerRecord> out;
   while (true) {
@@ -470,6 +429,7 @@ absl::StatusOr<std::vector<WorkerRecord>> SqliteStore::LoadWorkers() {
         w.state,
         WorkerStateFromInt(absl::StrCat("worker ", w.job_id, "/rank ", w.rank), st.Int(4)));
     w.join_time = FromUs(st.Int(5));
+    w.attempt = st.Int(6);
     out.push_back(std::move(w));
   }
   st.Reset();
@@ -550,13 +510,29 @@ absl::StatusOr<std::vector<PolicyChangeRecord>> SqliteStore::LoadPolicyChanges(
 
 absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::LoadStepReports(
     const std::string& job_id, int64_t from_step) {
+  return QueryStepReports(job_id, from_step, std::numeric_limits<int64_t>::max(), -1);
+}
+
+absl::StatusOr<StepReportRecord> SqliteStore::LoadStepReport(const std::string& job_id, int rank,
+                                                             int64_t step) {
+  LK_ASSIGN_OR_RETURN(std::vector<StepReportRecord> found,
+                      QueryStepReports(job_id, step, step, rank));
+  if (found.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("step report ", step, " of job ", job_id, " rank ", rank, ": not stored"));
+  }
+  return std::move(found.front());
+}
+
+absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::QueryStepReports(
+    const std::string& job_id, int64_t from_step, int64_t to_step, int rank) {
   LK_ASSIGN_STMT(st,
                  "SELECT job_id, rank, step, micro_batches, loss, grad_norm, kv_mode, "
                  "kv_allreduce_calls, collective_calls_json, step_seconds, tokens, "
                  "latch_generation, report_us, lr, eval_loss FROM step_reports "
-                 "WHERE job_id=?1 AND step>=?2 "
+                 "WHERE job_id=?1 AND step>=?2 AND step<=?3 AND (?4<0 OR rank=?4) "
                  "ORDER BY step, rank");
-  st.Bind(1, job_id).Bind(2, from_step);
+  st.Bind(1, job_id).Bind(2, from_step).Bind(3, to_step).Bind(4, rank);
   std::vector<StepReportRecord> out;
   while (true) {
     LK_ASSIGN_OR_RETURN(bool row, st.Step());

@@ -2,7 +2,8 @@
 //
 // Schema (version kSchemaVersion, in PRAGMA user_version) — see sqlite_store.cc for the DDL:
 //   jobs, workers, latches (append-only: triggers refuse UPDATE and DELETE),
-//   policy_changes (append-only), step_reports (primary key (job_id, rank, step)).
+//   policy_changes (append-only), step_reports (primary key (job_id, rank, step)),
+//   checkpoints (primary key (job_id, step)), job_events (append-only).
 // Open() brings an older file up to date with explicit migrations (v1 -> v2 -> ...), each in one
 // transaction, and refuses a file from a newer build with FAILED_PRECONDITION naming the file and
 // both versions. A value it cannot read back is DATA_LOSS (store.h).
@@ -15,6 +16,7 @@
 #ifndef LATCHKEY_SERVER_SQLITE_STORE_H_
 #define LATCHKEY_SERVER_SQLITE_STORE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,8 +32,9 @@ enum class SqliteSync { kNormal, kFull };
 class SqliteStore : public JobStore {
  public:
   // The schema this build writes. v2: the policy's no_sync mask is stored. v3: each step
-  // report's learning rate and evaluation loss.
-  static constexpr int kSchemaVersion = 3;
+  // report's learning rate and evaluation loss. v4: attempts (the job's fault-tolerance fields,
+  // each worker's attempt), the checkpoints and job_events tables.
+  static constexpr int kSchemaVersion = 4;
 
   // Opens (creating if needed) the database at `path`; ":memory:" for tests.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,
@@ -42,6 +45,10 @@ class SqliteStore : public JobStore {
 
   absl::Status CreateJob(const JobRecord& job) override;
   absl::Status UpdateJob(const JobRecord& job) override;
+  absl::Status UpdateJobWithEvent(const JobRecord& job, const JobEventRecord& event) override;
+  absl::Status AppendEvent(const JobEventRecord& event) override;
+  absl::Status PutCheckpoint(const CheckpointRecord& checkpoint, const JobRecord& job,
+                             const JobEventRecord& event) override;
   absl::Status PutWorker(const WorkerRecord& worker) override;
   absl::Status AppendLatches(const std::string& job_id, const std::vector<PublishedLatch>& latches,
                              int64_t next_window, int64_t next_first_micro_batch) override;
@@ -58,6 +65,10 @@ class SqliteStore : public JobStore {
       const std::string& job_id) override;
   absl::StatusOr<std::vector<StepReportRecord>> LoadStepReports(const std::string& job_id,
                                                                 int64_t from_step) override;
+  absl::StatusOr<StepReportRecord> LoadStepReport(const std::string& job_id, int rank,
+                                                  int64_t step) override;
+  absl::StatusOr<std::vector<CheckpointRecord>> LoadCheckpoints(const std::string& job_id) override;
+  absl::StatusOr<std::vector<JobEventRecord>> LoadEvents(const std::string& job_id) override;
 
  private:
   class Stmt;
@@ -68,6 +79,17 @@ class SqliteStore : public JobStore {
   absl::Status Migrate(int from);  // from -> from + 1, inside the caller's transaction
   absl::Status MigrateV1ToV2();
   absl::Status MigrateV2ToV3();
+  absl::Status MigrateV3ToV4();  // sqlite_store_faults.cc
+  // Step reports with step in [from_step, to_step] of every rank (rank < 0) or one.
+  absl::StatusOr<std::vector<StepReportRecord>> QueryStepReports(const std::string& job_id,
+                                                                 int64_t from_step, int64_t to_step,
+                                                                 int rank);
+  // Binds JobRecord's fault-tolerance fields (9 of them) from parameter `first` on.
+  static void BindFaults(Stmt& st, int first, const JobRecord& job);
+  static absl::StatusOr<std::vector<StalledRank>> StalledFromJson(const std::string& row,
+                                                                  const std::string& json);
+  // BEGIN IMMEDIATE, `body`, COMMIT (ROLLBACK when it fails).
+  absl::Status InTransaction(const std::function<absl::Status()>& body);
   absl::Status Exec(const char* sql);
   absl::StatusOr<Stmt*> Prepared(const char* sql);  // cached by the sql text's address
 

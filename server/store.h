@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/latch.h"
+#include "common/rank_position.h"
 #include "common/states.h"
 #include "common/step_report.h"
 
@@ -43,6 +44,16 @@ struct JobRecord {
   std::vector<std::string> warnings;
   absl::Time create_time = absl::UnixEpoch();
   absl::Time update_time = absl::UnixEpoch();
+  // Fault tolerance (docs/fault-tolerance.md): the current attempt (from 1) and how it began.
+  int64_t attempt = 1;
+  int restarts = 0;                    // recoveries so far (attempt - 1)
+  int64_t resume_step = -1;            // the checkpoint the current attempt resumes from
+  std::string resume_manifest_sha256;  // its manifest's SHA-256
+  int64_t last_checkpoint_step = -1;   // newest committed checkpoint; -1: none
+  std::string last_checkpoint_sha256;  // its manifest's SHA-256
+  std::string last_recovery_reason;    // the cause of the latest recovery
+  std::vector<StalledRank> stalled;    // stall verdicts still listed
+  int64_t determinism_violations = 0;  // re-run steps whose loss differed from the first report
 };
 
 struct WorkerRecord {
@@ -52,6 +63,7 @@ struct WorkerRecord {
   std::string host;
   WorkerState state = WorkerState::kJoined;
   absl::Time join_time = absl::UnixEpoch();
+  int64_t attempt = 1;  // the job attempt this worker joined
 };
 
 struct PublishedLatch {
@@ -75,6 +87,26 @@ struct StepReportRecord {
   absl::Time report_time = absl::UnixEpoch();
 };
 
+// A committed resumable checkpoint (ReportCheckpoint); one per (job_id, step), the latest
+// report of a step kept (a later attempt may commit the same step again).
+struct CheckpointRecord {
+  std::string job_id;
+  int64_t step = 0;
+  std::string manifest_sha256;
+  int64_t bytes = 0;
+  int64_t attempt = 1;
+  absl::Time report_time = absl::UnixEpoch();
+};
+
+// One entry of a job's audit log besides latches and policy changes (append-only).
+struct JobEventRecord {
+  std::string job_id;
+  absl::Time time = absl::UnixEpoch();
+  int64_t attempt = 1;
+  std::string kind;  // "recovery", "stalled", "determinism_violation", "checkpoint", "fenced"
+  std::string message;
+};
+
 // Highest step a rank has reported.
 struct RankProgress {
   std::string job_id;
@@ -87,9 +119,17 @@ class JobStore {
   virtual ~JobStore() = default;
 
   virtual absl::Status CreateJob(const JobRecord& job) = 0;
-  // Writes state, rendezvous, failure_reason and update_time (not the latch position or the
-  // policy: those move only with AppendLatches / AppendPolicyChange).
+  // Writes state, rendezvous, failure_reason, update_time and the fault-tolerance fields (attempt
+  // ... determinism_violations; not the latch position or the policy: those move only with
+  // AppendLatches / AppendPolicyChange).
   virtual absl::Status UpdateJob(const JobRecord& job) = 0;
+  // UpdateJob and AppendEvent in one transaction (a recovery and its audit entry).
+  virtual absl::Status UpdateJobWithEvent(const JobRecord& job, const JobEventRecord& event) = 0;
+  virtual absl::Status AppendEvent(const JobEventRecord& event) = 0;
+  // Inserts or replaces the checkpoint of (job_id, step), UpdateJob(job) and AppendEvent(event),
+  // in one transaction.
+  virtual absl::Status PutCheckpoint(const CheckpointRecord& checkpoint, const JobRecord& job,
+                                     const JobEventRecord& event) = 0;
   // Inserts or replaces the worker holding (job_id, rank).
   virtual absl::Status PutWorker(const WorkerRecord& worker) = 0;
   // Appends consecutive latches and moves the job's next window / next M to follow the last,
@@ -114,6 +154,14 @@ class JobStore {
   // Step reports of one job with step >= from_step, (step, rank) order.
   virtual absl::StatusOr<std::vector<StepReportRecord>> LoadStepReports(const std::string& job_id,
                                                                         int64_t from_step) = 0;
+  // The stored (first) report of (job_id, rank, step); NOT_FOUND if there is none.
+  virtual absl::StatusOr<StepReportRecord> LoadStepReport(const std::string& job_id, int rank,
+                                                          int64_t step) = 0;
+  // Checkpoints of one job, step order.
+  virtual absl::StatusOr<std::vector<CheckpointRecord>> LoadCheckpoints(
+      const std::string& job_id) = 0;
+  // Events of one job, in the order they were appended.
+  virtual absl::StatusOr<std::vector<JobEventRecord>> LoadEvents(const std::string& job_id) = 0;
 };
 
 }  // namespace latchkey

@@ -32,6 +32,7 @@ grpc::Status ToCall(const v1::WorkerIdentity& id, int rank, WorkerCall* call) {
   call->join_token = id.join_token();
   call->worker_id = id.worker_id();
   call->rank = rank;
+  call->attempt = id.attempt();
   return grpc::Status::OK;
 }
 
@@ -86,6 +87,12 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ReportFailure(grpc::CallbackServerC
                                                            const v1::ReportFailureRequest* req,
                                                            v1::ReportFailureResponse* resp) {
   return Done(ctx, DoReportFailure(*req, resp));
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::ReportCheckpoint(
+    grpc::CallbackServerContext* ctx, const v1::ReportCheckpointRequest* req,
+    v1::ReportCheckpointResponse* resp) {
+  return Done(ctx, DoReportCheckpoint(*req, resp));
 }
 
 grpc::Status WorkerServiceImpl::DoJoin(const std::string& peer, const v1::JoinRequest& request,
@@ -276,10 +283,13 @@ grpc::Status WorkerServiceImpl::DoHeartbeat(const v1::HeartbeatRequest& request,
   WorkerCall call;
   grpc::Status st = ToCall(req->identity(), req->rank(), &call);
   if (!st.ok()) return st;
-  auto out = core_->Heartbeat(call);
+  std::optional<RankPosition> position;
+  if (req->has_position()) position = FromProto(req->position());
+  auto out = core_->Heartbeat(call, position);
   if (!out.ok()) return ToGrpcStatus(out.status());
   resp->set_state(ToProto(out->state));
   resp->set_reason(out->reason);
+  resp->set_attempt(out->attempt);
   return grpc::Status::OK;
 }
 
@@ -290,6 +300,23 @@ grpc::Status WorkerServiceImpl::DoReportFailure(const v1::ReportFailureRequest& 
   grpc::Status st = ToCall(req->identity(), req->rank(), &call);
   if (!st.ok()) return st;
   auto out = core_->ReportFailure(call, req->message().substr(0, kMaxFailureBytes));
+  if (!out.ok()) return ToGrpcStatus(out.status());
+  resp->set_state(ToProto(out->state));
+  resp->set_attempt(out->attempt);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::DoReportCheckpoint(const v1::ReportCheckpointRequest& req,
+                                                   v1::ReportCheckpointResponse* resp) {
+  WorkerCall call;
+  grpc::Status st = ToCall(req.identity(), req.rank(), &call);
+  if (!st.ok()) return st;
+  if (req.manifest_sha256().size() > kMaxHostBytes) {
+    return Invalid(absl::StrCat("manifest_sha256: longer than ", kMaxHostBytes, " bytes"));
+  }
+  auto report = FromProto(req);
+  if (!report.ok()) return ToGrpcStatus(report.status());
+  auto out = core_->ReportCheckpoint(call, *report);
   if (!out.ok()) return ToGrpcStatus(out.status());
   resp->set_state(ToProto(out->state));
   return grpc::Status::OK;

@@ -33,6 +33,9 @@ class WorkerServiceImpl final : public latchkey::v1::WorkerService::CallbackServ
   grpc::ServerUnaryReactor* ReportFailure(grpc::CallbackServerContext* ctx,
                                           const v1::ReportFailureRequest* req,
                                           v1::ReportFailureResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportCheckpoint(grpc::CallbackServerContext* ctx,
+                                             const v1::ReportCheckpointRequest* req,
+                                             v1::ReportCheckpointResponse* resp) override;
 
   // "ipv4:10.0.0.5:4321" -> "10.0.0.5", "ipv6:[::1]:4321" -> "::1"; "" when not an IP peer.
   static std::string PeerHost(const std::string& peer);
@@ -43,6 +46,8 @@ class WorkerServiceImpl final : public latchkey::v1::WorkerService::CallbackServ
   grpc::Status DoHeartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp);
   grpc::Status DoReportFailure(const v1::ReportFailureRequest& req,
                                v1::ReportFailureResponse* resp);
+  grpc::Status DoReportCheckpoint(const v1::ReportCheckpointRequest& req,
+                                  v1::ReportCheckpointResponse* resp);
 
   Coordinator* const core_;
 };
