@@ -137,6 +137,10 @@ void UpSupervisor::CheckCoordinator() {
 
 bool UpSupervisor::ShouldRestart(const Death& d) {
   if (d.exit.signal == 0 && d.exit.code == 0) return false;  // it finished its job
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (terminal_ || stopping_) return false;  // it left because the job ended
+  }
   ClientOptions client = config_.client;
   client.timeout = absl::Seconds(3);
   // A stalled rank's verdict and a fenced worker's own exit are known to the coordinator.
