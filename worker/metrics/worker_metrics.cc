@@ -14,6 +14,9 @@ const prometheus::Histogram::BucketBoundaries kCollectiveBuckets = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5};
 const prometheus::Histogram::BucketBoundaries kStepBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                               2.5,  5,     10,   30,  60,   300};
+// Checkpoints: ~10 ms (tiny models) .. minutes.
+const prometheus::Histogram::BucketBoundaries kCheckpointBuckets = {
+    0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
 const prometheus::Histogram::BucketBoundaries kWaitBuckets = {0.00001, 0.0001, 0.001, 0.01,
                                                               0.1,     1,      10};
 }  // namespace
@@ -33,6 +36,9 @@ struct WorkerMetrics::Families {
   prometheus::Gauge* learning_rate;
   prometheus::Gauge* eval_loss;
   prometheus::Counter* eval_collectives;
+  prometheus::Histogram* checkpoint_seconds;
+  prometheus::Counter* checkpoint_bytes;
+  prometheus::Gauge* last_checkpoint;
 };
 
 WorkerMetrics::WorkerMetrics()
@@ -110,6 +116,24 @@ WorkerMetrics::WorkerMetrics()
            .Help("Collectives issued for evaluation (tag eval), all ops and groups")
            .Register(*registry_)
            .Add({});
+  f_->checkpoint_seconds =
+      &BuildHistogram()
+           .Name("latchkey_checkpoint_seconds")
+           .Help("Training time one resumable checkpoint blocked on this rank, through the commit")
+           .Register(*registry_)
+           .Add({}, kCheckpointBuckets);
+  f_->checkpoint_bytes =
+      &BuildCounter()
+           .Name("latchkey_checkpoint_bytes_total")
+           .Help("Bytes of the committed resumable checkpoints (all ranks' files)")
+           .Register(*registry_)
+           .Add({});
+  f_->last_checkpoint =
+      &BuildGauge()
+           .Name("latchkey_last_checkpoint_timestamp_seconds")
+           .Help("Unix time of the last committed resumable checkpoint (0 before the first)")
+           .Register(*registry_)
+           .Add({});
 }
 
 WorkerMetrics::~WorkerMetrics() = default;
@@ -137,6 +161,12 @@ void WorkerMetrics::ObserveStep(const StepReport& r, int64_t rank_tokens) {
 }
 
 void WorkerMetrics::ObserveLatchWait(double seconds) { f_->latch_wait->Observe(seconds); }
+
+void WorkerMetrics::ObserveCheckpoint(double blocked_seconds, int64_t bytes, double unix_seconds) {
+  f_->checkpoint_seconds->Observe(blocked_seconds);
+  f_->checkpoint_bytes->Increment(static_cast<double>(bytes));
+  f_->last_checkpoint->Set(unix_seconds);
+}
 
 std::string WorkerMetrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());

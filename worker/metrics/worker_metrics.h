@@ -29,6 +29,9 @@ class WorkerMetrics {
   // One optimizer step; `rank_tokens` = tokens this rank consumed in it (n_s * MB * S).
   void ObserveStep(const StepReport& report, int64_t rank_tokens);
   void ObserveLatchWait(double seconds);
+  // A committed resumable checkpoint: the training time it blocked, the bytes of all its files
+  // and when it was committed (unix seconds).
+  void ObserveCheckpoint(double blocked_seconds, int64_t bytes, double unix_seconds);
 
   // The text exposition (what /metrics returns).
   std::string Serialize() const;

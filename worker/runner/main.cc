@@ -6,6 +6,8 @@
 //   latchkey-worker --standalone --spec SPEC.json [outputs...]
 //       torchrun-style env: RANK, WORLD_SIZE (default 0 and 1), MASTER_ADDR (127.0.0.1),
 //       MASTER_PORT (29500), LOCAL_WORLD_SIZE (ranks on this machine; default WORLD_SIZE).
+//       --resume continues after the newest valid checkpoint in the spec's
+//       latchkey.checkpoint.dir (step 0 when there is none); every rank must be given it.
 //   latchkey-worker tokenize TEXT_FILE OUT.bin      byte-level (vocab 256) uint16 tokens
 //
 // Exit 0 on success; otherwise one line "latchkey-worker: <field>: <reason>" and exit 1
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "common/timeouts.h"
 #include "worker/data/token_source.h"
 #include "worker/runner/env.h"
@@ -28,7 +31,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: latchkey-worker --coordinator HOST:PORT --job JOB_ID --join-token TOKEN [options]\n"
-    "       latchkey-worker --standalone --spec SPEC.json [options]\n"
+    "       latchkey-worker --standalone --spec SPEC.json [--resume] [options]\n"
     "       latchkey-worker tokenize TEXT_FILE OUT.bin\n"
     "options: --metrics-jsonl FILE  --save DIR  --port-file FILE  --quiet\n"
     "         --metrics-port N (0 = any free port)  --metrics-host ADDR  --linger-seconds S\n"
@@ -63,7 +66,7 @@ int main(int argc, char** argv) {
     std::cerr << "latchkey-worker: " << env.status().message() << "\n";
     return 1;
   }
-  bool standalone = false;
+  bool standalone = false, resume = false;
   std::string spec_path, coordinator = env->coordinator, job = env->job_id, token = env->join_token,
                          advertise;
   std::chrono::milliseconds collective_timeout{latchkey::kDefaultCollectiveTimeout};
@@ -78,6 +81,8 @@ int main(int argc, char** argv) {
     std::string v;
     if (a == "--standalone") {
       standalone = true;
+    } else if (a == "--resume") {
+      resume = true;
     } else if (a == "--spec") {
       if (!value(&spec_path)) return UsageError("--spec needs a file");
     } else if (a == "--coordinator") {
@@ -126,12 +131,23 @@ int main(int argc, char** argv) {
   absl::Status st;
   if (standalone) {
     if (spec_path.empty()) return UsageError("--spec is required with --standalone");
+    if (resume) {
+      // A spec that does not load is reported by the run itself, naming its field.
+      auto spec = latchkey::LoadJobSpecFile(spec_path);
+      if (spec.ok() && !spec->checkpoint.enabled()) {
+        return UsageError("--resume needs latchkey.checkpoint (latchkey.checkpoint.dir) in " +
+                          spec_path);
+      }
+    }
     latchkey::StandaloneOptions opts;
     opts.spec_path = spec_path;
     opts.run = run;
     opts.collective_timeout = collective_timeout;
+    opts.resume = resume;
     st = latchkey::RunStandalone(opts, *env);
   } else {
+    if (resume)
+      return UsageError("--resume is for --standalone (the coordinator says where to resume)");
 #ifdef LATCHKEY_WITH_COORDINATOR
     if (job.empty()) return UsageError("--job (or LATCHKEY_JOB_ID) is required");
     latchkey::CoordinatedOptions opts;

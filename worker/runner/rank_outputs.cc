@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<RankOutputs>> RankOutputs::Open(const OutputOptio
   out->stats_ = stats;
   if (!options.metrics_jsonl.empty()) {
     const std::string path = ForRank(options.metrics_jsonl, rank);
-    out->jsonl_.open(path, std::ios::trunc);
+    out->jsonl_.open(path, std::ios::app);
     if (!out->jsonl_) {
       return absl::PermissionDeniedError("--metrics-jsonl: cannot write '" + path + "'");
     }
@@ -111,6 +111,22 @@ void RankOutputs::OnStep(const JobSpec& spec, const Latch& latch, const StepRepo
         static_cast<long long>(report.step + 1), static_cast<long long>(spec.steps), report.loss,
         report.grad_norm, report.lr, KvModeName(report.kv_mode),
         static_cast<long long>(report.kv_allreduce_calls), report.step_seconds, eval.c_str());
+  }
+}
+
+void RankOutputs::OnCheckpoint(const CheckpointCommit& commit) {
+#ifdef LATCHKEY_WITH_METRICS
+  if (metrics_) {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    metrics_->registry.ObserveCheckpoint(commit.blocked_seconds, commit.bytes, now);
+  }
+#else
+  (void)commit;
+#endif
+  if (rank_ == 0 && !options_.quiet) {
+    std::fprintf(stderr, "checkpoint %s  %lld bytes  %.3fs\n", commit.dir.c_str(),
+                 static_cast<long long>(commit.bytes), commit.blocked_seconds);
   }
 }
 

@@ -1,5 +1,7 @@
 // What one rank emits while it trains, whoever drives it (standalone or the coordinator):
-// the per-step JSONL file, the Prometheus endpoint, and progress lines on stderr (rank 0).
+// the per-step JSONL file, the Prometheus endpoint, and progress lines on stderr (rank 0). Opened
+// once per process: a rank that runs several attempts keeps its endpoint and appends to its
+// JSONL (a re-run step gets a second record; the last record of a step counts).
 #ifndef LATCHKEY_WORKER_RUNNER_RANK_OUTPUTS_H_
 #define LATCHKEY_WORKER_RUNNER_RANK_OUTPUTS_H_
 
@@ -9,13 +11,16 @@
 
 #include "absl/status/statusor.h"
 #include "common/latch.h"
+#include "worker/checkpoint/train_checkpoint.h"
 #include "worker/comm/collective_stats.h"
 #include "worker/train/engine.h"
 
 namespace latchkey {
 
 struct OutputOptions {
-  std::string metrics_jsonl;  // "{rank}" replaced by the rank; empty = none
+  // "{rank}" replaced by the rank; empty = none. Opened for appending, so a restarted or resumed
+  // rank adds to what an earlier process of the same rank wrote.
+  std::string metrics_jsonl;
   // Prometheus endpoint (builds with metrics only): port -1 = off, 0 = pick a free one.
   std::string metrics_host = "0.0.0.0";
   int metrics_port = -1;
@@ -38,6 +43,8 @@ class RankOutputs {
 
   void OnStep(const JobSpec& spec, const Latch& latch, const StepReport& report,
               double latch_wait_seconds);
+  // A resumable checkpoint was committed (metrics: its blocked time, bytes and commit time).
+  void OnCheckpoint(const CheckpointCommit& commit);
   // After the last step: serves metrics for linger_seconds more.
   void Linger();
 

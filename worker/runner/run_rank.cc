@@ -2,9 +2,14 @@
 
 #include <chrono>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "worker/comm/collective_error.h"
+#include "worker/comm/collective_stats.h"
+#include "worker/comm/flight_recorder.h"
 #include "worker/train/threads.h"
 
 namespace latchkey {
@@ -16,19 +21,49 @@ absl::Status Prefixed(const absl::Status& st, const std::string& prefix) {
   return absl::Status(st.code(), prefix + std::string(st.message()));
 }
 
-absl::Status RunWindows(const RankJob& job, LatchSource& source, const RunOptions& options) {
+// What lives as long as the process: the counters and flight recorder every attempt's groups
+// record into, and the outputs (JSONL, metrics endpoint, port file), opened once the first
+// attempt has formed its groups.
+struct RankProcess {
+  int compute_threads = 1;
+  std::shared_ptr<comm::CollectiveStats> stats;
+  std::shared_ptr<comm::FlightRecorder> recorder;
+  std::unique_ptr<RankOutputs> outputs;
+};
+
+// One attempt: groups, engine, the checkpoint to resume, then every remaining window. The
+// engine is declared after the groups, so on any exit (a Status or an exception unwinding) it
+// is destroyed first and the groups after it.
+absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOptions& options,
+                        AttemptPlan plan, RankProcess& proc) {
   const JobSpec& spec = job.spec;
-  ConfigureComputeThreads(job.local_ranks);
-  auto plan = source.Begin();
-  if (!plan.ok()) return plan.status();
-  auto groups = comm::CreateProcessGroups(job.backend, plan->rendezvous);
+  proc.recorder->SetAttempt(plan.attempt);
+  proc.recorder->SetPhase(RankPhase::kIdle);
+  plan.rendezvous.stats = proc.stats;
+  plan.rendezvous.recorder = proc.recorder;
+  auto groups = comm::CreateProcessGroups(job.backend, plan.rendezvous);
   if (!groups.ok()) return groups.status();
+  if (proc.outputs == nullptr) {
+    auto outputs = RankOutputs::Open(options.outputs, groups->rank, proc.stats.get());
+    if (!outputs.ok()) return outputs.status();
+    proc.outputs = *std::move(outputs);
+  }
+  RankOutputs& outputs = *proc.outputs;
   auto engine = CreateEngine(spec, &*groups, options.engine);
   if (!engine.ok()) return engine.status();
-  auto outputs = RankOutputs::Open(options.outputs, groups->rank, groups->stats.get());
-  if (!outputs.ok()) return outputs.status();
-
-  for (int64_t s = plan->first_window(); s < spec.steps; ++s) {
+  const std::string& root = spec.checkpoint.dir;
+  if (plan.resume_step >= 0) {
+    const std::string step_dir = root + "/" + CheckpointStepDirName(plan.resume_step);
+    const std::string job_id = plan.job_id == "standalone" ? "" : plan.job_id;
+    if (absl::Status st =
+            (*engine)->LoadTrainingCheckpoint(step_dir, job_id, plan.resume_manifest_sha256);
+        !st.ok()) {
+      return Prefixed(st, "resume: ");
+    }
+  }
+  const bool checkpoints = spec.checkpoint.enabled();
+  for (int64_t s = plan.first_window(); s < spec.steps; ++s) {
+    proc.recorder->BeginWindow(s, RankPhase::kLatch);
     const auto wait_start = Clock::now();
     auto latch = source.Await(s);
     if (!latch.ok()) return latch.status();
@@ -39,11 +74,37 @@ absl::Status RunWindows(const RankJob& job, LatchSource& source, const RunOption
     auto report = (*engine)->RunWindow(*latch);
     if (!report.ok()) return report.status();
     report->latch_wait_seconds = waited;
-    (*outputs)->OnStep(spec, *latch, *report, waited);
+    if (checkpoints && (s + 1) % spec.checkpoint.every_steps == 0) {
+      proc.recorder->SetPhase(RankPhase::kCheckpoint);
+      TrainingCheckpointRequest req;
+      req.root = root;
+      req.job_id = plan.job_id;
+      req.step = s;
+      req.attempt = plan.attempt;
+      req.latch_generation = latch->generation;
+      req.next_first_micro_batch = latch->first_micro_batch + latch->n;
+      req.compute_threads = proc.compute_threads;
+      auto commit = (*engine)->SaveTrainingCheckpoint(req);
+      if (!commit.ok())
+        return Prefixed(commit.status(), "checkpoint after step " + std::to_string(s) + ": ");
+      report->checkpoint_seconds = commit->blocked_seconds;
+      outputs.OnCheckpoint(*commit);
+      if (absl::Status st = source.CheckpointCommitted(*commit); !st.ok()) {
+        return Prefixed(st, "ReportCheckpoint: ");
+      }
+      if (groups->rank == 0) {
+        if (absl::Status st = PruneCheckpoints(root, spec.checkpoint.keep, plan.resume_step);
+            !st.ok()) {
+          return Prefixed(st, "latchkey.checkpoint.keep: pruning: ");
+        }
+      }
+    }
+    outputs.OnStep(spec, *latch, *report, waited);
     if (absl::Status st = source.StepDone(*report); !st.ok()) {
       return Prefixed(st, "ReportStep: ");
     }
   }
+  proc.recorder->SetPhase(RankPhase::kIdle);
   if (!options.save_dir.empty()) {
     if (absl::Status st = (*engine)->SaveCheckpoint(options.save_dir); !st.ok()) {
       return Prefixed(st, "--save: ");
@@ -52,8 +113,17 @@ absl::Status RunWindows(const RankJob& job, LatchSource& source, const RunOption
       std::cerr << "saved " << options.save_dir << "\n";
     }
   }
-  (*outputs)->Linger();
+  outputs.Linger();
   return absl::OkStatus();
+}
+
+absl::Status RunAttemptCaught(const RankJob& job, LatchSource& source, const RunOptions& options,
+                              AttemptPlan plan, RankProcess& proc) {
+  try {
+    return RunAttempt(job, source, options, std::move(plan), proc);
+  } catch (const std::exception& e) {
+    return StatusFromException(e);
+  }
 }
 
 }  // namespace
@@ -66,19 +136,27 @@ absl::Status StatusFromException(const std::exception& e) {
 }
 
 absl::Status RunRank(const RankJob& job, LatchSource& source, const RunOptions& options) {
-  absl::Status st;
-  try {
-    st = RunWindows(job, source, options);
-  } catch (const std::exception& e) {
-    st = StatusFromException(e);
+  RankProcess proc;
+  proc.compute_threads = ConfigureComputeThreads(job.local_ranks);
+  absl::StatusOr<AttemptPlan> plan = source.Begin();
+  if (!plan.ok()) return plan.status();
+  // A source that brings its own counters and recorder (the heartbeats read it) keeps them.
+  proc.stats =
+      plan->rendezvous.stats ? plan->rendezvous.stats : std::make_shared<comm::CollectiveStats>();
+  proc.recorder = plan->rendezvous.recorder ? plan->rendezvous.recorder
+                                            : std::make_shared<comm::FlightRecorder>();
+  while (true) {
+    absl::Status st = RunAttemptCaught(job, source, options, *std::move(plan), proc);
+    if (st.ok()) {
+      source.Finished();
+      return st;
+    }
+    // The job ended elsewhere: nothing of this rank's to report.
+    if (st.code() == absl::StatusCode::kCancelled) return st;
+    proc.recorder->SetPhase(RankPhase::kIdle);
+    plan = source.Recover(std::move(st));
+    if (!plan.ok()) return plan.status();
   }
-  if (st.ok()) {
-    source.Finished();
-    return st;
-  }
-  // The job ended elsewhere: nothing of this rank's to report.
-  if (st.code() == absl::StatusCode::kCancelled) return st;
-  return source.Recover(std::move(st)).status();
 }
 
 }  // namespace latchkey

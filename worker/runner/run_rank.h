@@ -1,12 +1,18 @@
-// The one runner loop of a rank, whatever drives it (standalone or the coordinator):
-// form the process groups, build the engine, then for every window take its latch from the
-// LatchSource, run it, emit the outputs (JSONL, metrics, progress) and tell the source; at the
-// end save the HF checkpoint (when asked) and linger.
+// The one runner loop of a rank, whatever drives it (standalone or the coordinator). The
+// process keeps one CollectiveStats, one FlightRecorder and its outputs (JSONL, metrics endpoint,
+// progress) across attempts. Per attempt (LatchSource::Begin, then Recover after a failure):
+// form the process groups, build the engine, load the attempt's checkpoint (resume_step >= 0),
+// then for every remaining window take its latch from the source, run it, save a resumable
+// checkpoint when latchkey.checkpoint says so (blocking training: the JSONL's
+// checkpoint_seconds, outside step_seconds), emit the outputs and tell the source; at the end
+// save the HF checkpoint (when asked) and linger.
 //
 // Errors by meaning: every exception that escapes libtorch or a backend is caught here, once,
 // and becomes a Status: a collective's own failure keeps its code (DEADLINE_EXCEEDED for a
-// timeout, UNAVAILABLE for a vanished peer); anything else is a bug (INTERNAL). Every failure
-// goes through LatchSource::Failed, which decides what the rank exits with.
+// timeout, UNAVAILABLE for a vanished peer); anything else is a bug (INTERNAL). A failed
+// attempt's engine and groups are destroyed (in that order) before LatchSource::Recover
+// decides: a next attempt, or the Status the rank exits with. CANCELLED (the job ended
+// elsewhere) ends the rank without Recover.
 #ifndef LATCHKEY_WORKER_RUNNER_RUN_RANK_H_
 #define LATCHKEY_WORKER_RUNNER_RUN_RANK_H_
 

@@ -20,6 +20,10 @@ absl::Status RunStandalone(const StandaloneOptions& options, const WorkerEnv& en
                                       std::to_string(job.spec.world_size) +
                                       " ranks but WORLD_SIZE is " + std::to_string(world));
   }
+  if (options.resume && !job.spec.checkpoint.enabled()) {
+    return absl::InvalidArgumentError(
+        "--resume: the spec has no latchkey.checkpoint (latchkey.checkpoint.dir)");
+  }
   job.local_ranks = env.local_world_size.value_or(world);
   comm::RendezvousConfig rdv;
   rdv.host = env.master_addr;
@@ -29,7 +33,7 @@ absl::Status RunStandalone(const StandaloneOptions& options, const WorkerEnv& en
   rdv.tp = job.spec.tp;
   rdv.local_address = env.transport_host;
   rdv.collective_timeout = options.collective_timeout;
-  LocalGate gate(job.spec, rdv);
+  LocalGate gate(job.spec, rdv, options.resume);
   return RunRank(job, gate, options.run);
 }
 

@@ -1,6 +1,7 @@
 // Standalone mode: N processes started by hand (or a launcher) with torchrun-style env form the
 // job's groups through a store hosted by rank 0 and train every window with the latch each rank
-// computes locally (LocalGate) from the same gate the coordinator uses.
+// computes locally (LocalGate) from the same gate the coordinator uses. One attempt: a failure
+// ends the rank; rerunning every rank with --resume continues from the last checkpoint.
 #ifndef LATCHKEY_WORKER_RUNNER_STANDALONE_H_
 #define LATCHKEY_WORKER_RUNNER_STANDALONE_H_
 
@@ -18,6 +19,9 @@ struct StandaloneOptions {
   std::string spec_path;
   RunOptions run;
   std::chrono::milliseconds collective_timeout{kDefaultCollectiveTimeout};
+  // --resume: continue after the newest valid checkpoint in latchkey.checkpoint.dir (step 0
+  // when there is none). The spec must have latchkey.checkpoint.
+  bool resume = false;
 };
 
 absl::Status RunStandalone(const StandaloneOptions& options, const WorkerEnv& env);

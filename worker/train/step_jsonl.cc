@@ -22,6 +22,7 @@ std::string StepReportJson(int rank, const StepReport& r) {
   j["latch_wait_seconds"] = r.latch_wait_seconds;
   j["lr"] = r.lr;
   if (r.eval_loss) j["eval_loss"] = *r.eval_loss;
+  if (r.checkpoint_seconds) j["checkpoint_seconds"] = *r.checkpoint_seconds;
   return j.dump();
 }
 
