@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
+#include <mutex>
 
 #include "worker/comm/collective_error.h"
 #include "worker/model/comm_buffer.h"
@@ -71,6 +72,28 @@ GptBigCode::GptBigCode(const ModelConfig& config, ParamStore* store, comm::Group
   replicated_gen_ = at::detail::createCPUGenerator(dropout_seed * 1000003ULL + dp_rank);
   local_gen_ =
       at::detail::createCPUGenerator(dropout_seed * 7919ULL + 104729ULL * (dp_rank + 1) + tp_rank);
+}
+
+namespace {
+
+at::Tensor StateOf(at::Generator gen) {  // a handle: shares the generator
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void Restore(at::Generator& gen, const at::Tensor& state) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+}  // namespace
+
+at::Tensor GptBigCode::replicated_generator_state() const { return StateOf(replicated_gen_); }
+at::Tensor GptBigCode::local_generator_state() const { return StateOf(local_gen_); }
+
+void GptBigCode::set_generator_states(const at::Tensor& replicated, const at::Tensor& local) {
+  Restore(replicated_gen_, replicated);
+  Restore(local_gen_, local);
 }
 
 at::Tensor GptBigCode::Dropout(const at::Tensor& x, double p, at::Generator& gen) {

@@ -39,6 +39,13 @@ class GptBigCode {
   // storage); nullptr (the default) for training's.
   void set_collective_tag(const char* tag) { tag_ = tag; }
 
+  // The dropout streams' states (at::Generator::get_state(): CPU uint8 tensors), copies.
+  at::Tensor replicated_generator_state() const;
+  at::Tensor local_generator_state() const;
+  // Restores both streams from states of the same kind of generator. Throws c10::Error on a
+  // state that is not one.
+  void set_generator_states(const at::Tensor& replicated, const at::Tensor& local);
+
  private:
   at::Tensor Dropout(const at::Tensor& x, double p, at::Generator& gen);
   at::Tensor Attention(const at::Tensor& qkv, int64_t B, int64_t S);

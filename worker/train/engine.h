@@ -31,6 +31,7 @@
 #include "common/job_spec.h"
 #include "common/latch.h"
 #include "common/step_report.h"
+#include "worker/checkpoint/train_checkpoint.h"
 #include "worker/comm/process_groups.h"
 
 namespace latchkey {
@@ -54,6 +55,17 @@ struct EngineOptions {
   comm::Device device = comm::Device::Cpu();
 };
 
+// Where and as what a resumable checkpoint is saved (docs/fault-tolerance.md).
+struct TrainingCheckpointRequest {
+  std::string root;    // latchkey.checkpoint.dir
+  std::string job_id;  // empty: "standalone"
+  int64_t step = 0;    // the window just run
+  int64_t attempt = 1;
+  int64_t latch_generation = 0;        // of latch(step)
+  int64_t next_first_micro_batch = 0;  // M of window step + 1
+  int compute_threads = 1;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -65,6 +77,21 @@ class Engine {
   virtual absl::Status SaveCheckpoint(const std::string& dir) = 0;
   // Optimizer state bytes held by this rank (ZeRO-1 partitions it over DP).
   virtual int64_t optimizer_state_bytes() const = 0;
+  // Collective (every rank): writes this rank's state after window `r.step` into the attempt's
+  // temporary folder, confirms it with all ranks over the world group (an all-gather of every
+  // rank's size and SHA-256), rank 0 commits, and rank 0's outcome is broadcast. Returns the
+  // commit, the same on every rank; a rank that failed to write fails every rank.
+  virtual absl::StatusOr<CheckpointCommit> SaveTrainingCheckpoint(
+      const TrainingCheckpointRequest& r) = 0;
+  // Not collective. Replaces the parameters, the fp32 master (bf16), the optimizer state (AdamW
+  // exp_avg, exp_avg_sq and step count) and the dropout generator states with those of the
+  // checkpoint in `step_dir`, after verifying every file of it (DATA_LOSS naming the file) and,
+  // when `manifest_sha256` is non-empty, the manifest's SHA-256. Refuses (FAILED_PRECONDITION
+  // naming the field) a checkpoint of another job (unless `expected_job_id` is empty), world_size,
+  // tp, zero_stage, bf16, optimizer or model. A refused load changes nothing.
+  virtual absl::Status LoadTrainingCheckpoint(const std::string& step_dir,
+                                              const std::string& expected_job_id,
+                                              const std::string& manifest_sha256) = 0;
 };
 
 // Builds the model shard (from spec.init_from or from the seed), the data source and optimizer.

@@ -7,16 +7,44 @@
 namespace latchkey {
 namespace {
 
+// Every name in `state` must be one of `want` (all present, fp32, `count` elements).
+absl::Status CheckState(const std::map<std::string, at::Tensor>& state,
+                        const std::map<std::string, at::Tensor>& want) {
+  for (const auto& [name, t] : state) {
+    if (want.count(name) == 0) return absl::InvalidArgumentError("unexpected optimizer." + name);
+  }
+  for (const auto& [name, mine] : want) {
+    auto it = state.find(name);
+    if (it == state.end()) return absl::InvalidArgumentError("missing optimizer." + name);
+    if (it->second.scalar_type() != at::kFloat || it->second.numel() != mine.numel()) {
+      return absl::InvalidArgumentError("optimizer." + name + " has " +
+                                        std::to_string(it->second.numel()) + " elements of " +
+                                        std::string(c10::toString(it->second.scalar_type())) +
+                                        ", expected " + std::to_string(mine.numel()) + " Float");
+    }
+  }
+  return absl::OkStatus();
+}
+
 class Sgd final : public Optimizer {
  public:
   explicit Sgd(const FlatOps* ops) : ops_(ops) {}
   void Step(const at::Tensor& p, const at::Tensor& g, double lr) override {
+    ++step_;
     ops_->SgdStep(p, g, static_cast<float>(lr));
   }
   int64_t state_bytes() const override { return 0; }
+  int64_t steps() const override { return step_; }
+  std::map<std::string, at::Tensor> state() const override { return {}; }
+  absl::Status LoadState(int64_t steps, const std::map<std::string, at::Tensor>& state) override {
+    if (absl::Status st = CheckState(state, {}); !st.ok()) return st;
+    step_ = steps;
+    return absl::OkStatus();
+  }
 
  private:
   const FlatOps* ops_;
+  int64_t step_ = 0;
 };
 
 class AdamW final : public Optimizer {
@@ -42,6 +70,17 @@ class AdamW final : public Optimizer {
   }
   int64_t state_bytes() const override {
     return static_cast<int64_t>((m_.numel() + v_.numel()) * sizeof(float));
+  }
+  int64_t steps() const override { return step_; }
+  std::map<std::string, at::Tensor> state() const override {
+    return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
+  }
+  absl::Status LoadState(int64_t steps, const std::map<std::string, at::Tensor>& state) override {
+    if (absl::Status st = CheckState(state, this->state()); !st.ok()) return st;
+    ops_->Copy(m_, state.at("exp_avg").reshape({-1}).to(m_.device()).contiguous());
+    ops_->Copy(v_, state.at("exp_avg_sq").reshape({-1}).to(v_.device()).contiguous());
+    step_ = steps;
+    return absl::OkStatus();
   }
 
  private:

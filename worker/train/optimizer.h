@@ -12,8 +12,11 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 
+#include "absl/status/status.h"
 #include "common/job_spec.h"
 #include "worker/train/flat_ops.h"
 
@@ -27,6 +30,13 @@ class Optimizer {
   virtual void Step(const at::Tensor& params, const at::Tensor& grads, double lr) = 0;
   // Bytes of optimizer state tensors held by this rank.
   virtual int64_t state_bytes() const = 0;
+  // Steps taken (AdamW's bias-correction t).
+  virtual int64_t steps() const = 0;
+  // The state tensors by name (AdamW: "exp_avg", "exp_avg_sq"; SGD: none), the live buffers.
+  virtual std::map<std::string, at::Tensor> state() const = 0;
+  // Replaces the step count and the state tensors (copied byte for byte onto the ops' device).
+  // INVALID_ARGUMENT naming the tensor when one is missing, extra, or of another size or dtype.
+  virtual absl::Status LoadState(int64_t steps, const std::map<std::string, at::Tensor>& state) = 0;
 };
 
 std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerConfig& config, int64_t count,

@@ -1,0 +1,282 @@
+// Resuming from a checkpoint is bit-exact: a run that saves after step 2 and continues in brand
+// new process groups and a brand new engine (loaded from the checkpoint alone) reports the same
+// losses and gradient norms and ends with byte-identical parameters, optimizer state and master
+// as an uninterrupted run; for DP 2 x TP 2 with dropout and clipping under ZeRO-1 AdamW (fp32
+// and bf16) and ZeRO-0 (SGD fp32, AdamW bf16). A damaged checkpoint and one of another layout are
+// refused. Ranks run as threads (tests/support/rank_threads.h).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/latch.h"
+#include "tests/support/rank_threads.h"
+#include "tests/support/specs.h"
+#include "tests/support/temp_dir.h"
+#include "worker/checkpoint/files.h"
+#include "worker/checkpoint/train_checkpoint.h"
+#include "worker/comm/flight_recorder.h"
+#include "worker/train/engine.h"
+#include "worker/train/threads.h"
+
+namespace latchkey::testing {
+namespace {
+
+constexpr int kWorld = 4;
+constexpr int kTp = 2;
+constexpr int kSteps = 6;
+constexpr int64_t kSaveAfter = 2;
+
+struct Variant {
+  const char* name;
+  bool bf16;
+  int zero;
+  const char* optimizer;
+};
+
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+
+JobSpec MakeSpec(const Variant& v, int tp = kTp) {
+  SpecParams p;  // synthetic data
+  p.tp = tp;
+  p.world_size = kWorld;
+  p.clip = 0.5;
+  p.steps = kSteps;
+  p.seed = 7;
+  p.zero_stage = v.zero;
+  p.optimizer = v.optimizer;
+  p.lr = std::string(v.optimizer) == "SGD" ? 0.05 : 0.001;
+  p.model["resid_pdrop"] = 0.1;
+  p.model["attn_pdrop"] = 0.1;
+  p.model["embd_pdrop"] = 0.1;
+  nlohmann::json spec = SpecObject(p);
+  if (v.bf16) spec["bf16"] = {{"enabled", true}};
+  absl::StatusOr<JobSpec> parsed = ParseJobSpec(spec.dump(), "/");
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  return *parsed;
+}
+
+Latch LatchFor(const JobSpec& spec, int64_t window) {
+  return DecideLatch(spec, InitialPolicy(spec), window, spec.FirstMicroBatch(window));
+}
+
+// What every rank reported, by rank then step.
+struct Reports {
+  std::mutex mu;
+  std::map<int, std::map<int64_t, StepReport>> by_rank;
+  std::map<int, CheckpointCommit> commits;
+
+  void Add(int rank, const StepReport& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    by_rank[rank][r.step] = r;
+  }
+};
+
+// Runs windows [from, to) on `engine`, recording the reports.
+void RunWindows(Engine& engine, const JobSpec& spec, int rank, int64_t from, int64_t to,
+                Reports& out) {
+  for (int64_t s = from; s < to; ++s) {
+    absl::StatusOr<StepReport> r = engine.RunWindow(LatchFor(spec, s));
+    ASSERT_TRUE(r.ok()) << "rank " << rank << " step " << s << ": " << r.status();
+    EXPECT_GE(r->boundary_wait_seconds, 0.0);
+    out.Add(rank, *r);
+  }
+}
+
+// Saves after window `step` on every rank; records each rank's commit.
+void Save(Engine& engine, comm::ProcessGroups& g, const JobSpec& spec, const std::string& root,
+          int64_t step, Reports& out) {
+  TrainingCheckpointRequest req;
+  req.root = root;
+  req.step = step;
+  req.next_first_micro_batch = spec.FirstMicroBatch(step + 1);
+  absl::StatusOr<CheckpointCommit> c = engine.SaveTrainingCheckpoint(req);
+  ASSERT_TRUE(c.ok()) << "rank " << g.rank << ": " << c.status();
+  std::lock_guard<std::mutex> lock(out.mu);
+  out.commits[g.rank] = *c;
+}
+
+// The tensors of every rank file of a committed checkpoint: "rank/tensor" -> bytes.
+std::map<std::string, std::string> StateBytes(const std::string& step_dir) {
+  std::map<std::string, std::string> out;
+  for (int r = 0; r < kWorld; ++r) {
+    absl::StatusOr<StFile> f = ReadCheckpointRankFile(step_dir, r);
+    EXPECT_TRUE(f.ok()) << f.status();
+    if (!f.ok()) continue;
+    for (const StTensor& t : f->tensors) out[std::to_string(r) + "/" + t.name] = t.data;
+  }
+  return out;
+}
+
+class Resume : public ::testing::TestWithParam<Variant> {
+ protected:
+  static void SetUpTestSuite() { ConfigureComputeThreads(kWorld); }
+};
+
+TEST_P(Resume, SaveLoadAndContinueIsBitExact) {
+  const JobSpec spec = MakeSpec(GetParam());
+  const ScopedTempDir dir("resume");
+  // Uninterrupted: steps 0..5, then the final state (HF weights and a checkpoint).
+  Reports straight;
+  RunRankThreads(kWorld, kTp, [&](comm::ProcessGroups& g) {
+    auto engine = CreateEngine(spec, &g);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    RunWindows(**engine, spec, g.rank, 0, kSteps, straight);
+    ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "straight-hf").ok());
+    Save(**engine, g, spec, dir / "straight", kSteps - 1, straight);
+  });
+  // Interrupted: steps 0..2 and a checkpoint; the engine and groups are then destroyed.
+  Reports first;
+  RunRankThreads(kWorld, kTp, [&](comm::ProcessGroups& g) {
+    auto engine = CreateEngine(spec, &g);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    RunWindows(**engine, spec, g.rank, 0, kSaveAfter + 1, first);
+    Save(**engine, g, spec, dir / "ckpt", kSaveAfter, first);
+  });
+  ASSERT_EQ(first.commits.size(), static_cast<size_t>(kWorld));
+  const CheckpointCommit commit = first.commits[0];
+  for (const auto& [rank, c] : first.commits) {
+    EXPECT_EQ(c.manifest_sha256, commit.manifest_sha256) << "rank " << rank;
+    EXPECT_EQ(c.dir, commit.dir) << "rank " << rank;
+    EXPECT_EQ(c.bytes, commit.bytes) << "rank " << rank;
+  }
+  EXPECT_EQ(commit.dir, dir / "ckpt/step-00000002");
+  absl::StatusOr<CheckpointManifest> manifest = VerifyCheckpoint(commit.dir, "");
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_EQ(manifest->job_id, "standalone");
+  EXPECT_EQ(manifest->next_window, 3);
+  EXPECT_EQ(manifest->next_first_micro_batch, spec.FirstMicroBatch(3));
+  EXPECT_EQ(manifest->dp, 2);
+  int64_t total = 0;
+  for (const CheckpointFileEntry& f : manifest->files) total += f.bytes;
+  EXPECT_EQ(total, commit.bytes);
+  // Resumed: new groups, a new engine that loads the checkpoint, steps 3..5.
+  Reports resumed;
+  RunRankThreads(kWorld, kTp, [&](comm::ProcessGroups& g) {
+    g.recorder = std::make_shared<comm::FlightRecorder>();
+    auto engine = CreateEngine(spec, &g);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    absl::Status st =
+        (*engine)->LoadTrainingCheckpoint(commit.dir, "standalone", commit.manifest_sha256);
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(g.recorder->Snapshot().phase, RankPhase::kCheckpoint);
+    RunWindows(**engine, spec, g.rank, kSaveAfter + 1, kSteps, resumed);
+    const RankPosition pos = g.recorder->Snapshot();
+    EXPECT_EQ(pos.window, kSteps - 1);
+    EXPECT_EQ(pos.micro_batch, LatchFor(spec, kSteps - 1).n - 1);
+    ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "resumed-hf").ok());
+    Save(**engine, g, spec, dir / "resumed", kSteps - 1, resumed);
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    for (int64_t s = 0; s < kSteps; ++s) {
+      const StepReport& want = straight.by_rank[r].at(s);
+      const StepReport& got = s <= kSaveAfter ? first.by_rank[r].at(s) : resumed.by_rank[r].at(s);
+      EXPECT_EQ(got.loss, want.loss) << "rank " << r << " step " << s;
+      EXPECT_EQ(got.grad_norm, want.grad_norm) << "rank " << r << " step " << s;
+      EXPECT_EQ(got.lr, want.lr) << "rank " << r << " step " << s;
+    }
+  }
+  // Dropout was active: the losses move from step to step.
+  EXPECT_NE(straight.by_rank[0].at(3).loss, straight.by_rank[0].at(4).loss);
+  const std::string a = *ReadWholeFile(dir / "straight-hf/model.safetensors");
+  const std::string b = *ReadWholeFile(dir / "resumed-hf/model.safetensors");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "final weights differ";
+  const auto want = StateBytes(dir / "straight/step-00000005");
+  const auto got = StateBytes(dir / "resumed/step-00000005");
+  ASSERT_EQ(want.size(), got.size());
+  EXPECT_GE(want.size(), static_cast<size_t>(kWorld * 3));
+  for (const auto& [name, bytes] : want) {
+    ASSERT_EQ(got.count(name), 1u) << name;
+    EXPECT_TRUE(got.at(name) == bytes) << name << " differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Resume,
+                         ::testing::Values(Variant{"zero1_adamw_fp32", false, 1, "AdamW"},
+                                           Variant{"zero1_adamw_bf16", true, 1, "AdamW"},
+                                           Variant{"zero0_sgd_fp32", false, 0, "SGD"},
+                                           Variant{"zero0_adamw_bf16", true, 0, "AdamW"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// A checkpoint after step 0 of the fp32 ZeRO-1 AdamW job, under `root`.
+CheckpointCommit SaveOneStep(const std::string& root) {
+  const JobSpec spec = MakeSpec(Variant{"zero1", false, 1, "AdamW"});
+  Reports reports;
+  RunRankThreads(kWorld, kTp, [&](comm::ProcessGroups& g) {
+    auto engine = CreateEngine(spec, &g);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    RunWindows(**engine, spec, g.rank, 0, 1, reports);
+    Save(**engine, g, spec, root, 0, reports);
+  });
+  return reports.commits[0];
+}
+
+// Every rank's LoadTrainingCheckpoint status for `spec` on a dp x tp grid.
+std::vector<absl::Status> LoadEverywhere(const JobSpec& spec, int tp, const std::string& step_dir,
+                                         const std::string& job_id = "") {
+  std::vector<absl::Status> out(kWorld);
+  RunRankThreads(kWorld, tp, [&](comm::ProcessGroups& g) {
+    auto engine = CreateEngine(spec, &g);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    out[g.rank] = (*engine)->LoadTrainingCheckpoint(step_dir, job_id, "");
+  });
+  return out;
+}
+
+TEST(ResumeRefusal, CorruptedRankFileIsDataLoss) {
+  ConfigureComputeThreads(kWorld);
+  const ScopedTempDir dir("resume");
+  const CheckpointCommit c = SaveOneStep(dir / "ckpt");
+  const std::string victim = c.dir + "/" + CheckpointRankFileName(1);
+  std::string bytes = *ReadWholeFile(victim);
+  bytes[bytes.size() / 2] ^= 0x01;
+  ASSERT_TRUE(WriteFileAtomically(victim, bytes).ok());
+  const JobSpec spec = MakeSpec(Variant{"zero1", false, 1, "AdamW"});
+  for (const absl::Status& st : LoadEverywhere(spec, kTp, c.dir)) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+    EXPECT_NE(st.message().find("rank-00001.safetensors"), std::string::npos) << st;
+  }
+  // And it is never chosen as the one to resume from.
+  absl::StatusOr<std::optional<int64_t>> newest = NewestValidCheckpoint(dir / "ckpt", "");
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_FALSE(newest->has_value());
+}
+
+TEST(ResumeRefusal, AnotherLayoutOrJobIsRefusedNamingTheField) {
+  ConfigureComputeThreads(kWorld);
+  const ScopedTempDir dir("resume");
+  const CheckpointCommit c = SaveOneStep(dir / "ckpt");
+  // DP 4 x TP 1: same world size, another tp.
+  for (const absl::Status& st : LoadEverywhere(MakeSpec({"tp1", false, 1, "AdamW"}, 1), 1, c.dir)) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+    EXPECT_NE(st.message().find(": tp 2, this job has 1"), std::string::npos) << st;
+  }
+  for (const absl::Status& st : LoadEverywhere(MakeSpec({"sgd", false, 1, "SGD"}), kTp, c.dir)) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+    EXPECT_NE(st.message().find("optimizer AdamW, this job has SGD"), std::string::npos) << st;
+  }
+  const JobSpec same = MakeSpec({"zero1", false, 1, "AdamW"});
+  for (const absl::Status& st : LoadEverywhere(same, kTp, c.dir, "job-other")) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+    EXPECT_NE(st.message().find("job_id standalone, this job has job-other"), std::string::npos)
+        << st;
+  }
+  // A manifest SHA-256 other than the committed one.
+  std::string wrong = c.manifest_sha256;
+  wrong[5] = wrong[5] == 'a' ? 'b' : 'a';
+  RunRankThreads(kWorld, kTp, [&](comm::ProcessGroups& g) {
+    auto engine = CreateEngine(same, &g);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    absl::Status st = (*engine)->LoadTrainingCheckpoint(c.dir, "standalone", wrong);
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+    EXPECT_TRUE((*engine)->LoadTrainingCheckpoint(c.dir, "standalone", c.manifest_sha256).ok());
+  });
+}
+
+}  // namespace
+}  // namespace latchkey::testing
