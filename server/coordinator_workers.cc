@@ -229,9 +229,10 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportStep(const WorkerCall& call,
   if (inserted) {
     j.steps.Add(record);
   } else {
-    // A re-run of a stored step (or a retry): the first report stays; the rank moves on.
+    // A re-run of a stored step (or a retry): the first report stays; the rank moves on. A step
+    // this rank has not reported in this attempt yet was stored by an earlier one: a re-run.
     out.duplicate = true;
-    LK_RETURN_IF_ERROR(CheckDeterminism(j, record));
+    if (report.step >= rank.steps_reported) LK_RETURN_IF_ERROR(CheckDeterminism(j, record));
   }
   NoteArrival(j, call.rank, report);
   rank.steps_reported = std::max(rank.steps_reported, report.step + 1);
