@@ -113,7 +113,9 @@ struct WorkerSession::Impl {
   // A call of this join's attempt was refused ABORTED: fenced when it names an attempt (a
   // heartbeat or the latch stream is refused only for that).
   // The refusal reads "worker W is at attempt A; job J is at attempt B (fenced)": B is the job's.
-  void NoteAborted(const grpc::Status& st, bool always) {
+  // `sent`: the attempt the call named; the answer to a call of an earlier join (in flight
+  // across a Rejoin) says nothing about the current one.
+  void NoteAborted(const grpc::Status& st, bool always, int64_t sent) {
     if (st.error_code() != grpc::StatusCode::ABORTED) return;
     const std::string& msg = st.error_message();
     if (!always && !absl::StrContains(msg, "attempt")) return;
@@ -126,7 +128,7 @@ struct WorkerSession::Impl {
     }
     absl::MutexLock lock(&mu);
     job_attempt = std::max(job_attempt, theirs);
-    FenceLocked();
+    if (sent == info.attempt) FenceLocked();
   }
   int64_t JobAttemptLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
     return std::max(job_attempt, fenced ? info.attempt + 1 : info.attempt);
@@ -224,7 +226,7 @@ struct WorkerSession::Impl {
       }
       if (st.ok()) continue;
       if (!StreamRetryable(st.error_code())) {
-        NoteAborted(st, /*always=*/true);
+        NoteAborted(st, /*always=*/true, req.identity().attempt());
         absl::MutexLock lock(&mu);
         stream_error = FromGrpcStatus(st);
         cv.SignalAll();
@@ -287,7 +289,7 @@ struct WorkerSession::Impl {
       SetEnd(resp.state(), resp.reason());
       NoteAttempt(resp.attempt());
     } else {
-      NoteAborted(st, /*always=*/true);
+      NoteAborted(st, /*always=*/true, req.identity().attempt());
     }
     return st;
   }
@@ -430,7 +432,7 @@ absl::Status WorkerSession::ReportStep(const StepMetrics& m) {
     return last;
   });
   if (s.ok()) impl_->SetEnd(resp.state(), "");
-  impl_->NoteAborted(last, /*always=*/false);
+  impl_->NoteAborted(last, /*always=*/false, req.identity().attempt());
   return s;
 }
 
@@ -463,7 +465,7 @@ absl::Status WorkerSession::ReportCheckpoint(int64_t step, const std::string& ma
     return last;
   });
   if (s.ok()) impl_->SetEnd(resp.state(), "");
-  impl_->NoteAborted(last, /*always=*/false);
+  impl_->NoteAborted(last, /*always=*/false, req.identity().attempt());
   return s;
 }
 
