@@ -3,14 +3,17 @@
 // losses and gradient norms and ends with byte-identical parameters, optimizer state and master
 // as an uninterrupted run; for DP 2 x TP 2 with dropout and clipping under ZeRO-1 AdamW (fp32
 // and bf16) and ZeRO-0 (SGD fp32, AdamW bf16). A damaged checkpoint and one of another layout are
-// refused. Ranks run as threads (tests/support/rank_threads.h).
+// refused. The engine's straggler measure (boundary_wait_seconds) is checked here too. Ranks run
+// as threads (tests/support/rank_threads.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/latch.h"
@@ -40,10 +43,10 @@ struct Variant {
 
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
-JobSpec MakeSpec(const Variant& v, int tp = kTp) {
+JobSpec MakeSpec(const Variant& v, int tp = kTp, int world = kWorld) {
   SpecParams p;  // synthetic data
   p.tp = tp;
-  p.world_size = kWorld;
+  p.world_size = world;
   p.clip = 0.5;
   p.steps = kSteps;
   p.seed = 7;
@@ -151,6 +154,25 @@ TEST_P(Resume, SaveLoadAndContinueIsBitExact) {
   EXPECT_EQ(manifest->next_window, 3);
   EXPECT_EQ(manifest->next_first_micro_batch, spec.FirstMicroBatch(3));
   EXPECT_EQ(manifest->dp, 2);
+  // Rank 3 is dp_rank 1, tp_rank 1; it took 3 optimizer steps.
+  absl::StatusOr<StFile> rank3 = ReadCheckpointRankFile(commit.dir, 3);
+  ASSERT_TRUE(rank3.ok()) << rank3.status();
+  EXPECT_EQ(rank3->metadata.at("rank"), "3");
+  EXPECT_EQ(rank3->metadata.at("tp_rank"), "1");
+  EXPECT_EQ(rank3->metadata.at("dp_rank"), "1");
+  EXPECT_EQ(rank3->metadata.at("step"), "2");
+  EXPECT_EQ(rank3->metadata.at("optimizer_step"), "3");
+  std::vector<std::string> names;
+  for (const StTensor& t : rank3->tensors) names.push_back(t.name);
+  std::vector<std::string> want_names = {"params", "rng.local", "rng.replicated"};
+  if (GetParam().bf16) want_names.push_back("master");
+  if (std::string(GetParam().optimizer) == "AdamW") {
+    want_names.insert(want_names.end(), {"optimizer.exp_avg", "optimizer.exp_avg_sq"});
+  }
+  std::sort(want_names.begin(), want_names.end());
+  EXPECT_EQ(names, want_names);
+  EXPECT_EQ(rank3->Find("params")->dtype, StDtype::kF32);
+  EXPECT_EQ(rank3->Find("rng.local")->dtype, StDtype::kU8);
   int64_t total = 0;
   for (const CheckpointFileEntry& f : manifest->files) total += f.bytes;
   EXPECT_EQ(total, commit.bytes);
@@ -276,6 +298,26 @@ TEST(ResumeRefusal, AnotherLayoutOrJobIsRefusedNamingTheField) {
     EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
     EXPECT_TRUE((*engine)->LoadTrainingCheckpoint(c.dir, "standalone", c.manifest_sha256).ok());
   });
+}
+
+// The straggler measure: a DP rank that starts its window late makes the other wait in the
+// window's first boundary collective (the ZeRO-1 reduce-scatter; DP 2 x TP 1, every micro-batch
+// but the last no_sync, so nothing meets before it).
+TEST(EngineBoundary, BoundaryWaitIsTheTimeSpentWaitingForTheLateRank) {
+  ConfigureComputeThreads(2);
+  const JobSpec spec = MakeSpec(Variant{"dp2", false, 1, "AdamW"}, /*tp=*/1, /*world=*/2);
+  std::vector<StepReport> reports(2);
+  RunRankThreads(2, 1, [&](comm::ProcessGroups& g) {
+    auto engine = CreateEngine(spec, &g);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    if (g.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    absl::StatusOr<StepReport> r = (*engine)->RunWindow(LatchFor(spec, 0));
+    ASSERT_TRUE(r.ok()) << r.status();
+    reports[g.rank] = *r;
+  });
+  EXPECT_GE(reports[0].boundary_wait_seconds, 0.5);
+  EXPECT_LT(reports[1].boundary_wait_seconds, reports[0].boundary_wait_seconds);
+  EXPECT_LT(reports[0].boundary_wait_seconds, reports[0].step_seconds);
 }
 
 }  // namespace

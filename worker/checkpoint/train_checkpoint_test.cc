@@ -240,5 +240,49 @@ TEST(TrainCheckpointTest, MalformedManifestIsDataLoss) {
   EXPECT_THAT(Msg(m.status()), HasSubstr("manifest.json"));
 }
 
+TEST(TrainCheckpointTest, Sha256WordsRoundTripExactly) {
+  const std::string sha = Sha256Hex("latchkey");
+  double words[8];
+  Sha256ToWords(sha, words);
+  EXPECT_EQ(words[0], static_cast<double>(std::stoul(sha.substr(0, 8), nullptr, 16)));
+  EXPECT_EQ(Sha256FromWords(words), sha);
+  const std::string high = std::string(8, 'f') + std::string(56, '0');
+  Sha256ToWords(high, words);
+  EXPECT_EQ(words[0], 4294967295.0);
+  EXPECT_EQ(Sha256FromWords(words), high);
+  Sha256ToWords("not a digest", words);
+  EXPECT_EQ(Sha256FromWords(words), std::string(64, '0'));
+}
+
+TEST(TrainCheckpointTest, ManifestOfAnotherLayoutIsRefusedNamingTheField) {
+  const CheckpointManifest want = Manifest(4, 2);
+  EXPECT_TRUE(CheckManifestFits("d", want, want, "job-a").ok());
+  EXPECT_TRUE(CheckManifestFits("d", want, want, "").ok());
+  const auto refused = [&](CheckpointManifest m, const std::string& job) {
+    absl::Status st = CheckManifestFits("d", m, want, job);
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+    return Msg(st);
+  };
+  EXPECT_THAT(refused(want, "job-b"), HasSubstr("checkpoint d: job_id job-a, this job has job-b"));
+  CheckpointManifest m = want;
+  m.world_size = 4;
+  EXPECT_THAT(refused(m, ""), HasSubstr("world_size 4, this job has 2"));
+  m = want;
+  m.tp = 1;
+  EXPECT_THAT(refused(m, ""), HasSubstr("tp 1, this job has 2"));
+  m = want;
+  m.zero_stage = 0;
+  EXPECT_THAT(refused(m, ""), HasSubstr("zero_stage 0, this job has 1"));
+  m = want;
+  m.bf16 = false;
+  EXPECT_THAT(refused(m, ""), HasSubstr("bf16 false, this job has true"));
+  m = want;
+  m.optimizer = "SGD";
+  EXPECT_THAT(refused(m, ""), HasSubstr("optimizer SGD, this job has AdamW"));
+  m = want;
+  m.model.attn_pdrop = 0.2;
+  EXPECT_THAT(refused(m, ""), HasSubstr("model "));
+}
+
 }  // namespace
 }  // namespace latchkey

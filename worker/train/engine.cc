@@ -309,8 +309,7 @@ class EngineImpl final : public Engine {
     const int64_t n = store_->numel();
     const int64_t chunk = part_end_ - part_begin_;
     const bool bf16 = master_.defined();
-    const at::Tensor params = bf16 ? read("params", StDtype::kBF16, at::kBFloat16, n)
-                                   : read("params", StDtype::kF32, at::kFloat, n);
+    const at::Tensor params = read("params", StDtype::kF32, at::kFloat, n);
     const at::Tensor master = bf16 ? read("master", StDtype::kF32, at::kFloat, chunk) : params;
     std::map<std::string, at::Tensor> opt;
     for (const auto& [name, t] : optimizer_->state()) {
@@ -335,7 +334,7 @@ class EngineImpl final : public Engine {
     const at::Tensor& compute = store_->flat_compute();
     ops_->Copy(compute.narrow(0, 0, n), params.to(device_));
     ops_->Copy(compute.narrow(0, part_begin_, chunk), master_);
-    if (!at::equal(compute.narrow(0, 0, n).cpu(), params)) {
+    if (!at::equal(compute.narrow(0, 0, n).cpu().to(at::kFloat), params)) {
       return absl::DataLossError(src + ": params disagree with the bf16 rounding of master");
     }
     return absl::OkStatus();
@@ -447,8 +446,9 @@ class EngineImpl final : public Engine {
     StFile f;
     const bool bf16 = master_.defined();
     const at::Tensor& flat = bf16 ? store_->flat_compute() : store_->flat_params();
-    f.tensors.push_back(RawStTensor("params", flat.narrow(0, 0, store_->numel()),
-                                    bf16 ? StDtype::kBF16 : StDtype::kF32));
+    // fp32 always: in bf16 mode the compute copy, widened exactly.
+    f.tensors.push_back(
+        RawStTensor("params", flat.narrow(0, 0, store_->numel()).to(at::kFloat), StDtype::kF32));
     if (bf16) f.tensors.push_back(RawStTensor("master", master_, StDtype::kF32));
     for (const auto& [name, t] : optimizer_->state()) {
       f.tensors.push_back(RawStTensor("optimizer." + name, t, StDtype::kF32));
