@@ -193,7 +193,9 @@ TEST(ClusterTest, SilentWorkerFailsJobAfterLivenessDeadline) {
   InProcessCoordinator server(opt);
   JobClient client({server.address(), absl::Seconds(10)});
   JobSubmission req;
-  req.spec_json = SpecJson();
+  SpecParams p;
+  p.extra_latchkey = {{"max_restarts", 0}};  // a lost worker fails the job
+  req.spec_json = SpecJson(p);
   auto job = client.SubmitJob(req);
   ASSERT_TRUE(job.ok());
   auto alive = WorkerSession::Join(SessionOptions(server.address(), *job, "alive"));

@@ -335,7 +335,9 @@ TEST_F(GrpcServiceTest, LatchStreamReportStepHeartbeatUpdateAndAudit) {
 }
 
 TEST_F(GrpcServiceTest, ReportFailureFailsJobAndEndsStreams) {
-  v1::SubmitJobResponse job = Submit();
+  SpecParams p;
+  p.extra_latchkey = {{"max_restarts", 0}};  // a failure fails the job
+  v1::SubmitJobResponse job = Submit(p);
   v1::JoinResponse r;
   ASSERT_TRUE(Join(job, "a", &r).ok());
   ASSERT_TRUE(Join(job, "b", &r).ok());
