@@ -88,7 +88,8 @@ class Engine {
   // checkpoint in `step_dir`, after verifying every file of it (DATA_LOSS naming the file) and,
   // when `manifest_sha256` is non-empty, the manifest's SHA-256. Refuses (FAILED_PRECONDITION
   // naming the field) a checkpoint of another job (unless `expected_job_id` is empty), world_size,
-  // tp, zero_stage, bf16, optimizer or model. A refused load changes nothing.
+  // tp, zero_stage, bf16, optimizer or model. A checkpoint refused for its layout, or one whose
+  // files do not verify, changes nothing.
   virtual absl::Status LoadTrainingCheckpoint(const std::string& step_dir,
                                               const std::string& expected_job_id,
                                               const std::string& manifest_sha256) = 0;
