@@ -250,7 +250,13 @@ absl::StatusOr<WorkerStatus> Coordinator::Heartbeat(const WorkerCall& call,
   LK_ASSIGN_OR_RETURN(Job * j, FindForWorker(call, /*check_rank=*/true));
   RankTable::Rank& r = j->ranks.at(call.rank);
   r.last_seen = r.heartbeat_time = clock_->Now();
-  if (position) r.position = *position;
+  // A client that sends no position is idle to the hang detector: it is judged only once it
+  // goes silent (a stopped process keeps its latch stream open, so liveness never ends it).
+  if (position) {
+    r.position = *position;
+  } else if (!r.position) {
+    r.position = RankPosition{};
+  }
   return WorkerStatus{j->rec.state, j->rec.failure_reason, false, j->rec.attempt};
 }
 

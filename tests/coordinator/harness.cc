@@ -73,7 +73,7 @@ bool CoordinatorProcess::Start() {
                                    "--shutdown-grace",
                                    "1"};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
-  pid_ = StartProcess(args, {}, "");  // output inherited: it shows in the test's log
+  pid_ = StartProcess(args, env_, "");  // output inherited: it shows in the test's log
   if (pid_ <= 0) return false;
   for (int i = 0; i < 200; ++i) {  // up to 20 s
     std::ifstream in(port_file);
@@ -92,6 +92,13 @@ bool CoordinatorProcess::Start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;
+}
+
+bool CoordinatorProcess::Exited(absl::Duration timeout) {
+  if (pid_ <= 0) return true;
+  if (!WaitFor(pid_, absl::ToChronoMilliseconds(timeout)).has_value()) return false;
+  pid_ = -1;
+  return true;
 }
 
 void CoordinatorProcess::Kill9() {

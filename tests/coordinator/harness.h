@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "server/coordinator.h"
 #include "server/metrics.h"
 #include "server/server.h"
@@ -40,7 +41,11 @@ class CoordinatorProcess {
   CoordinatorProcess(std::string db_path, int grpc_port = 0,
                      std::vector<std::string> extra_args = {});
   ~CoordinatorProcess();  // SIGKILL if still running
+  // Extra environment ("NAME=value") for the next Start(), e.g. a crash point.
+  void set_env(std::vector<std::string> env) { env_ = std::move(env); }
   bool Start();
+  // true once the process has exited on its own (waited for up to `timeout`); reaps it.
+  bool Exited(absl::Duration timeout);
   void Kill9();
   int Terminate();  // SIGTERM, then the exit status (-1 if it had to be killed)
   int grpc_port() const { return grpc_port_; }
@@ -53,6 +58,7 @@ class CoordinatorProcess {
   int grpc_port_;
   int metrics_port_ = -1;
   std::vector<std::string> extra_args_;
+  std::vector<std::string> env_;
   ScopedTempDir dir_{"coord-process"};  // its port file
   pid_t pid_ = -1;
 };
