@@ -234,7 +234,7 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportStep(const WorkerCall& call,
     out.duplicate = true;
     if (report.step >= rank.steps_reported) LK_RETURN_IF_ERROR(CheckDeterminism(j, record));
   }
-  NoteArrival(j, call.rank, report);
+  if (report.step >= rank.steps_reported) NoteArrival(j, call.rank, report);  // not a retry
   rank.steps_reported = std::max(rank.steps_reported, report.step + 1);
   LK_RETURN_IF_ERROR(Advance(j));
   if (rank.steps_reported >= j.spec.steps) {
