@@ -318,6 +318,8 @@ struct WorkerSession::Impl {
     _exit(kExitRestartMe);
   }
 
+  // Heartbeats every `period`, and also as soon as the rank entered another window or attempt
+  // (checked every tick), so the coordinator's last view of a rank that goes silent is fresh.
   void HeartbeatLoop() {
     absl::Duration period = opt.heartbeat_interval;
     if (period <= absl::ZeroDuration()) {
@@ -325,12 +327,21 @@ struct WorkerSession::Impl {
       period = info.heartbeat_interval;
     }
     period = std::max(absl::Milliseconds(50), period);
-    // The watchdog looks more often than the heartbeat goes out.
-    const absl::Duration tick = std::min(period, absl::Milliseconds(250));
+    // The watchdog and the position look more often than the heartbeat goes out.
+    const absl::Duration tick = std::min(period, absl::Milliseconds(100));
     absl::Time next = absl::Now() + period;
+    int64_t sent_window = -1;
+    int64_t sent_attempt = 0;
     while (Sleep(tick)) {
       CheckStuck();
-      if (absl::Now() < next) continue;
+      bool moved = false;
+      if (opt.position) {
+        const RankPosition p = opt.position();
+        moved = p.window != sent_window || p.attempt != sent_attempt;
+        sent_window = p.window;
+        sent_attempt = p.attempt;
+      }
+      if (!moved && absl::Now() < next) continue;
       next = absl::Now() + period;
       (void)HeartbeatOnce(/*retry=*/false);
     }
