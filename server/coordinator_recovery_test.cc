@@ -365,6 +365,30 @@ TEST(CoordinatorRecoveryTest, BoundaryArrivalLagNamesTheRankThatWaitedLeast) {
   EXPECT_EQ(ToJobInfo(v).slowest.size(), 2u);
 }
 
+TEST(CoordinatorRecoveryTest, NewestCheckpointWinsAndACancelEndsARecovery) {
+  auto c = Make();
+  auto job = *c->SubmitJob({Spec(), "", "", 0});
+  const std::string id = job.job.record.job_id;
+  auto calls = JoinAll(*c, job, 2);
+  for (const auto& call : calls) ASSERT_TRUE(Report(*c, call, 0, 1.0).ok());
+  for (const auto& call : calls) ASSERT_TRUE(Report(*c, call, 1, 1.0).ok());
+  ASSERT_TRUE(Checkpoint(*c, calls[0], 1, "one").ok());
+  ASSERT_TRUE(Checkpoint(*c, calls[0], 0, "zero").ok());  // late report of an older one
+  EXPECT_EQ(Checkpoint(*c, calls[0], 0, "").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Checkpoint(*c, calls[0], 99, "x").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->GetJob(id, false)->record.last_checkpoint_step, 1);
+  ASSERT_TRUE(c->ReportFailure(calls[0], "gone").ok());
+  auto v = *c->GetJob(id, false);
+  EXPECT_EQ(v.record.resume_step, 1);
+  EXPECT_EQ(v.record.resume_manifest_sha256, "one");
+  auto cancelled = c->CancelJob(id, "");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->record.state, JobState::kCancelled);
+  JoinArgs late;
+  late.call = {id, job.join_token, "v0", -1, 0};
+  EXPECT_EQ(c->Join(late).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(HangDetectorTest, FurthestBehindInThePlanIsTheCulprit) {
   auto at = [](int rank, int64_t window, RankPhase phase, int64_t seq, double seconds) {
     RankWatch w;

@@ -203,6 +203,68 @@ TEST_F(AttemptsTest, RecoveryFencesTheOldAttemptAndTheNewOneResumesFromTheCheckp
   EXPECT_NE(after.find("latchkey_workers{state=\"active\"} 2"), std::string::npos) << after;
 }
 
+TEST_F(AttemptsTest, StallVerdictShowsInTheGaugeUntilTheNextAttemptCompletesAStep) {
+  SpecParams p;
+  p.steps = 4;
+  p.extra_latchkey = {{"hang_timeout_seconds", 0.2}};
+  v1::SubmitJobRequest sreq;
+  sreq.set_spec_json(SpecJson(p));
+  v1::SubmitJobResponse job;
+  ASSERT_TRUE(jobs_->SubmitJob(Ctx().get(), sreq, &job).ok());
+  Join(job, "a", 0);
+  Join(job, "b", 1);
+  // Rank 0 waits in a collective; rank 1 heartbeats without a position (idle, before the plan).
+  RankPosition waiting;
+  waiting.attempt = 1;
+  waiting.window = 0;
+  waiting.micro_batch = 3;
+  waiting.phase = RankPhase::kCollective;
+  waiting.op = "all_reduce";
+  waiting.group = "dp";
+  waiting.seq = 1;
+  waiting.seconds = 1.0;
+  v1::HeartbeatRequest hb;
+  *hb.mutable_identity() = Id(job, "b", 1);
+  hb.set_rank(1);
+  v1::HeartbeatResponse hbr;
+  ASSERT_TRUE(workers_->Heartbeat(Ctx().get(), hb, &hbr).ok());
+  *hb.mutable_identity() = Id(job, "a", 1);
+  hb.set_rank(0);
+  *hb.mutable_position() = ToProto(waiting);
+  ASSERT_TRUE(workers_->Heartbeat(Ctx().get(), hb, &hbr).ok());
+
+  JobClient client({server_->address(), absl::Seconds(10)});
+  absl::StatusOr<JobInfo> info;
+  for (int i = 0; i < 100; ++i) {  // the liveness checker runs every second
+    info = client.GetJob(job.job_id());
+    ASSERT_TRUE(info.ok()) << info.status();
+    if (info->state != JobState::kRunning) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(info->state, JobState::kRecovering);
+  ASSERT_EQ(info->stalled.size(), 1u);
+  EXPECT_EQ(info->stalled[0].rank, 1);
+  EXPECT_EQ(info->stalled[0].where, "idle");
+  EXPECT_EQ(info->last_recovery_reason.rfind("rank 1 stalled before the first window (idle)", 0),
+            0u)
+      << info->last_recovery_reason;
+  EXPECT_NE(info->last_recovery_reason.find("; rank 0 waiting in all_reduce/dp #1"),
+            std::string::npos)
+      << info->last_recovery_reason;
+  std::string text = server_->metrics().Serialize();
+  EXPECT_NE(text.find("latchkey_stalled_ranks 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("latchkey_job_restarts_total 1"), std::string::npos) << text;
+
+  JoinInfo a2 = Join(job, "a", 0);
+  Join(job, "b", 1);
+  EXPECT_EQ(a2.attempt, 2);
+  ASSERT_TRUE(Step(job, "a", 2, 0, 0, 0.0).ok());
+  ASSERT_TRUE(Step(job, "b", 2, 1, 0, 0.0).ok());
+  EXPECT_TRUE(client.GetJob(job.job_id())->stalled.empty());
+  text = server_->metrics().Serialize();
+  EXPECT_NE(text.find("latchkey_stalled_ranks 0"), std::string::npos) << text;
+}
+
 TEST_F(AttemptsTest, WireKeepsEveryFaultToleranceField) {
   JobInfo job;
   job.attempt = 3;
