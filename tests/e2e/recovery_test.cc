@@ -292,6 +292,57 @@ double FirstRecordAfter(const Up& up, Clock::time_point since, seconds deadline)
 
 std::string NewDir(const std::string& name) { return MakeTempDir("recovery-" + name); }
 
+// What the job's database says once up is done: a coordinator started on a copy of it answers
+// `latchkey --json status` (first line) and `latchkey audit`.
+struct Afterwards {
+  nlohmann::json status;
+  std::string audit;
+};
+Afterwards ReadBack(const std::string& run, const std::string& job) {
+  Afterwards out;
+  const std::string dir = MakeTempDir("recovery-readback");
+  fs::copy_file(run + "/coordinator.db", dir + "/coordinator.db");
+  const int pid = StartProcess(
+      {LATCHKEY_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db", dir + "/coordinator.db",
+       "--port-file", dir + "/ports.json", "--metrics-port", "0"},
+      {}, dir + "/coordinator.log");
+  const std::string ports = WaitForFile(
+      dir + "/ports.json",
+      [](const std::string& t) { return t.find("grpc_port") != std::string::npos; }, seconds(20));
+  const auto j = nlohmann::json::parse(ports, nullptr, false);
+  if (!j.is_discarded()) {
+    const std::string address = "127.0.0.1:" + std::to_string(j["grpc_port"].get<int>());
+    const Captured st = RunAndCapture(
+        {LATCHKEY_CLI_BIN, "--coordinator", address, "--json", "status", job}, seconds(30));
+    out.status = nlohmann::json::parse(st.output.substr(0, st.output.find('\n')), nullptr, false);
+    out.audit =
+        RunAndCapture({LATCHKEY_CLI_BIN, "--coordinator", address, "audit", job}, seconds(30))
+            .output;
+  }
+  kill(pid, SIGTERM);
+  WaitProcess(pid, seconds(15));
+  return out;
+}
+
+// The job's record: `recoveries` recoveries, each an audit event "recovery" of its attempt.
+void ExpectRecorded(const Up& up, int recoveries, const std::string& cause) {
+  const Afterwards a = ReadBack(up.run(), up.Job());
+  ASSERT_TRUE(a.status.is_object()) << a.audit;
+  EXPECT_EQ(a.status["attempt"], recoveries + 1) << a.status.dump();
+  EXPECT_EQ(a.status["restarts"], recoveries) << a.status.dump();
+  EXPECT_EQ(a.status["stalled"], nlohmann::json::array()) << a.status.dump();
+  EXPECT_EQ(a.status["last_checkpoint_step"], kSteps - 1) << a.status.dump();  // after step 11
+  EXPECT_EQ(a.status["determinism_violations"], 0) << a.status.dump();
+  EXPECT_NE(a.status.value("last_recovery_reason", std::string()).find(cause), std::string::npos)
+      << a.status.dump();
+  for (int attempt = 2; attempt <= recoveries + 1; ++attempt) {
+    EXPECT_TRUE(
+        std::regex_search(a.audit, std::regex("\n\\S+ +" + std::to_string(attempt) +
+                                              " +recovery +attempt " + std::to_string(attempt))))
+        << a.audit;
+  }
+}
+
 TEST(Recovery, KillNineRecovers) {
   const nlohmann::json spec = RecoverySpec();
   const std::string baseline = Baseline(spec);
@@ -315,6 +366,7 @@ TEST(Recovery, KillNineRecovers) {
                                                     << log;
   ExpectSummaryRestarts(log, 1);
   ExpectSameAsBaseline(up.run(), baseline, log);
+  ExpectRecorded(up, 1, "rank " + std::to_string(d.rank) + " ");
 }
 
 TEST(Recovery, CoordinatorKilledDuringRecovery) {
@@ -342,6 +394,7 @@ TEST(Recovery, CoordinatorKilledDuringRecovery) {
       << log;
   ExpectSummaryRestarts(log, 1);
   ExpectSameAsBaseline(up.run(), baseline, log);
+  ExpectRecorded(up, 1, "rank " + std::to_string(d.rank) + " ");
 }
 
 TEST(Recovery, CrashDuringCheckpoint) {
@@ -370,6 +423,7 @@ TEST(Recovery, CrashDuringCheckpoint) {
   EXPECT_GT(up.WorkerPid(1, 1, seconds(1)), 0) << log;
   ExpectSummaryRestarts(log, 1);
   ExpectSameAsBaseline(up.run(), baseline, log);
+  ExpectRecorded(up, 1, "rank 1 ");
 }
 
 TEST(Recovery, SigstopIsNamedAndRecovered) {
