@@ -497,31 +497,6 @@ TEST(JobSpecTest, NameHelpersRoundTrip) {
   EXPECT_FALSE(ParseKvMode("auto").has_value());  // a latch never carries auto
 }
 
-TEST(JobSpecTest, FaultToleranceKeys) {
-  absl::StatusOr<JobSpec> plain = Parse(Example());
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  EXPECT_FALSE(plain->checkpoint.enabled());
-  EXPECT_EQ(plain->max_restarts, 3);
-  EXPECT_EQ(plain->hang_timeout_seconds, 20);
-
-  json j = Example();
-  j["latchkey"]["checkpoint"] = {{"dir", "ckpt"}, {"every_steps", 5}};
-  j["latchkey"]["max_restarts"] = 0;
-  j["latchkey"]["hang_timeout_seconds"] = 4.5;
-  absl::StatusOr<JobSpec> spec = Parse(j);
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_TRUE(spec->checkpoint.enabled());
-  EXPECT_EQ(spec->checkpoint.dir, "/jobs/a/ckpt");  // relative to the spec's folder
-  EXPECT_EQ(spec->checkpoint.every_steps, 5);
-  EXPECT_EQ(spec->checkpoint.keep, 2);
-  EXPECT_EQ(spec->max_restarts, 0);
-  EXPECT_EQ(spec->hang_timeout_seconds, 4.5);
-  absl::StatusOr<JobSpec> back = ParseJobSpec(JobSpecToJson(*spec), "/elsewhere");
-  ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(*back, *spec);
-  EXPECT_NE(*back, *plain);
-}
-
 TEST(JobSpecTest, JsonRoundTrip) {
   std::vector<json> variants;
   variants.push_back(Example());

@@ -1,0 +1,51 @@
+// The fault-tolerance keys of the job spec: latchkey.checkpoint, max_restarts and
+// hang_timeout_seconds (their refusals are in job_spec_test.cc's error table).
+#include <string>
+
+#include "common/job_spec.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace latchkey {
+namespace {
+
+using json = nlohmann::json;
+
+json Example() {
+  return json::parse(R"json(
+{"model": {"model_type": "gpt_bigcode", "n_layer": 2, "n_embd": 64, "n_head": 8,
+           "vocab_size": 256, "n_positions": 64, "multi_query": true},
+ "tensor_parallel": {"autotp_size": 2},
+ "latchkey": {"seq_len": 64, "steps": 20, "world_size": 2,
+              "data": {"tokens_file": "data.bin"}}})json");
+}
+
+absl::StatusOr<JobSpec> Parse(const json& j) { return ParseJobSpec(j.dump(), "/jobs/a"); }
+
+TEST(JobSpecTest, FaultToleranceKeys) {
+  absl::StatusOr<JobSpec> plain = Parse(Example());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->checkpoint.enabled());
+  EXPECT_EQ(plain->max_restarts, 3);
+  EXPECT_EQ(plain->hang_timeout_seconds, 20);
+
+  json j = Example();
+  j["latchkey"]["checkpoint"] = {{"dir", "ckpt"}, {"every_steps", 5}};
+  j["latchkey"]["max_restarts"] = 0;
+  j["latchkey"]["hang_timeout_seconds"] = 4.5;
+  absl::StatusOr<JobSpec> spec = Parse(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->checkpoint.enabled());
+  EXPECT_EQ(spec->checkpoint.dir, "/jobs/a/ckpt");  // relative to the spec's folder
+  EXPECT_EQ(spec->checkpoint.every_steps, 5);
+  EXPECT_EQ(spec->checkpoint.keep, 2);
+  EXPECT_EQ(spec->max_restarts, 0);
+  EXPECT_EQ(spec->hang_timeout_seconds, 4.5);
+  absl::StatusOr<JobSpec> back = ParseJobSpec(JobSpecToJson(*spec), "/elsewhere");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, *spec);
+  EXPECT_NE(*back, *plain);
+}
+
+}  // namespace
+}  // namespace latchkey
