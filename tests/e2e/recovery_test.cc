@@ -296,6 +296,7 @@ std::string NewDir(const std::string& name) { return MakeTempDir("recovery-" + n
 // `latchkey --json status` (first line) and `latchkey audit`.
 struct Afterwards {
   nlohmann::json status;
+  std::string status_text;  // `latchkey status`
   std::string audit;
 };
 Afterwards ReadBack(const std::string& run, const std::string& job) {
@@ -315,6 +316,9 @@ Afterwards ReadBack(const std::string& run, const std::string& job) {
     const Captured st = RunAndCapture(
         {LATCHKEY_CLI_BIN, "--coordinator", address, "--json", "status", job}, seconds(30));
     out.status = nlohmann::json::parse(st.output.substr(0, st.output.find('\n')), nullptr, false);
+    out.status_text =
+        RunAndCapture({LATCHKEY_CLI_BIN, "--coordinator", address, "status", job}, seconds(30))
+            .output;
     out.audit =
         RunAndCapture({LATCHKEY_CLI_BIN, "--coordinator", address, "audit", job}, seconds(30))
             .output;
@@ -335,6 +339,14 @@ void ExpectRecorded(const Up& up, int recoveries, const std::string& cause) {
   EXPECT_EQ(a.status["determinism_violations"], 0) << a.status.dump();
   EXPECT_NE(a.status.value("last_recovery_reason", std::string()).find(cause), std::string::npos)
       << a.status.dump();
+  EXPECT_NE(a.status_text.find("attempt:      " + std::to_string(recoveries + 1) + " (restarts " +
+                               std::to_string(recoveries) + " of "),
+            std::string::npos)
+      << a.status_text;
+  EXPECT_NE(a.status_text.find("checkpoint:   last committed after step 11\n"), std::string::npos)
+      << a.status_text;
+  EXPECT_NE(a.status_text.find("recovery:     "), std::string::npos) << a.status_text;
+  EXPECT_NE(a.status_text.find("determinism:  0 violations"), std::string::npos) << a.status_text;
   for (int attempt = 2; attempt <= recoveries + 1; ++attempt) {
     EXPECT_TRUE(
         std::regex_search(a.audit, std::regex("\n\\S+ +" + std::to_string(attempt) +
