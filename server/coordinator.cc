@@ -135,6 +135,7 @@ void Coordinator::CheckLiveness() {
       LivenessVerdict(*job, late, now);
       continue;
     }
+    if (CheckRejoin(*job, now)) continue;
     CheckHang(*job, now);
   }
 }

@@ -20,7 +20,9 @@
 // latchkey.max_restarts: attempt + 1, restarts + 1, resume step = the newest committed checkpoint
 // (-1: none), state RECOVERING and the cause, persisted in one transaction with a "recovery"
 // event; every rank is freed and every worker of the old attempt is fenced. Once every rank has
-// joined the new attempt the job is RUNNING again; published latches are served as stored.
+// joined the new attempt the job is RUNNING again; published latches are served as stored. A
+// rank not joined within the liveness timeout of the recovery's start is a failure of that rank
+// ("rank R did not rejoin attempt A within 30s"): the next recovery, or FAILED.
 // Past max_restarts the job fails naming the cause ("... (after N restarts)").
 //
 // Fencing: every worker call but Join names the attempt the worker joined (WorkerCall::attempt).
@@ -251,8 +253,9 @@ class Coordinator {
   absl::StatusOr<WorkerStatus> ReportCheckpoint(const WorkerCall& call,
                                                 const CheckpointReport& report);
 
-  // Every live job with a worker past its liveness deadline, or (running) stalled by the hang
-  // detector, recovers or fails.
+  // Every live job with a worker past its liveness deadline, (recovering) with a rank that has
+  // not joined the attempt within the liveness timeout of the recovery's start, or (running)
+  // stalled by the hang detector, recovers or fails.
   void CheckLiveness();
 
   const CoordinatorOptions& options() const { return options_; }
@@ -284,8 +287,15 @@ class Coordinator {
   // Liveness verdict for the ranks in `late`.
   void LivenessVerdict(Job& job, const std::vector<int>& late, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A recovering job whose ranks have not all joined within the liveness timeout of the
+  // recovery's start: a failure of the missing ranks. true when it gave a verdict.
+  bool CheckRejoin(Job& job, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Boundary arrival of one rank's window; the window's lag once every rank reported it.
   void NoteArrival(Job& job, int rank, const StepReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // On load: the last windows' slowest ranks from the stored (first) reports `reports` (step
+  // order), and (attempt 1) the waits of the windows not every rank has reported yet.
+  void RestoreArrivals(Job& job, const std::vector<StepReportRecord>& reports)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A re-run's report against the stored first one.
   absl::Status CheckDeterminism(Job& job, const StepReportRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -3,6 +3,8 @@
 // steps and checkpoint reports.
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +21,22 @@ namespace latchkey {
 namespace {
 
 bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
+
+// One window's arrival from every rank's boundary wait: the rank that waited least arrived last
+// (the lowest rank among equals); the lag is max - min.
+WindowArrival Spread(int64_t window, const std::map<int, double>& waits) {
+  int slowest = waits.begin()->first;
+  double lo = waits.begin()->second;
+  double hi = lo;
+  for (const auto& [r, w] : waits) {
+    if (w < lo) {
+      lo = w;
+      slowest = r;
+    }
+    hi = std::max(hi, w);
+  }
+  return WindowArrival{window, slowest, hi - lo};
+}
 
 }  // namespace
 
@@ -68,6 +86,7 @@ absl::Status Coordinator::BeginAttempt(Job& job, const std::string& cause) {
   if (observer_) observer_->JobRestarted();
   Log(absl::StrCat(job.rec.job_id, ": ", event.message));
   ResetRanks(job);
+  job.recovery_start = clock_->Now();
   return absl::OkStatus();
 }
 
@@ -105,6 +124,25 @@ void Coordinator::LivenessVerdict(Job& job, const std::vector<int>& late, absl::
                    absl::FormatDuration(options_.liveness_timeout));
   absl::Status s = FailOrRecover(job, -1, WorkerState::kLost, cause);
   (void)s;  // a store failure leaves the job live; the next check tries again
+}
+
+bool Coordinator::CheckRejoin(Job& job, absl::Time now) {
+  if (job.rec.state != JobState::kRecovering || job.ranks.all_joined() ||
+      now - job.recovery_start <= options_.liveness_timeout) {
+    return false;
+  }
+  std::vector<int> missing;
+  for (int i = 0; i < job.world_size(); ++i) {
+    if (job.ranks.at(i).worker_id.empty()) missing.push_back(i);
+  }
+  const std::string cause =
+      absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
+                   " did not rejoin attempt ", job.rec.attempt, " within ",
+                   absl::FormatDuration(options_.liveness_timeout));
+  Log(absl::StrCat(job.rec.job_id, ": ", cause));
+  absl::Status s = FailOrRecover(job, -1, WorkerState::kLost, cause);
+  (void)s;  // as in LivenessVerdict
+  return true;
 }
 
 bool Coordinator::CheckHang(Job& job, absl::Time now) {
@@ -157,21 +195,32 @@ void Coordinator::NoteArrival(Job& job, int rank, const StepReport& report) {
   std::map<int, double>& waits = job.arrivals[report.step];
   waits[rank] = report.boundary_wait_seconds;
   if (static_cast<int>(waits.size()) < job.world_size()) return;
-  int slowest = waits.begin()->first;
-  double lo = waits.begin()->second;
-  double hi = lo;
-  for (const auto& [r, w] : waits) {
-    if (w < lo) {
-      lo = w;
-      slowest = r;
-    }
-    hi = std::max(hi, w);
-  }
+  const WindowArrival a = Spread(report.step, waits);
   job.arrivals.erase(report.step);
-  WindowArrival a{report.step, slowest, hi - lo};
   job.slowest.push_back(a);
   while (job.slowest.size() > Job::kSlowestKept) job.slowest.pop_front();
   if (observer_) observer_->BoundaryArrivalLag(a.lag_seconds);
+}
+
+void Coordinator::RestoreArrivals(Job& job, const std::vector<StepReportRecord>& reports) {
+  std::map<int64_t, std::map<int, double>> windows;
+  std::set<int64_t> unknown;  // a rank's report was stored before schema v4 kept its wait
+  for (const StepReportRecord& r : reports) {
+    if (!r.boundary_wait_stored) unknown.insert(r.report.step);
+    windows[r.report.step][r.rank] = r.report.boundary_wait_seconds;
+  }
+  job.slowest.clear();
+  job.arrivals.clear();
+  for (const auto& [window, waits] : windows) {
+    if (unknown.count(window)) continue;
+    if (static_cast<int>(waits.size()) == job.world_size()) {
+      job.slowest.push_back(Spread(window, waits));
+      while (job.slowest.size() > Job::kSlowestKept) job.slowest.pop_front();
+    } else if (job.rec.attempt == 1 && !IsTerminal(job.rec.state)) {
+      // The ranks that reported it before the restart will not report it again.
+      job.arrivals[window] = waits;
+    }
+  }
 }
 
 absl::Status Coordinator::CheckDeterminism(Job& job, const StepReportRecord& record) {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/rank_grid.h"
 #include "server/coordinator.h"
 #include "server/latch_log.h"
@@ -49,6 +50,9 @@ struct Coordinator::Job {
   std::map<int64_t, std::map<int, double>> arrivals;
   std::deque<WindowArrival> slowest;
   static constexpr size_t kSlowestKept = 8;
+  // When the current recovery began (not persisted: a restarted coordinator grants a fresh
+  // deadline); a rank still free a liveness timeout later fails the attempt.
+  absl::Time recovery_start = absl::UnixEpoch();
 
   // Waiters (WaitJobChange, WaitLatches) and latch streams.
   uint64_t version = 1;  // bumps on every change waiters may care about

@@ -4,7 +4,8 @@
 // joined). Only the workers of a job's current attempt hold ranks; those of earlier attempts
 // stay fenced. A rank's progress in an attempt after the first is not stored (a re-run's
 // reports are duplicates): it restarts at the attempt's first window and moves on with the
-// next report.
+// next report. The last windows' boundary arrival lag is rebuilt from the stored (first) step
+// reports.
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -45,6 +46,8 @@ absl::Status Coordinator::Load() {
   }
   for (auto& [id, job] : jobs_) {
     if (job->rec.attempt > 1) job->ranks.Reset(job->rec.resume_step + 1);
+    // A recovery interrupted by the restart: its ranks get a fresh rejoin deadline.
+    if (job->rec.state == JobState::kRecovering) job->recovery_start = now;
     if (observer_ && !IsTerminal(job->rec.state) && !job->rec.stalled.empty()) {
       observer_->AddStalledRanks(static_cast<int>(job->rec.stalled.size()));
     }
@@ -83,12 +86,18 @@ absl::Status Coordinator::Load() {
     }
   }
   for (auto& [id, job] : jobs_) {
-    // Summaries of the steps not every rank has finished, and of the last completed one.
+    // Summaries of the steps not every rank has finished, and of the last completed one; the
+    // boundary arrivals of the last windows.
     job->steps_completed = std::max(job->steps_completed, job->ranks.StepsCompleted());
-    LK_ASSIGN_OR_RETURN(
-        std::vector<StepReportRecord> reports,
-        store_->LoadStepReports(id, std::max<int64_t>(0, job->steps_completed - 1)));
-    for (const StepReportRecord& r : reports) job->steps.Add(r);
+    const int64_t summaries_from = std::max<int64_t>(0, job->steps_completed - 1);
+    const int64_t arrivals_from =
+        std::max<int64_t>(0, job->steps_completed - static_cast<int64_t>(Job::kSlowestKept));
+    LK_ASSIGN_OR_RETURN(std::vector<StepReportRecord> reports,
+                        store_->LoadStepReports(id, arrivals_from));
+    for (const StepReportRecord& r : reports) {
+      if (r.report.step >= summaries_from) job->steps.Add(r);
+    }
+    RestoreArrivals(*job, reports);
     if (IsTerminal(job->rec.state)) continue;
     LK_RETURN_IF_ERROR(job->latches.Restore(*store_));
     if ((job->rec.state == JobState::kPending || job->rec.state == JobState::kRecovering) &&

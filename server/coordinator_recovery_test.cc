@@ -1,6 +1,7 @@
 // Attempts (docs/fault-tolerance.md): recovery, the attempt fence, resume from the last reported
 // checkpoint, max_restarts, determinism violations, stall verdicts, a coordinator restart in the
-// middle of a recovery, and boundary arrival lag. Real SQLite, a ManualClock.
+// middle of a recovery, the rejoin deadline, and boundary arrival lag (rebuilt on load). Real
+// SQLite, a ManualClock.
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -363,6 +364,110 @@ TEST(CoordinatorRecoveryTest, BoundaryArrivalLagNamesTheRankThatWaitedLeast) {
   EXPECT_EQ(v.slowest[0].lag_seconds, 0.5);
   EXPECT_EQ(v.slowest[1].slowest_rank, 0);
   EXPECT_EQ(ToJobInfo(v).slowest.size(), 2u);
+}
+
+// A rank of a recovering job that has not joined within the liveness timeout of the recovery's
+// start fails the attempt: the next recovery, then FAILED. A pending job waits.
+TEST(CoordinatorRecoveryTest, RanksThatDoNotRejoinInTimeFailTheAttempt) {
+  ManualClock clock;
+  CoordinatorOptions opt;
+  opt.clock = &clock;
+  opt.liveness_timeout = absl::Seconds(30);
+  auto c = Make(opt);
+  auto job = *c->SubmitJob({Spec(2, 2), "", "", 0});
+  const std::string id = job.job.record.job_id;
+  auto pending = *c->SubmitJob({Spec(), "", "", 0});
+  auto calls = JoinAll(*c, job, 2);
+  ASSERT_EQ(c->ReportFailure(calls[1], "killed")->state, JobState::kRecovering);
+  WorkerCall v0 = Join(*c, job, "v0", 0);
+  clock.Advance(absl::Seconds(30));
+  ASSERT_TRUE(c->Heartbeat(v0).ok());
+  c->CheckLiveness();
+  EXPECT_EQ(c->GetJob(id, false)->record.attempt, 2);  // not past the deadline yet
+  clock.Advance(absl::Seconds(1));
+  ASSERT_TRUE(c->Heartbeat(v0).ok());
+  c->CheckLiveness();
+  auto v = *c->GetJob(id, false);
+  EXPECT_EQ(v.record.state, JobState::kRecovering);
+  EXPECT_EQ(v.record.attempt, 3);
+  EXPECT_EQ(v.record.restarts, 2);
+  EXPECT_EQ(v.record.last_recovery_reason, "rank 1 did not rejoin attempt 2 within 30s");
+  EXPECT_EQ(c->Heartbeat(v0).status().code(), absl::StatusCode::kAborted);  // fenced
+  // The next attempt has its own deadline; past max_restarts the job fails.
+  clock.Advance(absl::Seconds(30));
+  c->CheckLiveness();
+  EXPECT_EQ(c->GetJob(id, false)->record.state, JobState::kRecovering);
+  clock.Advance(absl::Seconds(1));
+  c->CheckLiveness();
+  v = *c->GetJob(id, false);
+  EXPECT_EQ(v.record.state, JobState::kFailed);
+  EXPECT_EQ(v.record.failure_reason,
+            "ranks 0, 1 did not rejoin attempt 3 within 30s (after 2 restarts)");
+  EXPECT_EQ(EventKinds(*c, id), (std::vector<std::string>{"recovery", "recovery"}));
+  EXPECT_EQ(c->GetJob(pending.job.record.job_id, false)->record.state, JobState::kPending);
+}
+
+// A restarted coordinator gives a recovery in progress a fresh rejoin deadline.
+TEST(CoordinatorRecoveryTest, ReopenedRecoveryGetsAFreshRejoinDeadline) {
+  ScopedTempDir dir;
+  const std::string db = dir.path() + "/c.db";
+  ManualClock clock;
+  CoordinatorOptions opt;
+  opt.clock = &clock;
+  opt.liveness_timeout = absl::Seconds(30);
+  SubmitResult job;
+  {
+    auto c = Make(opt, db);
+    job = *c->SubmitJob({Spec(), "", "", 0});
+    auto calls = JoinAll(*c, job, 2);
+    ASSERT_EQ(c->ReportFailure(calls[0], "killed")->state, JobState::kRecovering);
+  }
+  clock.Advance(absl::Seconds(29));
+  auto c = Make(opt, db);
+  const std::string id = job.job.record.job_id;
+  clock.Advance(absl::Seconds(29));
+  c->CheckLiveness();
+  EXPECT_EQ(c->GetJob(id, false)->record.attempt, 2);
+  clock.Advance(absl::Seconds(2));
+  c->CheckLiveness();
+  auto v = *c->GetJob(id, false);
+  EXPECT_EQ(v.record.attempt, 3);
+  EXPECT_EQ(v.record.last_recovery_reason, "ranks 0, 1 did not rejoin attempt 2 within 30s");
+}
+
+// The last windows' boundary arrival lag survives a restart (rebuilt from the stored reports),
+// and a window half reported before it completes after it.
+TEST(CoordinatorRecoveryTest, ArrivalLagIsRebuiltOnLoad) {
+  ScopedTempDir dir;
+  const std::string db = dir.path() + "/c.db";
+  SubmitResult job;
+  std::vector<WorkerCall> calls;
+  {
+    auto c = Make({}, db);
+    job = *c->SubmitJob({Spec(), "", "", 0});
+    calls = JoinAll(*c, job, 2);
+    ASSERT_TRUE(Report(*c, calls[0], 0, 1.0, 0.75).ok());
+    ASSERT_TRUE(Report(*c, calls[1], 0, 1.0, 0.25).ok());
+    ASSERT_TRUE(Report(*c, calls[0], 1, 1.0, 0.125).ok());
+    ASSERT_TRUE(Report(*c, calls[1], 1, 1.0, 0.5).ok());
+    ASSERT_TRUE(Report(*c, calls[0], 2, 1.0, 0.5).ok());
+  }
+  auto c = Make({}, db);
+  const std::string id = job.job.record.job_id;
+  JobView v = *c->GetJob(id, false);
+  ASSERT_EQ(v.slowest.size(), 2u);
+  EXPECT_EQ(v.slowest[0].window, 0);
+  EXPECT_EQ(v.slowest[0].slowest_rank, 1);
+  EXPECT_EQ(v.slowest[0].lag_seconds, 0.5);
+  EXPECT_EQ(v.slowest[1].window, 1);
+  EXPECT_EQ(v.slowest[1].slowest_rank, 0);
+  EXPECT_EQ(v.slowest[1].lag_seconds, 0.375);
+  ASSERT_TRUE(Report(*c, calls[1], 2, 1.0, 0.0).ok());
+  v = *c->GetJob(id, false);
+  ASSERT_EQ(v.slowest.size(), 3u);
+  EXPECT_EQ(v.slowest[2].window, 2);
+  EXPECT_EQ(v.slowest[2].slowest_rank, 1);
+  EXPECT_EQ(v.slowest[2].lag_seconds, 0.5);
 }
 
 TEST(CoordinatorRecoveryTest, NewestCheckpointWinsAndACancelEndsARecovery) {

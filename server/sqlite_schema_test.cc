@@ -245,6 +245,16 @@ TEST(SqliteSchemaTest, MigratesAVersion3FileToAttemptOneWithNoCheckpointOrEvents
     EXPECT_EQ(workers->front().worker_id, "host:1");
     EXPECT_TRUE((*store)->LoadCheckpoints("job-000001")->empty());
     EXPECT_TRUE((*store)->LoadEvents("job-000001")->empty());
+    // The reports stored before v4 carry no boundary wait; a new one does.
+    auto before = (*store)->LoadStepReports("job-000002", 0);
+    ASSERT_TRUE(before.ok()) << before.status();
+    ASSERT_EQ(before->size(), 2u);
+    for (const StepReportRecord& r : *before) EXPECT_FALSE(r.boundary_wait_stored) << r.rank;
+    StepReportRecord fresh;
+    fresh.job_id = "job-000002";
+    fresh.report.step = 1;
+    fresh.report.boundary_wait_seconds = 0.375;
+    ASSERT_TRUE((*store)->InsertStepReport(fresh).ok());
     // The new tables take a checkpoint and an event with the job's new attempt, atomically.
     JobRecord next = jobs->front();
     next.attempt = 2;
@@ -278,6 +288,10 @@ TEST(SqliteSchemaTest, MigratesAVersion3FileToAttemptOneWithNoCheckpointOrEvents
   ASSERT_EQ(events->size(), 1u);
   EXPECT_EQ(events->front().kind, "checkpoint");
   EXPECT_EQ(events->front().time, absl::FromUnixSeconds(9));
+  auto fresh = (*again)->LoadStepReport("job-000002", 0, 1);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_TRUE(fresh->boundary_wait_stored);
+  EXPECT_EQ(fresh->report.boundary_wait_seconds, 0.375);
 }
 
 TEST(SqliteSchemaTest, CorruptStalledListIsDataLoss) {

@@ -344,8 +344,8 @@ absl::StatusOr<bool> SqliteStore::InsertStepReport(const StepReportRecord& recor
   static constexpr const char* kSql =
       "INSERT OR IGNORE INTO step_reports (job_id, rank, step, micro_batches, loss, grad_norm, "
       "kv_mode, kv_allreduce_calls, collective_calls_json, step_seconds, tokens, "
-      "latch_generation, report_us, lr, eval_loss) "
-      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)";
+      "latch_generation, report_us, lr, eval_loss, boundary_wait_seconds) "
+      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)";
   LK_ASSIGN_STMT(st, kSql);
   const StepReport& r = record.report;
   st.Bind(1, record.job_id).Bind(2, record.rank).Bind(3, r.step).Bind(4, r.micro_batches);
@@ -354,6 +354,7 @@ absl::StatusOr<bool> SqliteStore::InsertStepReport(const StepReportRecord& recor
   st.Bind(10, r.step_seconds).Bind(11, r.tokens).Bind(12, r.latch_generation);
   st.Bind(13, Us(record.report_time)).Bind(14, r.lr);
   if (r.eval_loss) st.Bind(15, *r.eval_loss);  // unbound: NULL, no evaluation in this step
+  st.Bind(16, r.boundary_wait_seconds);
   LK_RETURN_IF_ERROR(st.Run());
   return sqlite3_changes(db_) > 0;
 }
@@ -526,12 +527,13 @@ absl::StatusOr<StepReportRecord> SqliteStore::LoadStepReport(const std::string& 
 
 absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::QueryStepReports(
     const std::string& job_id, int64_t from_step, int64_t to_step, int rank) {
-  LK_ASSIGN_STMT(st,
-                 "SELECT job_id, rank, step, micro_batches, loss, grad_norm, kv_mode, "
-                 "kv_allreduce_calls, collective_calls_json, step_seconds, tokens, "
-                 "latch_generation, report_us, lr, eval_loss FROM step_reports "
-                 "WHERE job_id=?1 AND step>=?2 AND step<=?3 AND (?4<0 OR rank=?4) "
-                 "ORDER BY step, rank");
+  LK_ASSIGN_STMT(
+      st,
+      "SELECT job_id, rank, step, micro_batches, loss, grad_norm, kv_mode, "
+      "kv_allreduce_calls, collective_calls_json, step_seconds, tokens, "
+      "latch_generation, report_us, lr, eval_loss, boundary_wait_seconds "
+      "FROM step_reports WHERE job_id=?1 AND step>=?2 AND step<=?3 AND (?4<0 OR rank=?4) "
+      "ORDER BY step, rank");
   st.Bind(1, job_id).Bind(2, from_step).Bind(3, to_step).Bind(4, rank);
   std::vector<StepReportRecord> out;
   while (true) {
@@ -557,6 +559,8 @@ absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::QueryStepReports(
     record.report_time = FromUs(st.Int(12));
     r.lr = st.Real(13);
     if (!st.Null(14)) r.eval_loss = st.Real(14);
+    record.boundary_wait_stored = !st.Null(15);
+    if (record.boundary_wait_stored) r.boundary_wait_seconds = st.Real(15);
     out.push_back(std::move(record));
   }
   st.Reset();

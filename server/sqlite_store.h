@@ -33,7 +33,8 @@ class SqliteStore : public JobStore {
  public:
   // The schema this build writes. v2: the policy's no_sync mask is stored. v3: each step
   // report's learning rate and evaluation loss. v4: attempts (the job's fault-tolerance fields,
-  // each worker's attempt), the checkpoints and job_events tables.
+  // each worker's attempt), each step report's boundary wait, the checkpoints and job_events
+  // tables.
   static constexpr int kSchemaVersion = 4;
 
   // Opens (creating if needed) the database at `path`; ":memory:" for tests.

@@ -14,8 +14,9 @@ namespace {
 // v3 -> v4: attempts. A job keeps its attempt, restarts, the checkpoint it resumed from, its
 // newest committed checkpoint, the cause of its latest recovery, the stall verdicts still
 // listed and its determinism violations; a worker the attempt it joined. Every existing job and
-// worker is at attempt 1 with no checkpoint (the defaults). New tables: checkpoints (one row per
-// committed step) and job_events (append-only audit of recoveries, stalls, ...).
+// worker is at attempt 1 with no checkpoint (the defaults). A step report keeps its boundary
+// wait (NULL in the reports stored before). New tables: checkpoints (one row per committed step)
+// and job_events (append-only audit of recoveries, stalls, ...).
 constexpr const char* kMigrateV3ToV4 = R"sql(
 ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;
@@ -27,6 +28,7 @@ ALTER TABLE jobs ADD COLUMN last_recovery_reason TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN stalled_json TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE jobs ADD COLUMN determinism_violations INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE workers ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE step_reports ADD COLUMN boundary_wait_seconds REAL;
 CREATE TABLE checkpoints (
   job_id TEXT NOT NULL, step INTEGER NOT NULL, manifest_sha256 TEXT NOT NULL,
   bytes INTEGER NOT NULL, attempt INTEGER NOT NULL, report_us INTEGER NOT NULL,

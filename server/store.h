@@ -78,13 +78,16 @@ struct PolicyChangeRecord {
   absl::Time change_time = absl::UnixEpoch();
 };
 
-// One rank's report of one step, as stored. StepReport's optimizer_state_bytes and
-// latch_wait_seconds are not on the wire (ReportStep) and not stored: they read back as 0.
+// One rank's report of one step, as stored. StepReport's optimizer_state_bytes,
+// latch_wait_seconds and checkpoint_seconds are not on the wire (ReportStep) and not stored:
+// they read back as 0 (none).
 struct StepReportRecord {
   std::string job_id;
   int rank = 0;
   StepReport report;
   absl::Time report_time = absl::UnixEpoch();
+  // false: stored before schema v4 kept report.boundary_wait_seconds (it reads back as 0).
+  bool boundary_wait_stored = true;
 };
 
 // A committed resumable checkpoint (ReportCheckpoint); one per (job_id, step), the latest
