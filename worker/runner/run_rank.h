@@ -12,7 +12,7 @@
 // timeout, UNAVAILABLE for a vanished peer); anything else is a bug (INTERNAL). A failed
 // attempt's engine and groups are destroyed (in that order) before LatchSource::Recover
 // decides: a next attempt, or the Status the rank exits with. CANCELLED (the job ended
-// elsewhere) ends the rank without Recover.
+// elsewhere) ends the rank without Recover; so does an error of Begin (the source reports it).
 #ifndef LATCHKEY_WORKER_RUNNER_RUN_RANK_H_
 #define LATCHKEY_WORKER_RUNNER_RUN_RANK_H_
 
