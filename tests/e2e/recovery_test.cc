@@ -180,11 +180,31 @@ std::string FileBytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// Baselines of earlier builds, unused for an hour, are removed.
+void RemoveStaleBaselines(const std::string& keep) {
+  std::error_code ec;
+  const auto hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+    const std::string path = e.path().string();
+    if (path == keep || !e.is_directory(ec) ||
+        e.path().filename().string().rfind("latchkey-recovery-baseline-", 0) != 0 ||
+        fs::last_write_time(e.path(), ec) > hour_ago) {
+      continue;
+    }
+    const int lock = ::open((path + ".lock").c_str(), O_CREAT | O_RDWR, 0644);
+    if (lock >= 0 && flock(lock, LOCK_EX | LOCK_NB) == 0) {
+      fs::remove_all(e.path(), ec);
+      fs::remove(path + ".lock", ec);
+    }
+    if (lock >= 0) ::close(lock);
+  }
+}
+
 // The uninterrupted run of `spec`, made once per build and spec and shared by the tests (a lock
 // file serializes tests that run at the same time). Returns its run folder.
 std::string Baseline(const nlohmann::json& spec) {
-  struct stat cli {
-  }, worker{};
+  struct stat cli = {};
+  struct stat worker = {};
   stat(LATCHKEY_CLI_BIN, &cli);
   stat(WorkerBinary().c_str(), &worker);
   const std::string key = spec.dump() + std::to_string(cli.st_mtime) + ":" +
@@ -196,6 +216,7 @@ std::string Baseline(const nlohmann::json& spec) {
   const int lock = ::open((dir + ".lock").c_str(), O_CREAT | O_RDWR, 0644);
   flock(lock, LOCK_EX);
   if (!fs::exists(dir + "/done")) {
+    RemoveStaleBaselines(dir);
     fs::remove_all(dir);
     fs::create_directories(dir);
     Up up(dir, spec);
@@ -290,7 +311,7 @@ double FirstRecordAfter(const Up& up, Clock::time_point since, seconds deadline)
   return -1;
 }
 
-std::string NewDir(const std::string& name) { return MakeTempDir("recovery-" + name); }
+// Scratch folders are removed after the test (kept with LATCHKEY_KEEP_TEST_DIRS set).
 
 // What the job's database says once up is done: a coordinator started on a copy of it answers
 // `latchkey --json status` (first line) and `latchkey audit`.
@@ -301,7 +322,8 @@ struct Afterwards {
 };
 Afterwards ReadBack(const std::string& run, const std::string& job) {
   Afterwards out;
-  const std::string dir = MakeTempDir("recovery-readback");
+  const ScopedTempDir scratch("recovery-readback");
+  const std::string dir = scratch.path();
   fs::copy_file(run + "/coordinator.db", dir + "/coordinator.db");
   const int pid = StartProcess(
       {LATCHKEY_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db", dir + "/coordinator.db",
@@ -359,7 +381,8 @@ TEST(Recovery, KillNineRecovers) {
   const nlohmann::json spec = RecoverySpec();
   const std::string baseline = Baseline(spec);
   const Draw d = DrawFault("KillNineRecovers", 3, 7);
-  const std::string dir = NewDir("kill9");
+  const ScopedTempDir scratch("recovery-kill9");
+  const std::string dir = scratch.path();
   Up up(dir, spec);
   const int victim = up.WorkerPid(d.rank, 0);
   ASSERT_GT(victim, 0) << up.log();
@@ -385,7 +408,8 @@ TEST(Recovery, CoordinatorKilledDuringRecovery) {
   const nlohmann::json spec = RecoverySpec();
   const std::string baseline = Baseline(spec);
   const Draw d = DrawFault("CoordinatorKilledDuringRecovery", 3, 7);
-  const std::string dir = NewDir("coord");
+  const ScopedTempDir scratch("recovery-coord");
+  const std::string dir = scratch.path();
   const std::string once = dir + "/coordinator-crashed";
   // up's children inherit its environment: the coordinator kills itself once, right after it
   // persisted the new attempt.
@@ -412,7 +436,8 @@ TEST(Recovery, CoordinatorKilledDuringRecovery) {
 TEST(Recovery, CrashDuringCheckpoint) {
   const nlohmann::json spec = RecoverySpec();
   const std::string baseline = Baseline(spec);
-  const std::string dir = NewDir("ckpt");
+  const ScopedTempDir scratch("recovery-ckpt");
+  const std::string dir = scratch.path();
   const std::string once = dir + "/rank1-crashed";
   constexpr int kCrashStep = 5;  // the second checkpoint; the first is after step 2
   Up up(dir, spec, {},
@@ -442,7 +467,8 @@ TEST(Recovery, SigstopIsNamedAndRecovered) {
   constexpr double kHang = 4;       // latchkey.hang_timeout_seconds
   constexpr double kHeartbeat = 1;  // up's heartbeat interval
   const Draw d = DrawFault("SigstopIsNamedAndRecovered", 3, 6);
-  const std::string dir = NewDir("sigstop");
+  const ScopedTempDir scratch("recovery-sigstop");
+  const std::string dir = scratch.path();
   Up up(dir, RecoverySpec(kHang));
   const int victim = up.WorkerPid(d.rank, 0);
   ASSERT_GT(victim, 0) << up.log();
@@ -511,7 +537,8 @@ TEST(Recovery, SigstopIsNamedAndRecovered) {
 
 TEST(Recovery, MaxRestartsExhausted) {
   const Draw d = DrawFault("MaxRestartsExhausted", 3, 5);
-  const std::string dir = NewDir("exhausted");
+  const ScopedTempDir scratch("recovery-exhausted");
+  const std::string dir = scratch.path();
   Up up(dir, RecoverySpec(), {"--max-restarts", "1"});
   const int first = up.WorkerPid(d.rank, 0);
   ASSERT_GT(first, 0) << up.log();
