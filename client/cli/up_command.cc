@@ -231,10 +231,6 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
     StopAll({supervisor.CoordinatorPid()}, std::chrono::seconds(5));
     return Fail(st);
   }
-  // Where the metrics are: each worker writes its port file once it has formed its groups and
-  // serves its metrics (up to a minute: the ranks meet and build their model first).
-  supervisor.WaitFirstAnnounced();
-
   std::atomic<bool> interrupted{false};
   std::thread signals([&] {
     int sig = 0;
@@ -248,6 +244,9 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
     all.push_back(supervisor.CoordinatorPid());
     StopAll(all, std::chrono::seconds(5));
   });
+  // Where the metrics are: each worker writes its port file once it has formed its groups and
+  // serves its metrics (up to a minute: the ranks meet and build their model first).
+  supervisor.WaitFirstAnnounced();
   JobInfo last_job;
   bool have_job = false;
   WatchHooks hooks;
