@@ -1,7 +1,7 @@
 // Attempts over real gRPC on loopback (docs/fault-tolerance.md): the join answer of a new
 // attempt, the fence as a worker sees it (ABORTED naming both attempts, its latch stream ended),
 // ReportCheckpoint, heartbeat positions, the job's fault-tolerance fields and events through
-// JobClient, and the metrics of recoveries.
+// JobClient, the metrics of recoveries, and the rejoin deadline under the liveness checker.
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
@@ -36,9 +36,20 @@ class AttemptsTest : public ::testing::Test {
     return ctx;
   }
 
-  v1::SubmitJobResponse Submit() {
+  // A coordinator with `opt` in place of the fixture's.
+  void Restart(CoordinatorOptions opt) {
+    jobs_.reset();
+    workers_.reset();
+    server_ = std::make_unique<InProcessCoordinator>(opt);
+    auto channel = MakeCoordinatorChannel(server_->address());
+    jobs_ = v1::JobService::NewStub(channel);
+    workers_ = v1::WorkerService::NewStub(channel);
+  }
+
+  v1::SubmitJobResponse Submit(int max_restarts = -1) {
     SpecParams p;
     p.steps = 4;
+    if (max_restarts >= 0) p.extra_latchkey["max_restarts"] = max_restarts;
     v1::SubmitJobRequest req;
     req.set_spec_json(SpecJson(p));
     v1::SubmitJobResponse resp;
@@ -263,6 +274,48 @@ TEST_F(AttemptsTest, StallVerdictShowsInTheGaugeUntilTheNextAttemptCompletesASte
   EXPECT_TRUE(client.GetJob(job.job_id())->stalled.empty());
   text = server_->metrics().Serialize();
   EXPECT_NE(text.find("latchkey_stalled_ranks 0"), std::string::npos) << text;
+}
+
+// Nobody rejoins after a supervisor reported a death: once the liveness timeout has passed since
+// the recovery began, the liveness checker fails the attempt, and with no restart left the job.
+TEST_F(AttemptsTest, RanksThatNeverRejoinFailTheJobOnceTheRestartsAreSpent) {
+  CoordinatorOptions opt;
+  opt.liveness_timeout = absl::Milliseconds(300);
+  opt.heartbeat_interval = absl::Milliseconds(100);
+  Restart(opt);
+  v1::SubmitJobResponse job = Submit(/*max_restarts=*/1);
+  Join(job, "a", 0);
+  Join(job, "b", 1);
+  v1::ReportFailureRequest fail;
+  *fail.mutable_identity() = Id(job, "b", 0);
+  fail.set_rank(1);
+  fail.set_message("process exited: killed by signal 9");
+  v1::ReportFailureResponse failr;
+  ASSERT_TRUE(workers_->ReportFailure(Ctx().get(), fail, &failr).ok());
+  ASSERT_EQ(failr.state(), v1::JOB_STATE_RECOVERING);
+
+  JobClient client({server_->address(), absl::Seconds(10)});
+  absl::StatusOr<JobInfo> info;
+  for (int i = 0; i < 200; ++i) {
+    info = client.GetJob(job.job_id());
+    ASSERT_TRUE(info.ok()) << info.status();
+    if (info->state != JobState::kRecovering) break;
+    absl::SleepFor(absl::Milliseconds(25));
+  }
+  ASSERT_EQ(info->state, JobState::kFailed);
+  EXPECT_EQ(info->attempt, 2);
+  EXPECT_EQ(info->failure_reason,
+            "ranks 0, 1 did not rejoin attempt 2 within 300ms (after 1 restart)");
+  const std::string text = server_->metrics().Serialize();
+  for (const char* series : {"latchkey_job_restarts_total 1", "latchkey_jobs{state=\"failed\"} 1",
+                             "latchkey_jobs{state=\"recovering\"} 0"}) {
+    EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
+  }
+  v1::JoinRequest late;
+  *late.mutable_identity() = Id(job, "a", 0);
+  v1::JoinResponse resp;
+  EXPECT_EQ(workers_->Join(Ctx().get(), late, &resp).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST_F(AttemptsTest, WireKeepsEveryFaultToleranceField) {
