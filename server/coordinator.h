@@ -69,7 +69,9 @@ struct CoordinatorOptions {
   // Windows published beyond the window the slowest rank is running, so a short coordinator
   // pause does not stall training. 0: only the current window.
   int latch_lookahead = 2;
-  // A worker unseen (Join, Heartbeat, ReportStep, WatchLatches) for this long fails its job.
+  // A worker unseen (Join, Heartbeat, ReportStep, ReportCheckpoint, WatchLatches) for this long
+  // fails its rank (a recovery, or the job fails); a recovering job waits this long after the
+  // recovery began for every rank to join the new attempt.
   absl::Duration liveness_timeout = absl::FromChrono(kDefaultLivenessTimeout);
   // Stamps records and measures liveness; null: RealClock(). Not owned; must outlive the
   // coordinator. The Wait* deadlines are real time (absl::Now()) whatever the clock.
