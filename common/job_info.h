@@ -137,7 +137,7 @@ struct AuditedPolicyChange {
 struct AuditedEvent {
   absl::Time time = absl::UnixEpoch();
   int64_t attempt = 1;
-  std::string kind;  // "recovery", "stalled", "determinism_violation", "checkpoint", "fenced"
+  std::string kind;  // "recovery", "stalled", "determinism_violation", "checkpoint"
   std::string message;
 };
 
