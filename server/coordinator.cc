@@ -110,8 +110,10 @@ void Coordinator::NotifierLoop() {
 void Coordinator::StartLivenessChecker() {
   if (liveness_thread_.joinable()) return;
   // The period is real time: it paces the checks; the verdict reads the coordinator's clock.
-  const absl::Duration period =
-      std::min(absl::Seconds(1), std::max(absl::Milliseconds(10), options_.liveness_timeout / 4));
+  // A quarter second keeps a hang verdict close to hang_timeout; a check is a pass over the
+  // live jobs' rank tables under the lock.
+  const absl::Duration period = std::min(
+      absl::Milliseconds(250), std::max(absl::Milliseconds(10), options_.liveness_timeout / 4));
   liveness_thread_ = std::thread([this, period] {
     absl::MutexLock lock(&liveness_mu_);
     while (!liveness_stop_) {
