@@ -131,9 +131,13 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   }
 
   const std::string coord_log = run + "/coordinator.log";
-  // A run folder can be reused (the database keeps earlier jobs): never read a stale port file.
+  // A run folder can be reused (the database keeps earlier jobs): never read a stale port file,
+  // and start each job's per-step JSONL afresh (a restarted worker of this job appends to it).
   fs::remove(run + "/ports.json");
-  for (int r = 0; r < world; ++r) fs::remove(run + "/worker-" + std::to_string(r) + ".port.json");
+  for (int r = 0; r < world; ++r) {
+    fs::remove(run + "/worker-" + std::to_string(r) + ".port.json");
+    fs::remove(run + "/steps-" + std::to_string(r) + ".jsonl");
+  }
   SpawnOptions coordinator;
   const auto coordinator_args = [&](const std::string& listen, const std::string& metrics_port) {
     return std::vector<std::string>{
