@@ -22,14 +22,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "bench/self_ranks.h"
 #include "bench/stats.h"
 #include "common/job_spec.h"
 #include "common/latch.h"
-#include "common/subprocess.h"
 #include "worker/checkpoint/train_checkpoint.h"
 #include "worker/comm/process_groups.h"
 #include "worker/train/engine.h"
@@ -52,31 +51,6 @@ struct Model {
 
 // The demo's model block (builtin_spec.h), and the larger one.
 const Model kModels[] = {{"demo (4 x 128)", 4, 128, 8, 128}, {"24 x 256", 24, 256, 8, 128}};
-
-int Launch(int argc, char** argv) {
-  std::mt19937 rng(static_cast<unsigned>(getpid()));
-  const int port = 30000 + static_cast<int>(rng() % 20000);
-  std::vector<std::string> args(argv, argv + argc);
-  args[0] = "/proc/self/exe";
-  std::vector<pid_t> pids;
-  for (int r = 0; r < kWorld; ++r) {
-    auto pid =
-        latchkey::Spawn({args,
-                         {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(kWorld),
-                          "MASTER_PORT=" + std::to_string(port)},
-                         ""});
-    if (!pid.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(pid.status().message()).c_str());
-      return 1;
-    }
-    pids.push_back(*pid);
-  }
-  int rc = 0;
-  for (pid_t p : pids) {
-    if (latchkey::WaitOrKill(p, std::chrono::hours(24)) != 0) rc = 1;
-  }
-  return rc;
-}
 
 latchkey::JobSpec Spec(const Model& m, const std::string& root) {
   latchkey::JobSpec s;
@@ -131,11 +105,12 @@ int main(int argc, char** argv) {
       const std::vector<std::string> extra = {"--dir", tmpl};
       std::vector<char*> args(argv, argv + argc);
       for (const std::string& e : extra) args.push_back(const_cast<char*>(e.c_str()));
-      const int rc = Launch(static_cast<int>(args.size()), args.data());
+      const int rc =
+          latchkey::bench::RunSelfAsRanks(static_cast<int>(args.size()), args.data(), kWorld);
       std::filesystem::remove_all(tmpl);
       return rc;
     }
-    return Launch(argc, argv);
+    return latchkey::bench::RunSelfAsRanks(argc, argv, kWorld);
   }
   const int rank = std::atoi(std::getenv("RANK"));
   const int threads = latchkey::ConfigureComputeThreads(kWorld);

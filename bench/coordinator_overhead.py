@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 
+from bench_util import read_appended_lines
+
 SPEC = {
     "model": {"model_type": "gpt_bigcode", "n_layer": 4, "n_embd": 128, "n_head": 8,
               "vocab_size": 256, "n_positions": 128, "multi_query": True},
@@ -59,18 +61,7 @@ class LineClock:
         self._seen = 0
 
     def poll(self):
-        try:
-            size = os.path.getsize(self.path)
-        except OSError:
-            return
-        if size <= self._seen:
-            return
-        now = time.monotonic()
-        with open(self.path, "rb") as f:
-            f.seek(self._seen)
-            chunk = f.read(size - self._seen)
-        complete = chunk[:chunk.rfind(b"\n") + 1]  # only whole lines count
-        self._seen += len(complete)
+        now, complete, self._seen = read_appended_lines(self.path, self._seen)
         self.stamps.extend([now] * complete.count(b"\n"))
 
 

@@ -9,8 +9,6 @@
 // rank), so machine noise and warm caches hit every mode alike. The first round is warm-up.
 // Per cell: the median step time with its min-max spread over the measured rounds, and the
 // ratio to per_micro_batch taken within each round (median and min-max of those ratios).
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,10 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "bench/self_ranks.h"
 #include "bench/stats.h"
 #include "common/job_spec.h"
 #include "common/latch.h"
-#include "common/subprocess.h"
 #include "worker/comm/process_groups.h"
 #include "worker/train/engine.h"
 #include "worker/train/threads.h"
@@ -47,30 +45,6 @@ std::vector<int> ParseList(const std::string& s) {
     at = comma + 1;
   }
   return out;
-}
-
-int Launch(int argc, char** argv, int tp) {
-  std::mt19937 rng(static_cast<unsigned>(getpid()));
-  const int port = 30000 + static_cast<int>(rng() % 20000);
-  std::vector<std::string> args(argv, argv + argc);
-  args[0] = "/proc/self/exe";
-  std::vector<pid_t> pids;
-  for (int r = 0; r < tp; ++r) {
-    auto pid = latchkey::Spawn({args,
-                                {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(tp),
-                                 "MASTER_PORT=" + std::to_string(port)},
-                                ""});
-    if (!pid.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(pid.status().message()).c_str());
-      return 1;
-    }
-    pids.push_back(*pid);
-  }
-  int rc = 0;
-  for (pid_t p : pids) {
-    if (latchkey::WaitOrKill(p, std::chrono::hours(24)) != 0) rc = 1;
-  }
-  return rc;
 }
 
 latchkey::JobSpec Spec(const Args& a, int gas) {
@@ -124,7 +98,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (std::getenv("RANK") == nullptr) return Launch(argc, argv, a.tp);
+  if (std::getenv("RANK") == nullptr) return latchkey::bench::RunSelfAsRanks(argc, argv, a.tp);
   const int rank = std::atoi(std::getenv("RANK"));
   latchkey::ConfigureComputeThreads(a.tp);
   latchkey::comm::RendezvousConfig rdv;

@@ -47,6 +47,8 @@ import tempfile
 import threading
 import time
 
+from bench_util import read_appended_lines
+
 DEMO_MODEL = {"model_type": "gpt_bigcode", "n_layer": 4, "n_embd": 128, "n_head": 8,
               "vocab_size": 256, "n_positions": 128, "multi_query": True}
 DEEP_MODEL = {"model_type": "gpt_bigcode", "n_layer": 24, "n_embd": 256, "n_head": 8,
@@ -94,18 +96,7 @@ class LineClock:
         self._seen = 0
 
     def poll(self):
-        try:
-            size = os.path.getsize(self.path)
-        except OSError:
-            return
-        if size <= self._seen:
-            return
-        now = time.monotonic()
-        with open(self.path, "rb") as f:
-            f.seek(self._seen)
-            chunk = f.read(size - self._seen)
-        complete = chunk[:chunk.rfind(b"\n") + 1]
-        self._seen += len(complete)
+        now, complete, self._seen = read_appended_lines(self.path, self._seen)
         for line in complete.splitlines():
             if line.strip():
                 self.rows.append((now, json.loads(line)))

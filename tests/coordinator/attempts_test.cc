@@ -9,63 +9,19 @@
 
 #include "client/job_client.h"
 #include "gtest/gtest.h"
-#include "latchkey/v1/job_service.grpc.pb.h"
-#include "latchkey/v1/worker_service.grpc.pb.h"
-#include "proto/channel.h"
 #include "proto/wire.h"
-#include "tests/coordinator/harness.h"
-#include "tests/support/specs.h"
+#include "tests/coordinator/grpc_fixture.h"
 
 namespace latchkey::testing {
 namespace {
 
-class AttemptsTest : public ::testing::Test {
+class AttemptsTest : public CoordinatorRpcTest {
  protected:
-  void SetUp() override {
-    CoordinatorOptions opt;
-    opt.latch_lookahead = 1;
-    server_ = std::make_unique<InProcessCoordinator>(opt);
-    auto channel = MakeCoordinatorChannel(server_->address());
-    jobs_ = v1::JobService::NewStub(channel);
-    workers_ = v1::WorkerService::NewStub(channel);
-  }
-
-  std::unique_ptr<grpc::ClientContext> Ctx() {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return ctx;
-  }
-
-  // A coordinator with `opt` in place of the fixture's.
-  void Restart(CoordinatorOptions opt) {
-    jobs_.reset();
-    workers_.reset();
-    server_ = std::make_unique<InProcessCoordinator>(opt);
-    auto channel = MakeCoordinatorChannel(server_->address());
-    jobs_ = v1::JobService::NewStub(channel);
-    workers_ = v1::WorkerService::NewStub(channel);
-  }
-
   v1::SubmitJobResponse Submit(int max_restarts = -1) {
     SpecParams p;
     p.steps = 4;
     if (max_restarts >= 0) p.extra_latchkey["max_restarts"] = max_restarts;
-    v1::SubmitJobRequest req;
-    req.set_spec_json(SpecJson(p));
-    v1::SubmitJobResponse resp;
-    grpc::Status st = jobs_->SubmitJob(Ctx().get(), req, &resp);
-    EXPECT_TRUE(st.ok()) << st.error_message();
-    return resp;
-  }
-
-  v1::WorkerIdentity Id(const v1::SubmitJobResponse& job, const std::string& worker,
-                        int64_t attempt) {
-    v1::WorkerIdentity id;
-    id.set_job_id(job.job_id());
-    id.set_join_token(job.join_token());
-    id.set_worker_id(worker);
-    id.set_attempt(attempt);
-    return id;
+    return CoordinatorRpcTest::Submit(p);
   }
 
   JoinInfo Join(const v1::SubmitJobResponse& job, const std::string& worker, int rank) {
@@ -90,10 +46,6 @@ class AttemptsTest : public ::testing::Test {
     v1::ReportStepResponse resp;
     return workers_->ReportStep(Ctx().get(), req, &resp);
   }
-
-  std::unique_ptr<InProcessCoordinator> server_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::WorkerService::Stub> workers_;
 };
 
 TEST_F(AttemptsTest, RecoveryFencesTheOldAttemptAndTheNewOneResumesFromTheCheckpoint) {
@@ -282,7 +234,7 @@ TEST_F(AttemptsTest, RanksThatNeverRejoinFailTheJobOnceTheRestartsAreSpent) {
   CoordinatorOptions opt;
   opt.liveness_timeout = absl::Milliseconds(300);
   opt.heartbeat_interval = absl::Milliseconds(100);
-  Restart(opt);
+  Start(opt);  // in place of the fixture's coordinator
   v1::SubmitJobResponse job = Submit(/*max_restarts=*/1);
   Join(job, "a", 0);
   Join(job, "b", 1);

@@ -10,49 +10,13 @@
 #include "absl/synchronization/notification.h"
 #include "client/job_client.h"
 #include "gtest/gtest.h"
-#include "latchkey/v1/job_service.grpc.pb.h"
-#include "latchkey/v1/worker_service.grpc.pb.h"
-#include "proto/channel.h"
-#include "tests/coordinator/harness.h"
-#include "tests/support/specs.h"
+#include "tests/coordinator/grpc_fixture.h"
 
 namespace latchkey::testing {
 namespace {
 
-class GrpcServiceTest : public ::testing::Test {
+class GrpcServiceTest : public CoordinatorRpcTest {
  protected:
-  void SetUp() override {
-    CoordinatorOptions opt;
-    opt.latch_lookahead = 1;
-    server_ = std::make_unique<InProcessCoordinator>(opt);
-    auto channel = MakeCoordinatorChannel(server_->address());
-    jobs_ = v1::JobService::NewStub(channel);
-    workers_ = v1::WorkerService::NewStub(channel);
-  }
-
-  std::unique_ptr<grpc::ClientContext> Ctx() {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return ctx;
-  }
-
-  v1::SubmitJobResponse Submit(const SpecParams& p = {}) {
-    v1::SubmitJobRequest req;
-    req.set_spec_json(SpecJson(p));
-    v1::SubmitJobResponse resp;
-    grpc::Status st = jobs_->SubmitJob(Ctx().get(), req, &resp);
-    EXPECT_TRUE(st.ok()) << st.error_message();
-    return resp;
-  }
-
-  v1::WorkerIdentity Id(const v1::SubmitJobResponse& job, const std::string& worker) {
-    v1::WorkerIdentity id;
-    id.set_job_id(job.job_id());
-    id.set_join_token(job.join_token());
-    id.set_worker_id(worker);
-    return id;
-  }
-
   grpc::Status Join(const v1::SubmitJobResponse& job, const std::string& worker,
                     v1::JoinResponse* resp, int rank = -1) {
     v1::JoinRequest req;
@@ -60,10 +24,6 @@ class GrpcServiceTest : public ::testing::Test {
     if (rank >= 0) req.mutable_requested_rank()->set_value(rank);
     return workers_->Join(Ctx().get(), req, resp);
   }
-
-  std::unique_ptr<InProcessCoordinator> server_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::WorkerService::Stub> workers_;
 };
 
 TEST_F(GrpcServiceTest, SubmitGetListCancel) {
