@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/json_reader.h"
+#include "common/spec_limits.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/checkpoint/files.h"
@@ -198,6 +199,7 @@ absl::Status CheckWeightsMatchConfig(const ModelConfig& config, const StFile& we
 }
 
 absl::StatusOr<HfCheckpoint> ReadHfCheckpoint(const std::string& dir) {
+  LK_RETURN_IF_ERROR(CheckPathUnderEnvRoots("checkpoint directory", dir));
   LK_ASSIGN_OR_RETURN(const PathKind kind, GetPathKind(dir));
   if (kind == PathKind::kMissing) {
     return absl::NotFoundError(

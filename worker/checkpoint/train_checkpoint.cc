@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/spec_limits.h"
 #include "nlohmann/json.hpp"
 #include "worker/checkpoint/files.h"
 
@@ -297,6 +298,9 @@ absl::Status CheckManifestFits(const std::string& dir, const CheckpointManifest&
 
 absl::StatusOr<CheckpointFileEntry> WriteCheckpointRankFile(const std::string& temp_dir, int rank,
                                                             const StFile& file) {
+  if (absl::Status st = CheckPathUnderEnvRoots("latchkey.checkpoint.dir", temp_dir); !st.ok()) {
+    return st;
+  }
   if (absl::Status st = ValidateStFile(file); !st.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(temp_dir, ": not writing rank ", rank, ": ", st.message()));
@@ -347,6 +351,9 @@ absl::StatusOr<std::string> CommitCheckpoint(const std::string& root, const std:
 
 absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& step_dir,
                                                     absl::string_view expected_manifest_sha256) {
+  if (absl::Status st = CheckPathUnderEnvRoots("latchkey.checkpoint.dir", step_dir); !st.ok()) {
+    return st;
+  }
   const std::string path = JoinPath(step_dir, kManifestName);
   absl::StatusOr<std::string> text = ReadWholeFile(path);
   if (!text.ok()) return text.status();
@@ -386,6 +393,9 @@ absl::StatusOr<StFile> ReadCheckpointRankFile(const std::string& step_dir, int r
 
 absl::StatusOr<std::optional<int64_t>> NewestValidCheckpoint(const std::string& root,
                                                              const std::string& job_id) {
+  if (absl::Status st = CheckPathUnderEnvRoots("latchkey.checkpoint.dir", root); !st.ok()) {
+    return st;
+  }
   absl::StatusOr<RootEntries> entries = ListRoot(root);
   if (!entries.ok()) return entries.status();
   for (int64_t step : entries->steps) {

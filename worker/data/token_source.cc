@@ -4,6 +4,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/spec_limits.h"
+
 namespace latchkey {
 namespace {
 
@@ -53,6 +55,7 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenTokenFile(const std::string& pa
                                                            TokenDtype dtype, int seq_len,
                                                            int vocab_size,
                                                            const std::string& field) {
+  if (absl::Status st = CheckPathUnderEnvRoots(field, path); !st.ok()) return st;
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(field + ": cannot open token file '" + path + "'");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
