@@ -282,6 +282,7 @@ absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const JobSubmission& args) {
                                                    " exceeds the coordinator's limit of ",
                                                    options_.max_world_size));
   }
+  LK_RETURN_IF_ERROR(CheckSpecLimits(spec, options_.spec_limits));
 
   absl::MutexLock lock(&mu_);
   if (shutdown_) return Unavailable();

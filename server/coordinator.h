@@ -58,6 +58,7 @@
 #include "common/job_spec.h"
 #include "common/join_info.h"
 #include "common/latch.h"
+#include "common/spec_limits.h"
 #include "common/timeouts.h"
 #include "server/store.h"
 
@@ -84,6 +85,8 @@ struct CoordinatorOptions {
   int rendezvous_port_last = 29999;
   size_t max_spec_bytes = 256 * 1024;
   int max_world_size = 65536;
+  // Model-size budget and data roots every submitted spec must respect (CheckSpecLimits).
+  SpecLimits spec_limits;
   size_t recent_steps = 64;  // completed step summaries kept in memory per job for watchers
   // One line per job event (state change, join, policy change); null: silent. Called with the
   // coordinator's lock held: must be quick and must not call back.

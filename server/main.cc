@@ -61,6 +61,15 @@ int main(int argc, char** argv) {
   double heartbeat_s = 0;
   std::string rendezvous_ports = "29500-29999";
   std::string port_file;
+  double max_model_parameters = 2e10;
+  std::vector<std::string> data_roots;
+  app.add_option("--max-model-parameters", max_model_parameters,
+                 "largest model a spec may describe, in parameters")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--data-root", data_roots,
+                 "folder every path a spec names must lie in (repeatable; none: unconfined)")
+      ->check(CLI::ExistingDirectory);
   double grace_s = 5;
   app.add_option("--listen", listen, "gRPC address HOST:PORT (port 0: any free port)")
       ->capture_default_str();
@@ -110,10 +119,15 @@ int main(int argc, char** argv) {
 
   latchkey::CoordinatorOptions options;
   options.latch_lookahead = lookahead;
+  options.spec_limits.max_model_parameters = static_cast<int64_t>(max_model_parameters);
+  options.spec_limits.data_roots = data_roots;
   options.log = [](const std::string& line) {
     std::cerr << absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ ", absl::Now(), absl::UTCTimeZone()) << line
               << "\n";
   };
+  if (data_roots.empty()) {
+    options.log("warning: no --data-root: the paths specs name are unconfined");
+  }
   options.liveness_timeout = absl::Seconds(liveness_s);
   options.heartbeat_interval = heartbeat_s > 0
                                    ? absl::Seconds(heartbeat_s)
