@@ -12,7 +12,9 @@ namespace latchkey {
 
 absl::StatusOr<WorkerFailureResult> ReportWorkerFailure(const ClientOptions& options,
                                                         const WorkerFailure& failure) {
-  auto stub = v1::WorkerService::NewStub(MakeCoordinatorChannel(options.coordinator));
+  auto channel = MakeCoordinatorChannel(options.coordinator, options.credentials);
+  if (!channel.ok()) return channel.status();
+  auto stub = v1::WorkerService::NewStub(*channel);
   v1::ReportFailureRequest req;
   v1::WorkerIdentity* id = req.mutable_identity();
   id->set_job_id(failure.job_id);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "latchkey/v1/job_service.grpc.pb.h"
 #include "proto/channel.h"
 #include "proto/grpc_status.h"
@@ -14,32 +15,55 @@ namespace latchkey {
 
 struct JobClient::Impl {
   std::unique_ptr<v1::JobService::Stub> stub;
+  absl::Status channel_error;  // the credentials could not be loaded: every call fails so
+  bool tls = false;
+  std::string coordinator;
+
+  // An unreachable coordinator may be one that speaks TLS to a plaintext client (or the
+  // reverse, or one whose certificate the CA did not sign): say so.
+  absl::Status Explain(const grpc::Status& st) const {
+    absl::Status s = FromGrpcStatus(st);
+    if (s.code() != absl::StatusCode::kUnavailable) return s;
+    return absl::Status(s.code(),
+                        absl::StrCat(s.message(), " [", coordinator,
+                                     tls ? " over TLS: does --tls-ca name the CA that signed the "
+                                           "coordinator's certificate, and does it serve TLS?]"
+                                         : " in plaintext: if the coordinator serves TLS, pass "
+                                           "--tls-ca (LATCHKEY_TLS_CA)]"));
+  }
 };
 
 JobClient::JobClient(ClientOptions options)
     : impl_(std::make_unique<Impl>()), options_(std::move(options)) {
-  impl_->stub = v1::JobService::NewStub(MakeCoordinatorChannel(options_.coordinator));
+  impl_->tls = options_.credentials.tls();
+  impl_->coordinator = options_.coordinator;
+  auto channel = MakeCoordinatorChannel(options_.coordinator, options_.credentials);
+  if (!channel.ok()) {
+    impl_->channel_error = channel.status();
+    channel = MakeCoordinatorChannel(options_.coordinator);
+  }
+  impl_->stub = v1::JobService::NewStub(*channel);
 }
 
 JobClient::~JobClient() = default;
 
 namespace {
 
-template <typename Resp, typename Req, typename Method>
-absl::StatusOr<Resp> Call(v1::JobService::Stub* stub, Method method, const Req& req,
-                          absl::Duration timeout) {
+template <typename Resp, typename Req, typename Method, typename Impl>
+absl::StatusOr<Resp> Call(const Impl& impl, Method method, const Req& req, absl::Duration timeout) {
+  if (!impl.channel_error.ok()) return impl.channel_error;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   Resp resp;
-  grpc::Status st = (stub->*method)(&ctx, req, &resp);
-  if (!st.ok()) return FromGrpcStatus(st);
+  grpc::Status st = (impl.stub.get()->*method)(&ctx, req, &resp);
+  if (!st.ok()) return impl.Explain(st);
   return resp;
 }
 
 }  // namespace
 
 absl::StatusOr<SubmittedJob> JobClient::SubmitJob(const JobSubmission& submission) {
-  auto r = Call<v1::SubmitJobResponse>(impl_->stub.get(), &v1::JobService::Stub::SubmitJob,
+  auto r = Call<v1::SubmitJobResponse>(*impl_, &v1::JobService::Stub::SubmitJob,
                                        ToProto(submission), options_.timeout);
   if (!r.ok()) return r.status();
   return FromProto(*r);
@@ -48,8 +72,7 @@ absl::StatusOr<SubmittedJob> JobClient::SubmitJob(const JobSubmission& submissio
 absl::StatusOr<JobInfo> JobClient::GetJob(const std::string& job_id) {
   v1::GetJobRequest req;
   req.set_job_id(job_id);
-  auto r = Call<v1::GetJobResponse>(impl_->stub.get(), &v1::JobService::Stub::GetJob, req,
-                                    options_.timeout);
+  auto r = Call<v1::GetJobResponse>(*impl_, &v1::JobService::Stub::GetJob, req, options_.timeout);
   if (!r.ok()) return r.status();
   return FromProto(r->job());
 }
@@ -59,8 +82,8 @@ absl::StatusOr<std::vector<JobInfo>> JobClient::ListJobs(const std::vector<JobSt
   v1::ListJobsRequest req;
   for (JobState s : states) req.add_states(ToProto(s));
   req.set_page_size(limit);
-  auto r = Call<v1::ListJobsResponse>(impl_->stub.get(), &v1::JobService::Stub::ListJobs, req,
-                                      options_.timeout);
+  auto r =
+      Call<v1::ListJobsResponse>(*impl_, &v1::JobService::Stub::ListJobs, req, options_.timeout);
   if (!r.ok()) return r.status();
   std::vector<JobInfo> out;
   out.reserve(static_cast<size_t>(r->jobs_size()));
@@ -72,15 +95,15 @@ absl::StatusOr<JobInfo> JobClient::CancelJob(const std::string& job_id, const st
   v1::CancelJobRequest req;
   req.set_job_id(job_id);
   req.set_reason(reason);
-  auto r = Call<v1::CancelJobResponse>(impl_->stub.get(), &v1::JobService::Stub::CancelJob, req,
-                                       options_.timeout);
+  auto r =
+      Call<v1::CancelJobResponse>(*impl_, &v1::JobService::Stub::CancelJob, req, options_.timeout);
   if (!r.ok()) return r.status();
   return FromProto(r->job());
 }
 
 absl::StatusOr<JobPolicyUpdateResult> JobClient::UpdateJobPolicy(const JobPolicyUpdate& update) {
-  auto r = Call<v1::UpdateJobPolicyResponse>(
-      impl_->stub.get(), &v1::JobService::Stub::UpdateJobPolicy, ToProto(update), options_.timeout);
+  auto r = Call<v1::UpdateJobPolicyResponse>(*impl_, &v1::JobService::Stub::UpdateJobPolicy,
+                                             ToProto(update), options_.timeout);
   if (!r.ok()) return r.status();
   return FromProto(*r);
 }
@@ -91,7 +114,7 @@ absl::StatusOr<LatchAuditPage> JobClient::ListLatches(const std::string& job_id,
   req.set_job_id(job_id);
   req.set_start_window(start_window);
   req.set_page_size(page_size);
-  auto r = Call<v1::ListLatchesResponse>(impl_->stub.get(), &v1::JobService::Stub::ListLatches, req,
+  auto r = Call<v1::ListLatchesResponse>(*impl_, &v1::JobService::Stub::ListLatches, req,
                                          options_.timeout);
   if (!r.ok()) return r.status();
   return FromProto(*r);
@@ -125,6 +148,7 @@ absl::StatusOr<LatchAuditPage> JobClient::ListAllLatches(const std::string& job_
 absl::StatusOr<JobInfo> JobClient::WatchJob(const std::string& job_id,
                                             const std::function<bool(const JobUpdate&)>& on_update,
                                             absl::Time deadline) {
+  if (!impl_->channel_error.ok()) return impl_->channel_error;
   v1::WatchJobRequest req;
   req.set_job_id(job_id);
   absl::Duration backoff = absl::Milliseconds(100);
@@ -152,7 +176,7 @@ absl::StatusOr<JobInfo> JobClient::WatchJob(const std::string& job_id,
     }
     grpc::Status st = reader->Finish();
     if (st.ok() && got_any) return last;  // the server ends the stream when the job ends
-    if (!st.ok() && !IsRetryable(st.error_code())) return FromGrpcStatus(st);
+    if (!st.ok() && !IsRetryable(st.error_code())) return impl_->Explain(st);
     const absl::Time now = absl::Now();
     if (now >= deadline) return absl::DeadlineExceededError("watch deadline passed");
     if (unreachable_since == absl::InfiniteFuture()) unreachable_since = now;
@@ -161,7 +185,7 @@ absl::StatusOr<JobInfo> JobClient::WatchJob(const std::string& job_id,
                                         : options_.timeout;
     if (now - unreachable_since > patience) {
       return st.ok() ? absl::UnavailableError("watch stream ended without news")
-                     : FromGrpcStatus(st);
+                     : impl_->Explain(st);
     }
     absl::SleepFor(std::min(backoff, deadline - now));
     backoff = std::min(backoff * 2, absl::Seconds(2));

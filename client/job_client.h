@@ -5,7 +5,8 @@
 // Every call carries a deadline (`ClientOptions::timeout`); errors come back as absl::Status
 // with the coordinator's code and message (INVALID_ARGUMENT names the spec field, NOT_FOUND an
 // unknown job, FAILED_PRECONDITION a job in the wrong state, ABORTED a stale generation,
-// UNAVAILABLE / DEADLINE_EXCEEDED an unreachable or slow coordinator).
+// UNAVAILABLE / DEADLINE_EXCEEDED an unreachable or slow coordinator, UNAUTHENTICATED no or an
+// unknown token, PERMISSION_DENIED a token whose role may not make the call).
 //
 // Thread-safety: all methods are thread-safe (one gRPC channel, shared). The channel connects
 // lazily: constructing a JobClient never blocks.
@@ -23,6 +24,7 @@
 #include "common/job_info.h"
 #include "common/states.h"
 #include "common/timeouts.h"
+#include "proto/channel.h"
 
 namespace latchkey {
 
@@ -32,6 +34,9 @@ struct ClientOptions {
   // How long WatchJob keeps reopening a stream while the coordinator is unreachable (e.g.
   // restarting); zero: `timeout`.
   absl::Duration watch_reconnect = absl::ZeroDuration();
+  // TLS and the bearer token (proto/channel.h). A file that cannot be read fails every call
+  // with INVALID_ARGUMENT naming the flag.
+  ChannelCredentials credentials;
 };
 
 class JobClient {

@@ -35,7 +35,8 @@ enum ExitCode : int {
 inline constexpr char kExitCodeHelp[] =
     "Exit codes: 0 ok (watch: job succeeded), 1 error, 2 usage, 3 invalid argument/spec, "
     "4 job not found, 5 wrong state/conflict, 6 coordinator unreachable/timeout, "
-    "7 unauthenticated, 10 watched job failed, 11 watched job cancelled.";
+    "7 unauthenticated or permission denied (token), 10 watched job failed, 11 watched job "
+    "cancelled.";
 
 struct CliContext {
   std::string coordinator = kDefaultCoordinatorAddress;
@@ -44,14 +45,14 @@ struct CliContext {
   // How long a watch keeps reopening its stream while the coordinator is unreachable; 0: the
   // call timeout (`latchkey up` waits out a restart of its coordinator).
   double watch_reconnect_s = 0;
+  // --token / LATCHKEY_TOKEN, --tls-ca / LATCHKEY_TLS_CA, --tls-cert, --tls-key
+  // (LATCHKEY_TLS_CERT, LATCHKEY_TLS_KEY). With no token given, the credentials file's entry
+  // for the coordinator (client/credentials.h) supplies the token, and the CA when none is given.
+  ChannelCredentials credentials;
+  std::string credentials_file;  // default DefaultCredentialsPath()
 
-  ClientOptions client_options() const {
-    ClientOptions o;
-    o.coordinator = coordinator;
-    o.timeout = absl::Seconds(timeout_s);
-    o.watch_reconnect = absl::Seconds(watch_reconnect_s);
-    return o;
-  }
+  // The options of a JobClient for the coordinator, the credentials file consulted.
+  ClientOptions client_options() const;
 };
 
 // Prints "latchkey: <message>" to stderr and returns the exit code for the status's code.

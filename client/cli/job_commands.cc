@@ -6,11 +6,31 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
 #include "client/cli/format.h"
+#include "client/credentials.h"
 #include "common/job_spec.h"
 #include "common/states.h"
 #include "proto/wire.h"
 
 namespace latchkey::cli {
+
+ClientOptions CliContext::client_options() const {
+  ClientOptions o;
+  o.coordinator = coordinator;
+  o.timeout = absl::Seconds(timeout_s);
+  o.watch_reconnect = absl::Seconds(watch_reconnect_s);
+  o.credentials = credentials;
+  if (o.credentials.token.empty()) {
+    const std::string path = credentials_file.empty() ? DefaultCredentialsPath() : credentials_file;
+    auto stored = LookupCredentials(path, coordinator);
+    if (!stored.ok()) {
+      std::cerr << "latchkey: warning: " << stored.status().message() << "\n";
+    } else if (stored->has_value()) {
+      o.credentials.token = (*stored)->token;
+      if (o.credentials.tls_ca.empty()) o.credentials.tls_ca = (*stored)->tls_ca;
+    }
+  }
+  return o;
+}
 
 int Fail(const absl::Status& status) {
   std::cerr << "latchkey: " << absl::StatusCodeToString(status.code()) << ": " << status.message()

@@ -28,6 +28,7 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   so.coordinator = options.coordinator;
   so.job_id = options.job_id;
   so.join_token = options.join_token;
+  so.credentials = options.credentials;
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   so.worker_id = std::string(host) + ":" + std::to_string(getpid());

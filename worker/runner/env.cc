@@ -1,6 +1,8 @@
 #include "worker/runner/env.h"
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 namespace latchkey {
 namespace {
@@ -40,7 +42,24 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnv() {
   env.coordinator = Str("LATCHKEY_COORDINATOR");
   env.job_id = Str("LATCHKEY_JOB_ID");
   env.join_token = Str("LATCHKEY_JOIN_TOKEN");
+  env.tls_ca = Str("LATCHKEY_TLS_CA");
+  env.tls_cert = Str("LATCHKEY_TLS_CERT");
+  env.tls_key = Str("LATCHKEY_TLS_KEY");
   return env;
+}
+
+absl::StatusOr<std::string> ReadJoinTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError("--join-token-file: cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string token = ss.str();
+  const size_t b = token.find_first_not_of(" \t\r\n");
+  const size_t e = token.find_last_not_of(" \t\r\n");
+  if (b == std::string::npos) {
+    return absl::InvalidArgumentError("--join-token-file: '" + path + "' is empty");
+  }
+  return token.substr(b, e - b + 1);
 }
 
 }  // namespace latchkey

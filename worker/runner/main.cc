@@ -1,8 +1,11 @@
 // latchkey-worker: one rank of a latchkey job.
 //
-//   latchkey-worker --coordinator HOST:PORT --job JOB_ID --join-token TOKEN [outputs...]
-//       joins a job at the coordinator (flags or LATCHKEY_COORDINATOR, LATCHKEY_JOB_ID,
-//       LATCHKEY_JOIN_TOKEN; RANK, when set, asks for that rank).
+//   latchkey-worker --coordinator HOST:PORT --job JOB_ID [--join-token-file F] [outputs...]
+//       joins a job at the coordinator (flags or LATCHKEY_COORDINATOR, LATCHKEY_JOB_ID; the
+//       join token from LATCHKEY_JOIN_TOKEN or --join-token-file: --join-token TOKEN works but
+//       shows the token to `ps` and warns; RANK, when set, asks for that rank). TLS to the
+//       coordinator: --tls-ca F (LATCHKEY_TLS_CA), mTLS also --tls-cert F --tls-key F
+//       (LATCHKEY_TLS_CERT, LATCHKEY_TLS_KEY).
 //   latchkey-worker --standalone --spec SPEC.json [outputs...]
 //       torchrun-style env: RANK, WORLD_SIZE (default 0 and 1), MASTER_ADDR (127.0.0.1),
 //       MASTER_PORT (29500), LOCAL_WORLD_SIZE (ranks on this machine; default WORLD_SIZE).
@@ -30,7 +33,10 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: latchkey-worker --coordinator HOST:PORT --job JOB_ID --join-token TOKEN [options]\n"
+    "usage: latchkey-worker --coordinator HOST:PORT --job JOB_ID [--join-token-file F] "
+    "[options]\n"
+    "       (join token: $LATCHKEY_JOIN_TOKEN or --join-token-file; TLS: --tls-ca F,\n"
+    "        mTLS: --tls-cert F --tls-key F, or $LATCHKEY_TLS_CA/CERT/KEY)\n"
     "       latchkey-worker --standalone --spec SPEC.json [--resume] [options]\n"
     "       latchkey-worker tokenize TEXT_FILE OUT.bin\n"
     "options: --metrics-jsonl FILE  --save DIR  --port-file FILE  --quiet\n"
@@ -68,7 +74,8 @@ int main(int argc, char** argv) {
   }
   bool standalone = false, resume = false;
   std::string spec_path, coordinator = env->coordinator, job = env->job_id, token = env->join_token,
-                         advertise;
+                         advertise, token_file;
+  std::string tls_ca = env->tls_ca, tls_cert = env->tls_cert, tls_key = env->tls_key;
   std::chrono::milliseconds collective_timeout{latchkey::kDefaultCollectiveTimeout};
   latchkey::RunOptions run;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -91,6 +98,16 @@ int main(int argc, char** argv) {
       if (!value(&job)) return UsageError("--job needs a job id");
     } else if (a == "--join-token") {
       if (!value(&token)) return UsageError("--join-token needs a token");
+      std::cerr << "latchkey-worker: warning: --join-token shows the token to anyone who can "
+                   "list processes; use LATCHKEY_JOIN_TOKEN or --join-token-file\n";
+    } else if (a == "--join-token-file") {
+      if (!value(&token_file)) return UsageError("--join-token-file needs a file");
+    } else if (a == "--tls-ca") {
+      if (!value(&tls_ca)) return UsageError("--tls-ca needs a PEM file");
+    } else if (a == "--tls-cert") {
+      if (!value(&tls_cert)) return UsageError("--tls-cert needs a PEM file");
+    } else if (a == "--tls-key") {
+      if (!value(&tls_key)) return UsageError("--tls-key needs a PEM file");
     } else if (a == "--advertise-host") {
       if (!value(&advertise)) return UsageError("--advertise-host needs an address");
     } else if (a == "--metrics-jsonl") {
@@ -153,7 +170,15 @@ int main(int argc, char** argv) {
     latchkey::CoordinatedOptions opts;
     if (!coordinator.empty()) opts.coordinator = coordinator;
     opts.job_id = job;
+    if (!token_file.empty()) {
+      auto from_file = latchkey::ReadJoinTokenFile(token_file);
+      if (!from_file.ok()) return UsageError(std::string(from_file.status().message()));
+      token = *from_file;
+    }
     opts.join_token = token;
+    opts.credentials.tls_ca = tls_ca;
+    opts.credentials.tls_cert = tls_cert;
+    opts.credentials.tls_key = tls_key;
     opts.advertise_host = advertise;
     if (env->rank) opts.requested_rank = *env->rank;
     opts.run = run;

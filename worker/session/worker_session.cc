@@ -356,7 +356,9 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSession
   auto impl = std::make_unique<Impl>();
   if (options.worker_id.empty()) options.worker_id = DefaultWorkerId();
   impl->opt = std::move(options);
-  impl->stub = v1::WorkerService::NewStub(MakeCoordinatorChannel(impl->opt.coordinator));
+  auto channel = MakeCoordinatorChannel(impl->opt.coordinator, impl->opt.credentials);
+  if (!channel.ok()) return channel.status();
+  impl->stub = v1::WorkerService::NewStub(*channel);
   auto joined = impl->DoJoin();
   if (!joined.ok()) return joined.status();
   impl->Adopt(*std::move(joined));

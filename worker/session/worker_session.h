@@ -43,6 +43,7 @@
 #include "common/states.h"
 #include "common/step_report.h"
 #include "common/timeouts.h"
+#include "proto/channel.h"
 
 namespace latchkey {
 
@@ -54,6 +55,8 @@ struct WorkerSessionOptions {
   std::string coordinator = kDefaultCoordinatorAddress;
   std::string job_id;
   std::string join_token;
+  // TLS to the coordinator (proto/channel.h); the join token travels in each request.
+  ChannelCredentials credentials;
   std::string worker_id;  // stable for the process, e.g. "host:pid"; a rejoin presents it again
   std::optional<int> requested_rank;
   std::string advertise_host;  // empty: the address the coordinator sees

@@ -1,0 +1,143 @@
+#include "client/credentials.h"
+
+#include <fcntl.h>
+#include <openssl/sha.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace latchkey {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Hex(const unsigned char* p, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(kDigits[p[i] >> 4]);
+    out.push_back(kDigits[p[i] & 15]);
+  }
+  return out;
+}
+
+absl::StatusOr<nlohmann::json> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nlohmann::json::object();
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (ss.str().empty()) return nlohmann::json::object();
+  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError("credentials file " + path + ": not a JSON object");
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string DefaultCredentialsPath() {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  if (xdg != nullptr && *xdg != 0) return std::string(xdg) + "/latchkey/credentials";
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && *home != 0) return std::string(home) + "/.config/latchkey/credentials";
+  return "";
+}
+
+absl::StatusOr<std::optional<StoredCredentials>> LookupCredentials(const std::string& path,
+                                                                   const std::string& address) {
+  if (path.empty()) return std::nullopt;
+  auto j = ReadFile(path);
+  if (!j.ok()) return j.status();
+  if (!j->contains(address)) return std::nullopt;
+  const nlohmann::json& e = (*j)[address];
+  if (!e.is_object() || (e.contains("token") && !e["token"].is_string()) ||
+      (e.contains("tls_ca") && !e["tls_ca"].is_string())) {
+    return absl::InvalidArgumentError("credentials file " + path + ": entry '" + address +
+                                      "' is not {\"token\": STRING, \"tls_ca\": STRING}");
+  }
+  StoredCredentials c;
+  c.token = e.value("token", "");
+  c.tls_ca = e.value("tls_ca", "");
+  return c;
+}
+
+absl::Status SaveCredentials(const std::string& path, const std::string& address,
+                             const StoredCredentials& credentials) {
+  if (path.empty()) {
+    return absl::FailedPreconditionError(
+        "credentials file: neither XDG_CONFIG_HOME nor HOME is set");
+  }
+  const fs::path dir = fs::path(path).parent_path();
+  std::error_code ec;
+  if (!fs::exists(dir)) {
+    fs::create_directories(dir, ec);
+    if (ec) {
+      return absl::PermissionDeniedError("credentials file: cannot create " + dir.string() + ": " +
+                                         ec.message());
+    }
+    ::chmod(dir.c_str(), 0700);
+  }
+  auto j = ReadFile(path);
+  if (!j.ok()) return j.status();
+  nlohmann::json entry = nlohmann::json::object();
+  entry["token"] = credentials.token;
+  if (!credentials.tls_ca.empty()) entry["tls_ca"] = credentials.tls_ca;
+  (*j)[address] = entry;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  if (absl::Status st = WritePrivateFile(tmp, j->dump(2) + "\n"); !st.ok()) return st;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return absl::PermissionDeniedError("credentials file " + path + ": " + why);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RandomHexToken(int bytes) {
+  std::ifstream in("/dev/urandom", std::ios::binary);
+  std::string raw(static_cast<size_t>(bytes), '\0');
+  if (!in || !in.read(raw.data(), bytes)) {
+    return absl::InternalError("cannot read /dev/urandom");
+  }
+  return Hex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
+}
+
+std::string Sha256HexOf(const std::string& data) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  return Hex(digest, sizeof(digest));
+}
+
+absl::Status WritePrivateFile(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::PermissionDeniedError("cannot write " + path + ": " + std::strerror(errno));
+  }
+  ::fchmod(fd, 0600);  // an existing file keeps its mode under O_CREAT
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return absl::PermissionDeniedError("cannot write " + path + ": " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    return absl::PermissionDeniedError("cannot write " + path + ": " + std::strerror(errno));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace latchkey

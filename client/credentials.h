@@ -1,0 +1,49 @@
+// The user's credentials file: $XDG_CONFIG_HOME/latchkey/credentials (default
+// ~/.config/latchkey/credentials), a JSON object keyed by coordinator address:
+//
+//   {"127.0.0.1:50051": {"token": "9f2c...", "tls_ca": "/home/me/runs/up-1/ca.pem"}}
+//
+// `latchkey up` writes the entry of the coordinator it starts (the file mode 0600, its folder
+// 0700); the CLI reads the entry of --coordinator whenever neither --token nor LATCHKEY_TOKEN
+// is given. Also: random tokens and their SHA-256 (what an --auth-tokens file holds).
+#ifndef LATCHKEY_CLIENT_CREDENTIALS_H_
+#define LATCHKEY_CLIENT_CREDENTIALS_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace latchkey {
+
+struct StoredCredentials {
+  std::string token;
+  std::string tls_ca;  // empty: plaintext
+};
+
+// $XDG_CONFIG_HOME/latchkey/credentials, else $HOME/.config/latchkey/credentials; "" when
+// neither variable is set.
+std::string DefaultCredentialsPath();
+
+// The entry for `address`; nullopt when the file or the entry does not exist. A file that is
+// not a JSON object of objects: INVALID_ARGUMENT naming the file.
+absl::StatusOr<std::optional<StoredCredentials>> LookupCredentials(const std::string& path,
+                                                                   const std::string& address);
+
+// Sets the entry for `address`, keeping the others; creates the folder (0700) and writes the
+// file (0600) by rename, so a reader never sees half of it.
+absl::Status SaveCredentials(const std::string& path, const std::string& address,
+                             const StoredCredentials& credentials);
+
+// `bytes` random bytes from /dev/urandom, in lowercase hex.
+absl::StatusOr<std::string> RandomHexToken(int bytes = 32);
+
+// SHA-256 of `data`, lowercase hex.
+std::string Sha256HexOf(const std::string& data);
+
+// Writes `text` to `path` with mode 0600 (created so, never readable by others in between).
+absl::Status WritePrivateFile(const std::string& path, const std::string& text);
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_CLIENT_CREDENTIALS_H_

@@ -1,0 +1,141 @@
+// The credentials file (real files in a temp folder), tokens, and the channel helper's refusals
+// of unusable credentials.
+#include "client/credentials.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+
+#include "proto/channel.h"
+
+namespace latchkey {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir() {
+  std::string templ = (fs::temp_directory_path() / "latchkey-credentials-XXXXXX").string();
+  const char* made = mkdtemp(templ.data());
+  EXPECT_NE(made, nullptr);
+  return templ;
+}
+
+int Mode(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(stat(path.c_str(), &st), 0) << path;
+  return static_cast<int>(st.st_mode & 0777);
+}
+
+TEST(Credentials, SaveThenLookupMergesEntriesWithPrivateModes) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/cfg/latchkey/credentials";
+  ASSERT_TRUE(SaveCredentials(path, "127.0.0.1:1", {"aaa", ""}).ok());
+  ASSERT_TRUE(SaveCredentials(path, "127.0.0.1:2", {"bbb", "/ca.pem"}).ok());
+  ASSERT_TRUE(SaveCredentials(path, "127.0.0.1:1", {"ccc", ""}).ok());  // replaces
+  EXPECT_EQ(Mode(path), 0600);
+  EXPECT_EQ(Mode(dir + "/cfg/latchkey"), 0700);
+  auto one = LookupCredentials(path, "127.0.0.1:1");
+  ASSERT_TRUE(one.ok() && one->has_value());
+  EXPECT_EQ((*one)->token, "ccc");
+  EXPECT_EQ((*one)->tls_ca, "");
+  auto two = LookupCredentials(path, "127.0.0.1:2");
+  ASSERT_TRUE(two.ok() && two->has_value());
+  EXPECT_EQ((*two)->token, "bbb");
+  EXPECT_EQ((*two)->tls_ca, "/ca.pem");
+  auto none = LookupCredentials(path, "127.0.0.1:3");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  auto missing = LookupCredentials(dir + "/nope", "127.0.0.1:1");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_FALSE(missing->has_value());
+  fs::remove_all(dir);
+}
+
+TEST(Credentials, MalformedFileIsRefusedNamingIt) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/credentials";
+  std::ofstream(path) << "[1, 2]";
+  auto r = LookupCredentials(path, "a:1");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find(path), std::string::npos);
+  std::ofstream(path) << R"({"a:1": {"token": 5}})";
+  r = LookupCredentials(path, "a:1");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("a:1"), std::string::npos);
+  // Saving over a file that is not an object refuses rather than dropping what it holds.
+  std::ofstream(path) << "[1, 2]";
+  EXPECT_FALSE(SaveCredentials(path, "b:1", {"t", ""}).ok());
+  fs::remove_all(dir);
+}
+
+TEST(Credentials, DefaultPathFollowsXdgThenHome) {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  const std::string saved = xdg ? xdg : "";
+  setenv("XDG_CONFIG_HOME", "/x/cfg", 1);
+  EXPECT_EQ(DefaultCredentialsPath(), "/x/cfg/latchkey/credentials");
+  unsetenv("XDG_CONFIG_HOME");
+  setenv("HOME", "/home/u", 1);
+  EXPECT_EQ(DefaultCredentialsPath(), "/home/u/.config/latchkey/credentials");
+  if (xdg) setenv("XDG_CONFIG_HOME", saved.c_str(), 1);
+}
+
+TEST(Credentials, TokensAreRandomHexAndHashesAreSha256) {
+  auto a = RandomHexToken(32);
+  auto b = RandomHexToken(32);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 64u);
+  EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(Sha256HexOf("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(Credentials, WritePrivateFileTightensAnExistingFile) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/f";
+  std::ofstream(path) << "old";
+  chmod(path.c_str(), 0644);
+  ASSERT_TRUE(WritePrivateFile(path, "new").ok());
+  EXPECT_EQ(Mode(path), 0600);
+  std::ifstream in(path);
+  std::string text;
+  in >> text;
+  EXPECT_EQ(text, "new");
+  fs::remove_all(dir);
+}
+
+TEST(Channel, UnusableCredentialsAreRefusedNamingTheFlag) {
+  const std::string dir = TempDir();
+  std::ofstream(dir + "/not.pem") << "hello";
+  auto expect_refused = [](const ChannelCredentials& c, const std::string& flag) {
+    auto ch = MakeCoordinatorChannel("127.0.0.1:1", c);
+    ASSERT_FALSE(ch.ok()) << flag;
+    EXPECT_EQ(ch.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(ch.status().message().find(flag), std::string::npos) << ch.status();
+  };
+  auto creds = [](std::string token, std::string ca, std::string cert, std::string key) {
+    ChannelCredentials c;
+    c.token = std::move(token);
+    c.tls_ca = std::move(ca);
+    c.tls_cert = std::move(cert);
+    c.tls_key = std::move(key);
+    return c;
+  };
+  expect_refused(creds("", dir + "/missing.pem", "", ""), "--tls-ca");
+  expect_refused(creds("", dir + "/not.pem", "", ""), "--tls-ca");
+  expect_refused(creds("", "", "c.pem", ""), "--tls-key");
+  expect_refused(creds("", "", "c.pem", "k.pem"), "--tls-ca");
+  expect_refused(creds("two words", "", "", ""), "--token");
+  expect_refused(creds("line\nbreak", "", "", ""), "--token");
+  EXPECT_TRUE(MakeCoordinatorChannel("127.0.0.1:1", ChannelCredentials{}).ok());
+  EXPECT_TRUE(MakeCoordinatorChannel("127.0.0.1:1", creds("abc123", "", "", "")).ok());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace latchkey
