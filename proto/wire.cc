@@ -4,7 +4,7 @@
 
 namespace latchkey {
 
-namespace v1 = ::latchkey::v1;
+// Inside namespace latchkey, v1 names latchkey::v1 (the generated code).
 
 v1::KvMode ToProto(KvMode mode) {
   switch (mode) {

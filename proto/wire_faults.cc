@@ -7,7 +7,7 @@
 
 namespace latchkey {
 
-namespace v1 = ::latchkey::v1;
+// Inside namespace latchkey, v1 names latchkey::v1 (the generated code).
 
 namespace {
 
