@@ -12,11 +12,27 @@ namespace latchkey {
 using json = nlohmann::json;
 
 absl::StatusOr<json> ParseJsonObject(absl::string_view text, absl::string_view source) {
+  // Deeper values are dropped while parsing and the text refused: printing or walking one
+  // recurses once per level, and a hostile spec could exhaust the stack.
+  constexpr int kMaxDepth = 64;
+  bool too_deep = false;
+  json::parser_callback_t limit_depth = [&too_deep](int depth, json::parse_event_t event, json&) {
+    if (depth > kMaxDepth &&
+        (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start)) {
+      too_deep = true;
+      return false;
+    }
+    return true;
+  };
   json root;
   try {
-    root = json::parse(text.begin(), text.end());
+    root = json::parse(text.begin(), text.end(), limit_depth);
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON: ", e.what()));
+  }
+  if (too_deep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": nested deeper than ", kMaxDepth, " levels"));
   }
   if (!root.is_object()) {
     return absl::InvalidArgumentError(

@@ -214,9 +214,18 @@ absl::StatusOr<StFile> ParseSafetensors(absl::string_view bytes, absl::string_vi
 
   json root;
   std::string duplicate;
+  // A valid header nests 3 levels ({name: {shape: [...]}}); deeper values are dropped while
+  // parsing and the header refused, as printing one in a message recurses once per level.
+  constexpr int kMaxDepth = 8;
+  bool too_deep = false;
   try {
-    json::parser_callback_t cb = [&duplicate, seen = std::set<std::string>()](
+    json::parser_callback_t cb = [&duplicate, &too_deep, seen = std::set<std::string>()](
                                      int depth, json::parse_event_t event, json& parsed) mutable {
+      if (depth > kMaxDepth && (event == json::parse_event_t::object_start ||
+                                event == json::parse_event_t::array_start)) {
+        too_deep = true;
+        return false;
+      }
       if (depth == 1 && event == json::parse_event_t::key && parsed.is_string()) {
         const std::string& key = parsed.get_ref<const std::string&>();
         if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
@@ -227,6 +236,10 @@ absl::StatusOr<StFile> ParseSafetensors(absl::string_view bytes, absl::string_vi
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": header is not valid JSON: ", e.what()));
+  }
+  if (too_deep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": header nested deeper than ", kMaxDepth, " levels"));
   }
   if (!root.is_object()) {
     return absl::InvalidArgumentError(
