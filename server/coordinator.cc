@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "server/coordinator_internal.h"
 #include "server/job_state_machine.h"
+#include "server/security.h"
 
 namespace latchkey {
 
@@ -265,7 +266,8 @@ int Coordinator::PickRendezvousPort() const {
   return 0;
 }
 
-absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const JobSubmission& args) {
+absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const JobSubmission& args,
+                                                    const std::string& submitter) {
   if (args.spec_json.size() > options_.max_spec_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("spec_json: ", args.spec_json.size(),
                                                    " bytes exceeds the limit of ",
@@ -293,7 +295,9 @@ absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const JobSubmission& args) {
   rec.state = JobState::kPending;
   rec.spec_json = JobSpecToJson(spec);
   rec.base_dir = args.base_dir;
-  rec.join_token = RandomToken();
+  const std::string join_token = RandomToken();
+  rec.join_token = Sha256Hex(join_token);
+  rec.submitter = submitter;
   rec.rendezvous_host = args.rendezvous_host;
   rec.rendezvous_host_fixed = !args.rendezvous_host.empty();
   rec.rendezvous_port = args.rendezvous_port > 0 ? args.rendezvous_port : PickRendezvousPort();
@@ -313,7 +317,7 @@ absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const JobSubmission& args) {
   const RankGrid grid{spec.world_size, spec.tp};
   auto job = std::make_unique<Job>(std::move(rec), std::move(spec), grid, options_.recent_steps);
   SubmitResult out;
-  out.join_token = job->rec.join_token;
+  out.join_token = join_token;
   out.job = View(*job, false);
   std::string id = job->rec.job_id;
   jobs_.emplace(std::move(id), std::move(job));

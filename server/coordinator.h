@@ -213,7 +213,9 @@ class Coordinator {
   void Shutdown();
 
   // --- JobService ---
-  absl::StatusOr<SubmitResult> SubmitJob(const JobSubmission& args);
+  // `submitter`: the NAME of the role token that submitted it ("" without --auth-tokens).
+  absl::StatusOr<SubmitResult> SubmitJob(const JobSubmission& args,
+                                         const std::string& submitter = "");
   absl::StatusOr<JobView> GetJob(const std::string& job_id, bool with_workers);
   absl::StatusOr<std::vector<JobView>> ListJobs(const std::vector<JobState>& states, int limit);
   absl::StatusOr<JobView> CancelJob(const std::string& job_id, const std::string& reason);

@@ -8,23 +8,14 @@
 #include "server/coordinator.h"
 #include "server/coordinator_internal.h"
 #include "server/job_state_machine.h"
+#include "server/security.h"
 
 namespace latchkey {
-namespace {
-
-// Compares without an early exit so the time taken does not reveal a matching prefix.
-bool TokenEquals(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % std::max<size_t>(1, b.size())];
-  return diff == 0;
-}
-
-}  // namespace
 
 absl::StatusOr<Coordinator::Job*> Coordinator::FindForWorker(const WorkerCall& call,
                                                              bool check_rank, bool fence) {
   LK_ASSIGN_OR_RETURN(Job * j, FindJob(call.job_id));
-  if (!TokenEquals(call.join_token, j->rec.join_token)) {
+  if (!ConstantTimeEquals(Sha256Hex(call.join_token), j->rec.join_token)) {
     return absl::UnauthenticatedError(absl::StrCat(call.job_id, ": join token does not match"));
   }
   if (call.worker_id.empty()) return absl::InvalidArgumentError("identity.worker_id: required");

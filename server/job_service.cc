@@ -8,29 +8,65 @@
 #include "proto/wire.h"
 
 namespace latchkey {
-grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+
+grpc::Status JobServiceImpl::Check(const grpc::ServerContext& ctx, const char* method,
+                                   JobAccess access, const std::string& job_id,
+                                   Principal* who) const {
+  auto principal = gate_.Authenticate(ctx);
+  if (!principal.ok()) return gate_.Refuse(ctx, method, ToGrpcStatus(principal.status()));
+  *who = *principal;
+  std::string owner;
+  if (access == JobAccess::kModify && who->role == Role::kSubmit) {
+    auto job = core_->GetJob(job_id, /*with_workers=*/false);
+    if (!job.ok()) return ToGrpcStatus(job.status());
+    owner = job->record.submitter;
+  }
+  absl::Status permit = Permit(*who, access, method, owner);
+  if (!permit.ok()) return gate_.Refuse(ctx, method, ToGrpcStatus(permit));
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                                        v1::SubmitJobResponse* resp) {
+  auto slot = gate_.Admit(*ctx);
+  if (!slot->ok()) return gate_.Refuse(*ctx, "SubmitJob", gate_.ExhaustedStatus());
+  Principal who;
+  if (grpc::Status st = Check(*ctx, "SubmitJob", JobAccess::kSubmit, "", &who); !st.ok()) {
+    return st;
+  }
   JobSubmission args;
   args.spec_json = req->spec_json();
   args.base_dir = req->base_dir();
   args.rendezvous_host = req->rendezvous_host();
   args.rendezvous_port = req->rendezvous_port();
-  auto r = core_->SubmitJob(args);
+  auto r = core_->SubmitJob(args, who.name);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = ToProto(SubmittedJob{r->job.record.job_id, r->join_token, ToJobInfo(r->job)});
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                                     v1::GetJobResponse* resp) {
+  auto slot = gate_.Admit(*ctx);
+  if (!slot->ok()) return gate_.Refuse(*ctx, "GetJob", gate_.ExhaustedStatus());
+  Principal who;
+  if (grpc::Status st = Check(*ctx, "GetJob", JobAccess::kRead, req->job_id(), &who); !st.ok()) {
+    return st;
+  }
   auto r = core_->GetJob(req->job_id(), /*with_workers=*/true);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp->mutable_job() = ToProto(ToJobInfo(*r));
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                                       v1::ListJobsResponse* resp) {
+  auto slot = gate_.Admit(*ctx);
+  if (!slot->ok()) return gate_.Refuse(*ctx, "ListJobs", gate_.ExhaustedStatus());
+  Principal who;
+  if (grpc::Status st = Check(*ctx, "ListJobs", JobAccess::kRead, "", &who); !st.ok()) {
+    return st;
+  }
   std::vector<JobState> states;
   for (int s : req->states()) {
     std::optional<JobState> state =
@@ -47,17 +83,31 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRe
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                                        v1::CancelJobResponse* resp) {
+  auto slot = gate_.Admit(*ctx);
+  if (!slot->ok()) return gate_.Refuse(*ctx, "CancelJob", gate_.ExhaustedStatus());
+  Principal who;
+  if (grpc::Status st = Check(*ctx, "CancelJob", JobAccess::kModify, req->job_id(), &who);
+      !st.ok()) {
+    return st;
+  }
   auto r = core_->CancelJob(req->job_id(), req->reason().substr(0, 1024));
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp->mutable_job() = ToProto(ToJobInfo(*r));
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::UpdateJobPolicy(grpc::ServerContext*,
+grpc::Status JobServiceImpl::UpdateJobPolicy(grpc::ServerContext* ctx,
                                              const v1::UpdateJobPolicyRequest* req,
                                              v1::UpdateJobPolicyResponse* resp) {
+  auto slot = gate_.Admit(*ctx);
+  if (!slot->ok()) return gate_.Refuse(*ctx, "UpdateJobPolicy", gate_.ExhaustedStatus());
+  Principal who;
+  if (grpc::Status st = Check(*ctx, "UpdateJobPolicy", JobAccess::kModify, req->job_id(), &who);
+      !st.ok()) {
+    return st;
+  }
   JobPolicyUpdate u;
   u.job_id = req->job_id();
   if (req->kv_reduce() != v1::KV_REDUCE_POLICY_UNSPECIFIED) {
@@ -79,6 +129,12 @@ grpc::Status JobServiceImpl::UpdateJobPolicy(grpc::ServerContext*,
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::WatchJobResponse>* writer) {
+  auto slot = gate_.Admit(*ctx);
+  if (!slot->ok()) return gate_.Refuse(*ctx, "WatchJob", gate_.ExhaustedStatus());
+  Principal who;
+  if (grpc::Status st = Check(*ctx, "WatchJob", JobAccess::kRead, req->job_id(), &who); !st.ok()) {
+    return st;
+  }
   uint64_t version = 0;
   int64_t last_step = -1;
   bool first = true;
@@ -110,8 +166,16 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
   return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled");
 }
 
-grpc::Status JobServiceImpl::ListLatches(grpc::ServerContext*, const v1::ListLatchesRequest* req,
+grpc::Status JobServiceImpl::ListLatches(grpc::ServerContext* ctx,
+                                         const v1::ListLatchesRequest* req,
                                          v1::ListLatchesResponse* resp) {
+  auto slot = gate_.Admit(*ctx);
+  if (!slot->ok()) return gate_.Refuse(*ctx, "ListLatches", gate_.ExhaustedStatus());
+  Principal who;
+  if (grpc::Status st = Check(*ctx, "ListLatches", JobAccess::kRead, req->job_id(), &who);
+      !st.ok()) {
+    return st;
+  }
   auto r = core_->ListLatches(req->job_id(), req->start_window(), req->page_size());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = ToProto(ToAuditPage(*r));

@@ -5,6 +5,7 @@
 
 #include "absl/time/time.h"
 #include "latchkey/v1/job_service.grpc.pb.h"
+#include "server/call_gate.h"
 #include "server/coordinator.h"
 
 namespace latchkey {
@@ -13,8 +14,10 @@ class JobServiceImpl final : public latchkey::v1::JobService::Service {
  public:
   // `core` must outlive the service. `poll` bounds how long a stream handler waits before it
   // looks at the client's cancellation again.
-  explicit JobServiceImpl(Coordinator* core, absl::Duration poll = absl::Milliseconds(200))
-      : core_(core), poll_(poll) {}
+  // `gate`: the role tokens and the per-peer cap (default: open, uncapped).
+  explicit JobServiceImpl(Coordinator* core, absl::Duration poll = absl::Milliseconds(200),
+                          CallGate gate = {})
+      : core_(core), poll_(poll), gate_(std::move(gate)) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override;
@@ -32,8 +35,13 @@ class JobServiceImpl final : public latchkey::v1::JobService::Service {
                            v1::ListLatchesResponse* resp) override;
 
  private:
+  // Authenticates and authorizes one call (logging a refusal); `job_id` for kModify. Sets *who.
+  grpc::Status Check(const grpc::ServerContext& ctx, const char* method, JobAccess access,
+                     const std::string& job_id, Principal* who) const;
+
   Coordinator* const core_;
   const absl::Duration poll_;
+  const CallGate gate_;
 };
 
 }  // namespace latchkey

@@ -21,6 +21,7 @@
 #include "common/timeouts.h"
 #include "server/coordinator.h"
 #include "server/metrics.h"
+#include "server/security.h"
 #include "server/server.h"
 #include "server/sqlite_store.h"
 
@@ -71,6 +72,10 @@ int main(int argc, char** argv) {
                  "folder every path a spec names must lie in (repeatable; none: unconfined)")
       ->check(CLI::ExistingDirectory);
   double grace_s = 5;
+  std::string tls_cert, tls_key, tls_client_ca, auth_tokens;
+  bool allow_unauthenticated = false;
+  int max_calls_per_peer = 1024;
+  int max_message_mib = 16;
   app.add_option("--listen", listen, "gRPC address HOST:PORT (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--db", db, "SQLite database file (created if missing)")->required();
@@ -99,6 +104,21 @@ int main(int argc, char** argv) {
   app.add_option("--port-file", port_file,
                  "write {\"grpc_port\":N,\"metrics_port\":M} here once serving");
   app.add_option("--shutdown-grace", grace_s, "seconds in-flight calls get on SIGTERM")
+      ->capture_default_str();
+  app.add_option("--tls-cert", tls_cert, "PEM certificate (chain) the gRPC port serves TLS with");
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
+  app.add_option("--tls-client-ca", tls_client_ca,
+                 "PEM CA: require and verify a client certificate signed by it (mTLS)");
+  app.add_option("--auth-tokens", auth_tokens,
+                 "role tokens, lines `ROLE NAME SHA256HEX` (docs/protocol.md, Security)");
+  app.add_flag("--allow-unauthenticated", allow_unauthenticated,
+               "serve a non-loopback --listen without --auth-tokens");
+  app.add_option("--max-calls-per-peer", max_calls_per_peer,
+                 "in-flight calls and streams one peer host may hold")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-message-mib", max_message_mib, "largest request accepted, MiB")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -165,6 +185,41 @@ int main(int argc, char** argv) {
   }
   latchkey::ServerOptions server_options;
   server_options.listen = listen;
+  server_options.max_calls_per_peer = max_calls_per_peer;
+  server_options.max_receive_message_bytes = max_message_mib << 20;
+  server_options.log = options.log;
+  if (tls_cert.empty() != tls_key.empty()) return Fail("--tls-cert and --tls-key go together");
+  if (!tls_client_ca.empty() && tls_cert.empty()) return Fail("--tls-client-ca needs --tls-cert");
+  if (!tls_cert.empty()) {
+    auto cert = latchkey::ReadPemFile("--tls-cert", tls_cert, "cert");
+    if (!cert.ok()) return Fail(std::string(cert.status().message()));
+    auto key = latchkey::ReadPemFile("--tls-key", tls_key, "key");
+    if (!key.ok()) return Fail(std::string(key.status().message()));
+    if (!latchkey::KeyMatchesCert(*cert, *key)) {
+      return Fail("--tls-key " + tls_key + ": not the private key of --tls-cert " + tls_cert);
+    }
+    server_options.tls_cert_pem = *cert;
+    server_options.tls_key_pem = *key;
+    if (!tls_client_ca.empty()) {
+      auto ca = latchkey::ReadPemFile("--tls-client-ca", tls_client_ca, "cert");
+      if (!ca.ok()) return Fail(std::string(ca.status().message()));
+      server_options.tls_client_ca_pem = *ca;
+    }
+  }
+  if (!auth_tokens.empty()) {
+    auto table = latchkey::TokenTable::Load(auth_tokens);
+    if (!table.ok()) return Fail(std::string(table.status().message()));
+    if (table->size() == 0) return Fail("--auth-tokens " + auth_tokens + ": no tokens");
+    server_options.auth_tokens = std::make_shared<latchkey::TokenTable>(*std::move(table));
+  } else if (!latchkey::IsLoopbackListen(listen) && !allow_unauthenticated) {
+    return Fail("--listen " + listen +
+                " is not loopback and --auth-tokens is not given: anyone who reaches the port "
+                "could submit and cancel jobs; give --auth-tokens FILE, or "
+                "--allow-unauthenticated to run open anyway");
+  }
+  if (server_options.auth_tokens == nullptr) {
+    options.log("warning: no --auth-tokens: JobService is open to every caller");
+  }
   auto server = latchkey::CoordinatorServer::Start(core->get(), server_options);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   const int bound_metrics = endpoint ? endpoint->port() : -1;

@@ -2,8 +2,11 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
+
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "server/job_service.h"
@@ -15,15 +18,29 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     Coordinator* core, const ServerOptions& options) {
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->core_ = core;
-  s->jobs_ = std::make_unique<JobServiceImpl>(core, options.stream_poll);
-  s->workers_ = std::make_unique<WorkerServiceImpl>(core);
+  s->limiter_ = std::make_unique<PeerCallLimiter>(options.max_calls_per_peer);
+  std::function<void(const std::string&)> log = options.log;
+  if (!log) log = [](const std::string& line) { std::cerr << line << std::endl; };
+  CallGate gate{options.auth_tokens, s->limiter_.get(), log};
+  s->jobs_ = std::make_unique<JobServiceImpl>(core, options.stream_poll, gate);
+  s->workers_ = std::make_unique<WorkerServiceImpl>(core, gate);
 
   // Both are process-wide switches that must be set before the first builder.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!options.tls_cert_pem.empty()) {
+    grpc::SslServerCredentialsOptions ssl(
+        options.tls_client_ca_pem.empty()
+            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = options.tls_client_ca_pem;
+    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  builder.AddListeningPort(options.listen, creds, &s->port_);
   builder.RegisterService(s->jobs_.get());
   builder.RegisterService(s->workers_.get());
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);

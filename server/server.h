@@ -8,6 +8,7 @@
 #ifndef LATCHKEY_SERVER_SERVER_H_
 #define LATCHKEY_SERVER_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/timeouts.h"
 #include "server/coordinator.h"
+#include "server/security.h"
 
 namespace grpc {
 class Server;
@@ -32,6 +34,17 @@ struct ServerOptions {
   int max_receive_message_bytes = 1 << 20;                   // every request; specs are far smaller
   int max_send_message_bytes = 16 << 20;  // a page of latches or jobs fits easily
   absl::Duration stream_poll = absl::Milliseconds(200);
+  // TLS (PEM contents, not paths). Empty cert: plaintext. A client CA requires and verifies a
+  // client certificate on every connection (mTLS).
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  std::string tls_client_ca_pem;
+  // Role tokens every JobService call must present (docs/protocol.md "Security"); null: none.
+  std::shared_ptr<const TokenTable> auth_tokens;
+  // In-flight calls and streams per peer host; more are refused with RESOURCE_EXHAUSTED.
+  int max_calls_per_peer = 1024;
+  // Refused calls (peer, RPC, reason) are logged here; unset: stderr.
+  std::function<void(const std::string&)> log;
 };
 
 class CoordinatorServer {
@@ -51,6 +64,7 @@ class CoordinatorServer {
   Coordinator* core_ = nullptr;
   std::unique_ptr<JobServiceImpl> jobs_;
   std::unique_ptr<WorkerServiceImpl> workers_;
+  std::unique_ptr<PeerCallLimiter> limiter_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Mutex mu_;

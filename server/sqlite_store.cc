@@ -157,6 +157,8 @@ absl::Status SqliteStore::Migrate(int from) {
       return MigrateV2ToV3();
     case 3:
       return MigrateV3ToV4();
+    case 4:
+      return MigrateV4ToV5();
   }
   return absl::InternalError(absl::StrCat("no migration from schema v", from));
 }
@@ -243,9 +245,9 @@ absl::Status SqliteStore::CreateJob(const JobRecord& j) {
       "rendezvous_port, rendezvous_host_fixed, kv_reduce, gas, generation, next_window, "
       "next_first_micro_batch, failure_reason, warnings_json, create_us, update_us, no_sync, "
       "attempt, restarts, resume_step, resume_sha256, last_checkpoint_step, "
-      "last_checkpoint_sha256, last_recovery_reason, stalled_json, determinism_violations) "
-      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,"
-      "?23,?24,?25,?26,?27,?28)";
+      "last_checkpoint_sha256, last_recovery_reason, stalled_json, determinism_violations, "
+      "submitter) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,"
+      "?20,?21,?22,?23,?24,?25,?26,?27,?28,?29)";
   LK_ASSIGN_STMT(st, kSql);
   st.Bind(1, j.job_id).Bind(2, j.seq).Bind(3, static_cast<int>(j.state)).Bind(4, j.spec_json);
   st.Bind(5, j.base_dir).Bind(6, j.join_token).Bind(7, j.rendezvous_host);
@@ -257,6 +259,7 @@ absl::Status SqliteStore::CreateJob(const JobRecord& j) {
   st.Bind(17, Us(j.create_time)).Bind(18, Us(j.update_time));
   st.Bind(19, NoSyncText(j.policy.no_sync));
   BindFaults(st, 20, j);
+  st.Bind(29, j.submitter);
   return st.Run();
 }
 
@@ -366,7 +369,7 @@ absl::StatusOr<std::vector<JobRecord>> SqliteStore::LoadJobs() {
                  "next_window, next_first_micro_batch, failure_reason, warnings_json, create_us, "
                  "update_us, no_sync, attempt, restarts, resume_step, resume_sha256, "
                  "last_checkpoint_step, last_checkpoint_sha256, last_recovery_reason, "
-                 "stalled_json, determinism_violations FROM jobs ORDER BY seq");
+                 "stalled_json, determinism_violations, submitter FROM jobs ORDER BY seq");
   std::vector<JobRecord> out;
   while (true) {
     LK_ASSIGN_OR_RETURN(bool row, st.Step());
@@ -379,6 +382,7 @@ absl::StatusOr<std::vector<JobRecord>> SqliteStore::LoadJobs() {
     j.spec_json = st.Text(3);
     j.base_dir = st.Text(4);
     j.join_token = st.Text(5);
+    j.submitter = st.Text(28);
     j.rendezvous_host = st.Text(6);
     j.rendezvous_port = static_cast<int>(st.Int(7));
     j.rendezvous_host_fixed = st.Int(8) != 0;

@@ -34,8 +34,8 @@ class SqliteStore : public JobStore {
   // The schema this build writes. v2: the policy's no_sync mask is stored. v3: each step
   // report's learning rate and evaluation loss. v4: attempts (the job's fault-tolerance fields,
   // each worker's attempt), each step report's boundary wait, the checkpoints and job_events
-  // tables.
-  static constexpr int kSchemaVersion = 4;
+  // tables. v5: each job's submitter; join tokens stored only as their SHA-256 (hex).
+  static constexpr int kSchemaVersion = 5;
 
   // Opens (creating if needed) the database at `path`; ":memory:" for tests.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,
@@ -81,6 +81,7 @@ class SqliteStore : public JobStore {
   absl::Status MigrateV1ToV2();
   absl::Status MigrateV2ToV3();
   absl::Status MigrateV3ToV4();  // sqlite_store_faults.cc
+  absl::Status MigrateV4ToV5();  // sqlite_store_security.cc
   // Step reports with step in [from_step, to_step] of every rank (rank < 0) or one.
   absl::StatusOr<std::vector<StepReportRecord>> QueryStepReports(const std::string& job_id,
                                                                  int64_t from_step, int64_t to_step,

@@ -33,7 +33,8 @@ struct JobRecord {
   JobState state = JobState::kPending;
   std::string spec_json;  // canonical (JobSpecToJson): paths absolute
   std::string base_dir;
-  std::string join_token;
+  std::string join_token;       // its SHA-256 in hex (Sha256Hex); the token itself is never stored
+  std::string submitter;        // the NAME of the role token that submitted it; "": none
   std::string rendezvous_host;  // empty until known
   int rendezvous_port = 0;
   bool rendezvous_host_fixed = false;  // set by the submitter (else: rank 0's host)

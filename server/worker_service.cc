@@ -63,36 +63,52 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, grpc::Status st
   return reactor;
 }
 
+bool IsRefusal(const grpc::Status& st) {
+  return st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+         st.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+         st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+}
+
 }  // namespace
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Run(grpc::CallbackServerContext* ctx,
+                                                 const char* method,
+                                                 const std::function<grpc::Status()>& body) {
+  auto slot = gate_.Admit(*ctx);
+  if (!slot->ok()) return Done(ctx, gate_.Refuse(*ctx, method, gate_.ExhaustedStatus()));
+  grpc::Status st = body();
+  if (IsRefusal(st)) gate_.Refuse(*ctx, method, st);
+  return Done(ctx, std::move(st));
+}
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Join(grpc::CallbackServerContext* ctx,
                                                   const v1::JoinRequest* req,
                                                   v1::JoinResponse* resp) {
-  return Done(ctx, DoJoin(ctx->peer(), *req, resp));
+  return Run(ctx, "Join", [&] { return DoJoin(ctx->peer(), *req, resp); });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ReportStep(grpc::CallbackServerContext* ctx,
                                                         const v1::ReportStepRequest* req,
                                                         v1::ReportStepResponse* resp) {
-  return Done(ctx, DoReportStep(*req, resp));
+  return Run(ctx, "ReportStep", [&] { return DoReportStep(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,
                                                        const v1::HeartbeatRequest* req,
                                                        v1::HeartbeatResponse* resp) {
-  return Done(ctx, DoHeartbeat(*req, resp));
+  return Run(ctx, "Heartbeat", [&] { return DoHeartbeat(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ReportFailure(grpc::CallbackServerContext* ctx,
                                                            const v1::ReportFailureRequest* req,
                                                            v1::ReportFailureResponse* resp) {
-  return Done(ctx, DoReportFailure(*req, resp));
+  return Run(ctx, "ReportFailure", [&] { return DoReportFailure(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ReportCheckpoint(
     grpc::CallbackServerContext* ctx, const v1::ReportCheckpointRequest* req,
     v1::ReportCheckpointResponse* resp) {
-  return Done(ctx, DoReportCheckpoint(*req, resp));
+  return Run(ctx, "ReportCheckpoint", [&] { return DoReportCheckpoint(*req, resp); });
 }
 
 grpc::Status WorkerServiceImpl::DoJoin(const std::string& peer, const v1::JoinRequest& request,
@@ -122,13 +138,18 @@ namespace {
 // the coordinator calls Listener::OnJobChanged without its own lock.
 class LatchStreamReactor : public grpc::ServerWriteReactor<v1::WatchLatchesResponse> {
  public:
-  LatchStreamReactor(Coordinator* core, const WorkerCall& call, int64_t start_window)
-      : core_(core), call_(call), next_window_(start_window) {
+  // `slot`: this stream's place under the per-peer cap, released when the stream is done.
+  LatchStreamReactor(Coordinator* core, const WorkerCall& call, int64_t start_window,
+                     std::unique_ptr<PeerCallLimiter::Slot> slot, const CallGate& gate,
+                     const grpc::CallbackServerContext& ctx)
+      : core_(core), call_(call), slot_(std::move(slot)), next_window_(start_window) {
     listener_ = std::make_shared<Listener>(this);
     auto sub = core_->SubscribeLatches(call_, listener_);
     absl::MutexLock lock(&mu_);
     if (!sub.ok()) {
-      FinishLocked(ToGrpcStatus(sub.status()));
+      grpc::Status st = ToGrpcStatus(sub.status());
+      if (IsRefusal(st)) gate.Refuse(ctx, "WatchLatches", st);
+      FinishLocked(std::move(st));
       return;
     }
     subscription_ = *sub;
@@ -227,6 +248,7 @@ class LatchStreamReactor : public grpc::ServerWriteReactor<v1::WatchLatchesRespo
 
   Coordinator* const core_;
   const WorkerCall call_;
+  const std::unique_ptr<PeerCallLimiter::Slot> slot_;
   std::shared_ptr<Listener> listener_;
   std::optional<Subscription> subscription_;
   absl::Mutex mu_;
@@ -241,9 +263,11 @@ class LatchStreamReactor : public grpc::ServerWriteReactor<v1::WatchLatchesRespo
 }  // namespace
 
 grpc::ServerWriteReactor<v1::WatchLatchesResponse>* WorkerServiceImpl::WatchLatches(
-    grpc::CallbackServerContext*, const v1::WatchLatchesRequest* req) {
+    grpc::CallbackServerContext* ctx, const v1::WatchLatchesRequest* req) {
+  auto slot = gate_.Admit(*ctx);
   WorkerCall call;
   grpc::Status st = ToCall(req->identity(), req->rank(), &call);
+  if (!slot->ok()) st = gate_.Refuse(*ctx, "WatchLatches", gate_.ExhaustedStatus());
   if (st.ok() && req->start_window() < 0) st = Invalid("start_window: must be >= 0");
   if (!st.ok()) {
     // A reactor that only finishes: the same shape for every error.
@@ -254,7 +278,7 @@ grpc::ServerWriteReactor<v1::WatchLatchesResponse>* WorkerServiceImpl::WatchLatc
     };
     return new Refusal(std::move(st));
   }
-  return new LatchStreamReactor(core_, call, req->start_window());
+  return new LatchStreamReactor(core_, call, req->start_window(), std::move(slot), gate_, *ctx);
 }
 
 grpc::Status WorkerServiceImpl::DoReportStep(const v1::ReportStepRequest& request,

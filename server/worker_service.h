@@ -3,10 +3,12 @@
 #ifndef LATCHKEY_SERVER_WORKER_SERVICE_H_
 #define LATCHKEY_SERVER_WORKER_SERVICE_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/time/time.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
+#include "server/call_gate.h"
 #include "server/coordinator.h"
 
 namespace latchkey {
@@ -18,7 +20,10 @@ namespace latchkey {
 class WorkerServiceImpl final : public latchkey::v1::WorkerService::CallbackService {
  public:
   // `core` must outlive the service (and the server must be shut down before the core).
-  explicit WorkerServiceImpl(Coordinator* core) : core_(core) {}
+  // `gate`: the per-peer cap and the log of refused calls. The join token in each request is
+  // the only credential: it opens WorkerService for its own job.
+  explicit WorkerServiceImpl(Coordinator* core, CallGate gate = {})
+      : core_(core), gate_(std::move(gate)) {}
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
                                  v1::JoinResponse* resp) override;
@@ -49,7 +54,13 @@ class WorkerServiceImpl final : public latchkey::v1::WorkerService::CallbackServ
   grpc::Status DoReportCheckpoint(const v1::ReportCheckpointRequest& req,
                                   v1::ReportCheckpointResponse* resp);
 
+  // Runs `body` under a per-peer slot; logs a refusal (UNAUTHENTICATED, PERMISSION_DENIED,
+  // RESOURCE_EXHAUSTED).
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* ctx, const char* method,
+                                const std::function<grpc::Status()>& body);
+
   Coordinator* const core_;
+  const CallGate gate_;
 };
 
 }  // namespace latchkey
