@@ -46,8 +46,8 @@ struct CliContext {
   // call timeout (`latchkey up` waits out a restart of its coordinator).
   double watch_reconnect_s = 0;
   // --token / LATCHKEY_TOKEN, --tls-ca / LATCHKEY_TLS_CA, --tls-cert, --tls-key
-  // (LATCHKEY_TLS_CERT, LATCHKEY_TLS_KEY). With no token given, the credentials file's entry
-  // for the coordinator (client/credentials.h) supplies the token, and the CA when none is given.
+  // (LATCHKEY_TLS_CERT, LATCHKEY_TLS_KEY). The credentials file's entry for the coordinator
+  // (client/credentials.h) supplies the token when none is given, and the CA when none is given.
   ChannelCredentials credentials;
   std::string credentials_file;  // default DefaultCredentialsPath()
 

@@ -19,13 +19,14 @@ ClientOptions CliContext::client_options() const {
   o.timeout = absl::Seconds(timeout_s);
   o.watch_reconnect = absl::Seconds(watch_reconnect_s);
   o.credentials = credentials;
-  if (o.credentials.token.empty()) {
+  // The file's token only when none is given; its CA (no secret) whenever none is given.
+  if (o.credentials.token.empty() || o.credentials.tls_ca.empty()) {
     const std::string path = credentials_file.empty() ? DefaultCredentialsPath() : credentials_file;
     auto stored = LookupCredentials(path, coordinator);
     if (!stored.ok()) {
       std::cerr << "latchkey: warning: " << stored.status().message() << "\n";
     } else if (stored->has_value()) {
-      o.credentials.token = (*stored)->token;
+      if (o.credentials.token.empty()) o.credentials.token = (*stored)->token;
       if (o.credentials.tls_ca.empty()) o.credentials.tls_ca = (*stored)->tls_ca;
     }
   }

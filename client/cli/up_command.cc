@@ -7,6 +7,11 @@
 // coordinator again on the same ports and database; the job recovers from its last checkpoint
 // up to latchkey.max_restarts (--max-restarts) times, then fails naming the cause, and `up`
 // exits non-zero.
+// Auth is on, as on any coordinator: `up` makes an admin token (32 random bytes, hex), starts its
+// coordinator with --auth-tokens <run>/auth-tokens (the token's SHA-256 only), keeps the token in
+// <run>/credentials.json and in the user's credentials file under the coordinator's address
+// (client/credentials.h; all mode 0600), so `latchkey --coordinator ADDR status JOB` works
+// against it. Workers get their join token in the environment, never on the command line.
 // Without --spec it runs the built-in job (builtin_spec.h), which reads no files, and keeps that
 // spec as <run>/spec.json to edit and pass back with --spec.
 #include <arpa/inet.h>
@@ -19,6 +24,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -31,6 +37,7 @@
 #include "client/cli/builtin_spec.h"
 #include "client/cli/cli.h"
 #include "client/cli/up.h"
+#include "client/credentials.h"
 #include "common/job_spec.h"
 #include "common/subprocess.h"
 
@@ -49,6 +56,7 @@ struct UpOptions {
   int collective_timeout_s = 30;
   double max_seconds = 24 * 3600;
   int max_restarts = -1;  // >= 0: replaces the spec's latchkey.max_restarts
+  bool tls = false;       // a self-signed CA and certificate (openssl CLI); TLS everywhere
 };
 
 // The spec with latchkey.max_restarts set (text that is not a JSON object is left to the
@@ -86,6 +94,29 @@ int FreeLocalPort() {
   }
   if (fd >= 0) close(fd);
   return port;  // 0: let the coordinator choose
+}
+
+// A CA and a certificate for 127.0.0.1/localhost signed by it, made with the openssl CLI in
+// RUN/tls (keys mode 0600). The coordinator serves server.pem; every client checks ca.pem.
+absl::Status MakeLocalCertificates(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::PermissionDeniedError("--tls: cannot create " + dir + ": " + ec.message());
+  const std::string script =
+      "set -e; umask 077; cd '" + dir +
+      "'; "
+      "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 30 "
+      "-subj /CN=latchkey-up-ca; "
+      "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost; "
+      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > server.ext; "
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem "
+      "-days 30 -extfile server.ext";
+  const std::string cmd = "sh -c \"" + script + "\" > '" + dir + "/openssl.log' 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    return absl::FailedPreconditionError("--tls: openssl could not make a certificate; see " + dir +
+                                         "/openssl.log");
+  }
+  return absl::OkStatus();
 }
 
 int RunUp(const CliContext& ctx_in, const UpOptions& o) {
@@ -130,6 +161,16 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
         static_cast<long long>(spec->steps), run.c_str());
   }
 
+  // The admin token of this run's coordinator: only its hash goes into --auth-tokens.
+  const absl::StatusOr<std::string> admin_token = RandomHexToken(32);
+  if (!admin_token.ok()) return Fail(admin_token.status());
+  if (absl::Status st = WritePrivateFile(
+          run + "/auth-tokens", "# written by latchkey up: ROLE NAME SHA256HEX\nadmin up " +
+                                    Sha256HexOf(*admin_token) + "\n");
+      !st.ok()) {
+    return Fail(st);
+  }
+
   const std::string coord_log = run + "/coordinator.log";
   // A run folder can be reused (the database keeps earlier jobs): never read a stale port file,
   // and start each job's per-step JSONL afresh (a restarted worker of this job appends to it).
@@ -138,14 +179,24 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
     fs::remove(run + "/worker-" + std::to_string(r) + ".port.json");
     fs::remove(run + "/steps-" + std::to_string(r) + ".jsonl");
   }
+  const std::string tls_dir = run + "/tls";
+  if (o.tls) {
+    if (absl::Status st = MakeLocalCertificates(tls_dir); !st.ok()) return Fail(st);
+  }
   SpawnOptions coordinator;
   const auto coordinator_args = [&](const std::string& listen, const std::string& metrics_port) {
-    return std::vector<std::string>{
-        FindBinary("latchkey-coordinator", "server"), "--listen", listen, "--db",
-        run + "/coordinator.db", "--metrics-host", "127.0.0.1", "--metrics-port", metrics_port,
-        "--port-file", run + "/ports.json", "--liveness-timeout", std::to_string(o.liveness_s),
-        // Positions (and stall verdicts) every second.
-        "--heartbeat-interval", "1"};
+    std::vector<std::string> args{FindBinary("latchkey-coordinator", "server"), "--listen", listen,
+                                  "--db", run + "/coordinator.db", "--metrics-host", "127.0.0.1",
+                                  "--metrics-port", metrics_port, "--port-file",
+                                  run + "/ports.json", "--auth-tokens", run + "/auth-tokens",
+                                  "--liveness-timeout", std::to_string(o.liveness_s),
+                                  // Positions (and stall verdicts) every second.
+                                  "--heartbeat-interval", "1"};
+    if (o.tls) {
+      args.insert(args.end(),
+                  {"--tls-cert", tls_dir + "/server.pem", "--tls-key", tls_dir + "/server.key"});
+    }
+    return args;
   };
   coordinator.args = coordinator_args("127.0.0.1:0", "0");
   coordinator.log_path = coord_log;
@@ -166,10 +217,33 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   const int metrics_port = ports.value("metrics_port", 0);
   CliContext ctx = ctx_in;
   ctx.coordinator = "127.0.0.1:" + std::to_string(grpc_port);
+  // Its own coordinator, plaintext on loopback, with the token made above (not the user's).
+  ctx.credentials = ChannelCredentials{};
+  ctx.credentials.token = *admin_token;
+  const std::string tls_ca = o.tls ? tls_dir + "/ca.pem" : "";
+  ctx.credentials.tls_ca = tls_ca;
+  {
+    nlohmann::json entry = {{ctx.coordinator, {{"token", *admin_token}}}};
+    if (o.tls) entry[ctx.coordinator]["tls_ca"] = tls_ca;
+    if (absl::Status st = WritePrivateFile(run + "/credentials.json", entry.dump(2) + "\n");
+        !st.ok()) {
+      StopAll({coord}, std::chrono::seconds(2));
+      return Fail(st);
+    }
+    const std::string user_file =
+        ctx.credentials_file.empty() ? DefaultCredentialsPath() : ctx.credentials_file;
+    if (absl::Status st = SaveCredentials(user_file, ctx.coordinator, {*admin_token, tls_ca});
+        !st.ok()) {
+      std::fprintf(stderr, "latchkey up: warning: %s (the token is in %s/credentials.json)\n",
+                   std::string(st.message()).c_str(), run.c_str());
+    }
+  }
   // The watch waits out a restart of the coordinator.
   ctx.watch_reconnect_s = 60;
   std::printf("coordinator  %s  (metrics http://127.0.0.1:%d/metrics, db %s/coordinator.db)\n",
               ctx.coordinator.c_str(), metrics_port, run.c_str());
+  std::printf("auth         admin token in %s/credentials.json (and the credentials file)\n",
+              run.c_str());
 
   JobClient client(ctx.client_options());
   JobSubmission submission;
@@ -207,8 +281,6 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
                    ctx.coordinator,
                    "--job",
                    job,
-                   "--join-token",
-                   token,
                    "--metrics-host",
                    "127.0.0.1",
                    "--metrics-port",
@@ -222,7 +294,11 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
                    "--collective-timeout-seconds",
                    std::to_string(o.collective_timeout_s),
                    "--quiet"};
-    worker.extra_env = {"RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(world)};
+    // The join token in the environment (not visible in `ps`); this coordinator's CA (or
+    // plaintext), whatever TLS settings the user's environment holds.
+    worker.extra_env = {"RANK=" + std::to_string(r),    "LOCAL_WORLD_SIZE=" + std::to_string(world),
+                        "LATCHKEY_JOIN_TOKEN=" + token, "LATCHKEY_TLS_CA=" + tls_ca,
+                        "LATCHKEY_TLS_CERT=",           "LATCHKEY_TLS_KEY="};
     worker.log_path = run + "/worker-" + std::to_string(r) + ".log";
     return worker;
   };
@@ -300,6 +376,9 @@ void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   up->add_option("--max-restarts", opts->max_restarts,
                  "recoveries before the job fails (replaces the spec's latchkey.max_restarts)")
       ->check(CLI::NonNegativeNumber);
+  up->add_flag("--tls", opts->tls,
+               "TLS on its coordinator's gRPC port: a CA and certificate made with openssl in "
+               "RUN/tls, trusted by its workers and (through the credentials file) the CLI");
   up->add_option("--liveness-timeout", opts->liveness_s,
                  "seconds without a heartbeat before a worker counts as lost")
       ->capture_default_str();

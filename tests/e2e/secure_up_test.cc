@@ -1,0 +1,303 @@
+// Auth and TLS from the client side, end to end: real coordinator processes with --auth-tokens
+// (and --tls-cert/--tls-key/--tls-client-ca, a CA made here with the openssl CLI), the real CLI,
+// and `latchkey up`, which turns auth on by itself.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "client/credentials.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+
+namespace latchkey::testing {
+namespace {
+
+using std::chrono::seconds;
+
+constexpr char kAdminToken[] = "admin-token-0123456789abcdef";
+constexpr char kReadToken[] = "read-token-0123456789abcdef";
+
+int Mode(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int>(st.st_mode & 0777);
+}
+
+// A coordinator process on loopback with role tokens (admin "ops", read "viewer") and
+// whatever else `extra` adds.
+class SecureCoordinator {
+ public:
+  SecureCoordinator(const std::string& dir, const std::vector<std::string>& extra) {
+    std::ofstream(dir + "/auth-tokens") << "# test tokens\nadmin ops " << Sha256HexOf(kAdminToken)
+                                        << "\nread viewer " << Sha256HexOf(kReadToken) << "\n";
+    std::vector<std::string> args = {LATCHKEY_COORDINATOR_BIN,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--db",
+                                     dir + "/coordinator.db",
+                                     "--port-file",
+                                     dir + "/ports.json",
+                                     "--metrics-host",
+                                     "127.0.0.1",
+                                     "--metrics-port",
+                                     "0",
+                                     "--auth-tokens",
+                                     dir + "/auth-tokens"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    log_ = dir + "/coordinator.log";
+    pid_ = StartProcess(args, {}, log_);
+    const std::string ports = WaitForFile(
+        dir + "/ports.json",
+        [](const std::string& t) { return t.find("grpc_port") != std::string::npos; }, seconds(20));
+    auto j = nlohmann::json::parse(ports, nullptr, false);
+    if (!j.is_discarded()) address_ = "127.0.0.1:" + std::to_string(j["grpc_port"].get<int>());
+  }
+  ~SecureCoordinator() {
+    kill(pid_, SIGTERM);
+    WaitProcess(pid_, seconds(15));
+  }
+  const std::string& address() const { return address_; }
+  std::string log() const { return ReadText(log_); }
+
+ private:
+  int pid_ = -1;
+  std::string address_;
+  std::string log_;
+};
+
+// The CLI with a clean environment for its credentials: XDG_CONFIG_HOME=`config`, no
+// LATCHKEY_TOKEN / LATCHKEY_TLS_* of the caller's.
+Captured Cli(const std::string& config, const std::vector<std::string>& args,
+             const std::vector<std::string>& env = {}) {
+  std::vector<std::string> cmd = {"env",
+                                  "-u",
+                                  "LATCHKEY_TOKEN",
+                                  "-u",
+                                  "LATCHKEY_TLS_CA",
+                                  "-u",
+                                  "LATCHKEY_TLS_CERT",
+                                  "-u",
+                                  "LATCHKEY_TLS_KEY",
+                                  "XDG_CONFIG_HOME=" + config};
+  cmd.insert(cmd.end(), env.begin(), env.end());
+  cmd.push_back(LATCHKEY_CLI_BIN);
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  return RunAndCapture(cmd, seconds(60));
+}
+
+TEST(SecureClient, TokensFromFlagEnvAndCredentialsFileAndExit7SayingWhich) {
+  const std::string dir = MakeTempDir("secure-tokens");
+  SecureCoordinator coord(dir, {});
+  ASSERT_FALSE(coord.address().empty()) << coord.log();
+  const std::string a = coord.address();
+  const std::string config = dir + "/config";
+
+  Captured r = Cli(config, {"--coordinator", a, "list"});
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  EXPECT_NE(r.output.find("UNAUTHENTICATED"), std::string::npos) << r.output;
+
+  r = Cli(config, {"--coordinator", a, "--token", "not-a-known-token", "list"});
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  EXPECT_NE(r.output.find("UNAUTHENTICATED"), std::string::npos) << r.output;
+
+  r = Cli(config, {"--coordinator", a, "--token", kReadToken, "list"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = Cli(config, {"--coordinator", a, "--token", kReadToken, "cancel", "some-job"});
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  EXPECT_NE(r.output.find("PERMISSION_DENIED"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("UNAUTHENTICATED"), std::string::npos) << r.output;
+
+  // LATCHKEY_TOKEN works like --token.
+  r = Cli(config, {"--coordinator", a, "status", "no-such-job"},
+          {std::string("LATCHKEY_TOKEN=") + kAdminToken});
+  EXPECT_EQ(r.exit_code, 4) << r.output;  // authenticated: NOT_FOUND
+
+  // The credentials file's entry for the address is used when no token is given ...
+  ASSERT_TRUE(SaveCredentials(config + "/latchkey/credentials", a, {kReadToken, ""}).ok());
+  r = Cli(config, {"--coordinator", a, "list"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = Cli(config, {"--coordinator", a, "cancel", "some-job"});
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  EXPECT_NE(r.output.find("PERMISSION_DENIED"), std::string::npos) << r.output;
+  // ... and a token given explicitly wins over it.
+  r = Cli(config, {"--coordinator", a, "--token", "wrong-token", "list"});
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  r = Cli(config, {"--coordinator", a, "status", "no-such-job"},
+          {std::string("LATCHKEY_TOKEN=") + kAdminToken});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  // No raw token in what the coordinator logged about the refused calls.
+  const std::string log = coord.log();
+  EXPECT_EQ(log.find("not-a-known-token"), std::string::npos) << log;
+  EXPECT_EQ(log.find("wrong-token"), std::string::npos) << log;
+}
+
+// A CA, a server certificate for 127.0.0.1/localhost and a client certificate, all signed by
+// it, and a second CA that signed nothing, made with the openssl CLI in `dir`.
+bool MakeCertificates(const std::string& dir) {
+  const std::string script =
+      "set -e; cd '" + dir +
+      "'; "
+      "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
+      "-subj /CN=latchkey-test-ca 2>/dev/null; "
+      "openssl req -x509 -newkey rsa:2048 -nodes -keyout other-ca.key -out other-ca.pem -days 2 "
+      "-subj /CN=other-ca 2>/dev/null; "
+      "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
+      "-subj /CN=localhost 2>/dev/null; "
+      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nextendedKeyUsage=serverAuth\\n' > "
+      "server.ext; "
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem "
+      "-days 2 -extfile server.ext 2>/dev/null; "
+      "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr "
+      "-subj /CN=latchkey-client 2>/dev/null; "
+      "printf 'extendedKeyUsage=clientAuth\\n' > client.ext; "
+      "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem "
+      "-days 2 -extfile client.ext 2>/dev/null";
+  const Captured r = RunAndCapture({"sh", "-c", script}, seconds(60));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.exit_code == 0;
+}
+
+TEST(SecureClient, TlsNeedsTheRightCaAndTheCliSaysSo) {
+  const std::string dir = MakeTempDir("secure-tls");
+  ASSERT_TRUE(MakeCertificates(dir));
+  SecureCoordinator coord(dir,
+                          {"--tls-cert", dir + "/server.pem", "--tls-key", dir + "/server.key"});
+  ASSERT_FALSE(coord.address().empty()) << coord.log();
+  const std::string a = coord.address();
+  const std::string config = dir + "/config";
+  const std::vector<std::string> base = {"--coordinator", a,          "--timeout", "5",
+                                         "--token",       kAdminToken};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+
+  Captured r = Cli(config, with({"--tls-ca", dir + "/ca.pem", "list"}));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = Cli(config, with({"list"}), {"LATCHKEY_TLS_CA=" + dir + "/ca.pem"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // A plaintext client: refused, and told about --tls-ca.
+  r = Cli(config, with({"list"}));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--tls-ca"), std::string::npos) << r.output;
+  // A CA that did not sign the coordinator's certificate.
+  r = Cli(config, with({"--tls-ca", dir + "/other-ca.pem", "list"}));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--tls-ca"), std::string::npos) << r.output;
+  // Token and CA from the credentials file.
+  ASSERT_TRUE(
+      SaveCredentials(config + "/latchkey/credentials", a, {kReadToken, dir + "/ca.pem"}).ok());
+  r = Cli(config, {"--coordinator", a, "--timeout", "5", "list"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // TLS does not replace the token.
+  r = Cli(dir + "/empty", {"--coordinator", a, "--tls-ca", dir + "/ca.pem", "list"});
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  EXPECT_NE(r.output.find("UNAUTHENTICATED"), std::string::npos) << r.output;
+}
+
+TEST(SecureClient, MutualTlsNeedsAClientCertificate) {
+  const std::string dir = MakeTempDir("secure-mtls");
+  ASSERT_TRUE(MakeCertificates(dir));
+  SecureCoordinator coord(dir, {"--tls-cert", dir + "/server.pem", "--tls-key", dir + "/server.key",
+                                "--tls-client-ca", dir + "/ca.pem"});
+  ASSERT_FALSE(coord.address().empty()) << coord.log();
+  const std::vector<std::string> base = {
+      "--coordinator", coord.address(), "--timeout", "5",
+      "--token",       kAdminToken,     "--tls-ca",  dir + "/ca.pem"};
+  std::vector<std::string> args = base;
+  args.push_back("list");
+  Captured r = Cli(dir + "/config", args);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  args = base;
+  args.insert(args.end(),
+              {"--tls-cert", dir + "/client.pem", "--tls-key", dir + "/client.key", "list"});
+  r = Cli(dir + "/config", args);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = Cli(dir + "/config",
+          {"--coordinator", coord.address(), "--timeout", "5", "--token", kAdminToken, "list"},
+          {"LATCHKEY_TLS_CA=" + dir + "/ca.pem", "LATCHKEY_TLS_CERT=" + dir + "/client.pem",
+           "LATCHKEY_TLS_KEY=" + dir + "/client.key"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// `latchkey up` starts its coordinator with auth on, keeps only the token's hash in the run's
+// --auth-tokens, writes the user's credentials file, and the CLI reaches the run through it.
+// With `tls`, `up --tls`: its workers and the CLI (the CA from the credentials file) use TLS.
+void RunSecureUp(bool tls) {
+  const std::string dir = MakeTempDir(tls ? "secure-up-tls" : "secure-up");
+  const std::string config = dir + "/config";
+  std::vector<std::string> cmd = {
+      "env", "-u",        "LATCHKEY_TOKEN", "XDG_CONFIG_HOME=" + config, LATCHKEY_CLI_BIN,
+      "up",  "--run-dir", dir + "/run"};
+  if (tls) cmd.push_back("--tls");
+  const int up = StartProcess(cmd, {}, dir + "/up.log");
+  const std::string out = WaitForFile(
+      dir + "/up.log",
+      [](const std::string& t) { return t.find("worker 1     pid") != std::string::npos; },
+      seconds(120));
+  std::smatch coord, job, worker;
+  ASSERT_TRUE(std::regex_search(out, coord, std::regex("coordinator  (127\\.0\\.0\\.1:[0-9]+)")))
+      << out;
+  ASSERT_TRUE(std::regex_search(out, job, std::regex("job          ([^ ]+) "))) << out;
+  ASSERT_TRUE(std::regex_search(out, worker, std::regex("worker 1     pid ([0-9]+)"))) << out;
+  const std::string address = coord[1].str();
+  // The join token is not on the worker's command line.
+  std::string cmdline = ReadText("/proc/" + worker[1].str() + "/cmdline");
+  EXPECT_FALSE(cmdline.empty());
+  EXPECT_EQ(cmdline.find("--join-token"), std::string::npos) << cmdline;
+
+  Captured st = Cli(config, {"--coordinator", address, "status", job[1].str()});
+  EXPECT_EQ(st.exit_code, 0) << st.output;
+  EXPECT_NE(st.output.find(job[1].str()), std::string::npos) << st.output;
+  st = Cli(config, {"--coordinator", address, "--token", "wrong", "status", job[1].str()});
+  EXPECT_EQ(st.exit_code, 7) << st.output;
+  EXPECT_NE(st.output.find("UNAUTHENTICATED"), std::string::npos) << st.output;
+  st = Cli(dir + "/empty-config", {"--coordinator", address, "status", job[1].str()});
+  if (tls) {
+    // The right token without the CA: plaintext to a TLS port, refused naming --tls-ca.
+    const std::string token =
+        (*LookupCredentials(config + "/latchkey/credentials", address))->token;
+    st = Cli(dir + "/empty-config", {"--coordinator", address, "--timeout", "5", "--token", token,
+                                     "status", job[1].str()});
+    EXPECT_NE(st.exit_code, 0) << st.output;
+    EXPECT_NE(st.output.find("--tls-ca"), std::string::npos) << st.output;
+  } else {
+    EXPECT_EQ(st.exit_code, 7) << st.output;
+  }
+
+  const int code = WaitProcess(up, seconds(300));
+  const std::string log = ReadText(dir + "/up.log");
+  ASSERT_EQ(code, 0) << log;
+
+  const std::string file = config + "/latchkey/credentials";
+  EXPECT_EQ(Mode(file), 0600);
+  EXPECT_EQ(Mode(config + "/latchkey"), 0700);
+  auto entry = LookupCredentials(file, address);
+  ASSERT_TRUE(entry.ok() && entry->has_value()) << ReadText(file);
+  const std::string token = (*entry)->token;
+  EXPECT_EQ(token.size(), 64u);
+  EXPECT_EQ(Mode(dir + "/run/auth-tokens"), 0600);
+  EXPECT_EQ(Mode(dir + "/run/credentials.json"), 0600);
+  const std::string tokens = ReadText(dir + "/run/auth-tokens");
+  EXPECT_NE(tokens.find("admin up " + Sha256HexOf(token)), std::string::npos) << tokens;
+  EXPECT_EQ(tokens.find(token), std::string::npos) << "raw token in auth-tokens";
+  EXPECT_NE(ReadText(dir + "/run/credentials.json").find(token), std::string::npos);
+  EXPECT_EQ((*entry)->tls_ca, tls ? dir + "/run/tls/ca.pem" : "");
+}
+
+TEST(SecureUp, JobSucceedsWithAuthAndTheCliUsesTheCredentialsFile) { RunSecureUp(false); }
+
+TEST(SecureUp, JobSucceedsUnderTlsAndAuth) { RunSecureUp(true); }
+
+}  // namespace
+}  // namespace latchkey::testing
