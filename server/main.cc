@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   std::string tls_cert, tls_key, tls_client_ca, auth_tokens;
   bool allow_unauthenticated = false;
   int max_calls_per_peer = 1024;
-  int max_message_mib = 16;
+  int max_message_mib = 1;
   app.add_option("--listen", listen, "gRPC address HOST:PORT (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--db", db, "SQLite database file (created if missing)")->required();
