@@ -132,7 +132,7 @@ TEST_F(AttemptsTest, RecoveryFencesTheOldAttemptAndTheNewOneResumesFromTheCheckp
   EXPECT_EQ(a2.state, JobState::kRunning);
   ASSERT_TRUE(Step(job, "a", 2, 0, 1, 0.0).ok());
 
-  JobClient client({server_->address(), absl::Seconds(10)});
+  JobClient client({server_->address(), absl::Seconds(10), absl::ZeroDuration(), {}});
   auto info = client.GetJob(job.job_id());
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->state, JobState::kRunning);
@@ -196,7 +196,7 @@ TEST_F(AttemptsTest, StallVerdictShowsInTheGaugeUntilTheNextAttemptCompletesASte
   *hb.mutable_position() = ToProto(waiting);
   ASSERT_TRUE(workers_->Heartbeat(Ctx().get(), hb, &hbr).ok());
 
-  JobClient client({server_->address(), absl::Seconds(10)});
+  JobClient client({server_->address(), absl::Seconds(10), absl::ZeroDuration(), {}});
   absl::StatusOr<JobInfo> info;
   for (int i = 0; i < 100; ++i) {  // the liveness checker runs every second
     info = client.GetJob(job.job_id());
@@ -246,7 +246,7 @@ TEST_F(AttemptsTest, RanksThatNeverRejoinFailTheJobOnceTheRestartsAreSpent) {
   ASSERT_TRUE(workers_->ReportFailure(Ctx().get(), fail, &failr).ok());
   ASSERT_EQ(failr.state(), v1::JOB_STATE_RECOVERING);
 
-  JobClient client({server_->address(), absl::Seconds(10)});
+  JobClient client({server_->address(), absl::Seconds(10), absl::ZeroDuration(), {}});
   absl::StatusOr<JobInfo> info;
   for (int i = 0; i < 200; ++i) {
     info = client.GetJob(job.job_id());

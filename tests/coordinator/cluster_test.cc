@@ -54,7 +54,7 @@ TEST(ClusterTest, EightRanksSameLatchesAndPolicyUpdateFromOneWindow) {
   CoordinatorOptions opt;
   opt.latch_lookahead = kLookahead;
   InProcessCoordinator server(opt);
-  JobClient client({server.address(), absl::Seconds(10)});
+  JobClient client({server.address(), absl::Seconds(10), absl::ZeroDuration(), {}});
   SpecParams p;
   p.world_size = kWorld;
   p.tp = 2;
@@ -158,7 +158,7 @@ TEST(ClusterTest, EightRanksSameLatchesAndPolicyUpdateFromOneWindow) {
 
 TEST(ClusterTest, CancelReachesWaitingWorkersThroughTheirStream) {
   InProcessCoordinator server;
-  JobClient client({server.address(), absl::Seconds(10)});
+  JobClient client({server.address(), absl::Seconds(10), absl::ZeroDuration(), {}});
   SpecParams p;
   p.steps = 100;
   JobSubmission req;
@@ -191,7 +191,7 @@ TEST(ClusterTest, SilentWorkerFailsJobAfterLivenessDeadline) {
   opt.liveness_timeout = absl::Milliseconds(400);
   opt.heartbeat_interval = absl::Milliseconds(100);
   InProcessCoordinator server(opt);
-  JobClient client({server.address(), absl::Seconds(10)});
+  JobClient client({server.address(), absl::Seconds(10), absl::ZeroDuration(), {}});
   JobSubmission req;
   SpecParams p;
   p.extra_latchkey = {{"max_restarts", 0}};  // a lost worker fails the job

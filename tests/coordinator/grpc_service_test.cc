@@ -328,7 +328,7 @@ TEST_F(GrpcServiceTest, WatchJobStreamsStateAndSteps) {
   p.tp = 1;
   p.steps = 2;
   v1::SubmitJobResponse job = Submit(p);
-  JobClient client({server_->address(), absl::Seconds(5)});
+  JobClient client({server_->address(), absl::Seconds(5), absl::ZeroDuration(), {}});
   std::vector<JobUpdate> seen;
   absl::Notification first;
   std::optional<JobState> first_state;

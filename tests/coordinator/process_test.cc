@@ -77,7 +77,7 @@ TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
   ASSERT_TRUE(first->Start());
   const int port = first->grpc_port();
   const std::string address = first->address();
-  JobClient client({address, absl::Seconds(5)});
+  JobClient client({address, absl::Seconds(5), absl::ZeroDuration(), {}});
   SpecParams p;
   p.world_size = kWorld;
   p.tp = 2;
@@ -189,7 +189,7 @@ TEST(ProcessTest, NoSyncMaskSurvivesKillNineAndRestart) {
   auto first = std::make_unique<CoordinatorProcess>(db, 0, args);
   ASSERT_TRUE(first->Start());
   const int port = first->grpc_port();
-  JobClient client({first->address(), absl::Seconds(5)});
+  JobClient client({first->address(), absl::Seconds(5), absl::ZeroDuration(), {}});
   SpecParams p;
   p.world_size = kWorld;
   p.tp = 1;
@@ -263,7 +263,7 @@ TEST(ProcessTest, LrAndEvalLossSurviveKillNineAndComeBackInGetJobAndWatchJob) {
   auto first = std::make_unique<CoordinatorProcess>(db, 0, args);
   ASSERT_TRUE(first->Start());
   const int port = first->grpc_port();
-  JobClient client({first->address(), absl::Seconds(5)});
+  JobClient client({first->address(), absl::Seconds(5), absl::ZeroDuration(), {}});
   SpecParams p;
   p.world_size = kWorld;
   p.tp = 1;
@@ -357,7 +357,7 @@ TEST(ProcessTest, MetricsEndpointPassesPromtoolAndSigtermExitsCleanly) {
   CoordinatorProcess proc(dir / "coord.db");
   ASSERT_TRUE(proc.Start());
   ASSERT_GT(proc.metrics_port(), 0);
-  JobClient client({proc.address(), absl::Seconds(5)});
+  JobClient client({proc.address(), absl::Seconds(5), absl::ZeroDuration(), {}});
   SpecParams p;
   p.world_size = 1;
   p.tp = 1;
@@ -464,7 +464,7 @@ TEST_F(CliTest, ExitCodesScriptsCanRelyOn) {
 }
 
 TEST_F(CliTest, WatchFollowsAJobToSuccess) {
-  JobClient client({proc_->address(), absl::Seconds(5)});
+  JobClient client({proc_->address(), absl::Seconds(5), absl::ZeroDuration(), {}});
   SpecParams p;
   p.world_size = 1;
   p.tp = 1;

@@ -53,7 +53,7 @@ TEST(RecoveryProcessTest, KilledRightAfterPersistingANewAttemptItFinishesTheReco
   ASSERT_TRUE(first->Start());
   const int port = first->grpc_port();
   const std::string address = first->address();
-  JobClient client({address, absl::Seconds(5)});
+  JobClient client({address, absl::Seconds(5), absl::ZeroDuration(), {}});
   JobSubmission submission;
   submission.spec_json = SpecJson();
   auto job = client.SubmitJob(submission);
@@ -76,7 +76,7 @@ TEST(RecoveryProcessTest, KilledRightAfterPersistingANewAttemptItFinishesTheReco
   CoordinatorProcess second(db, port, args);
   ASSERT_TRUE(second.Start());
   auto stub = v1::WorkerService::NewStub(MakeCoordinatorChannel(second.address()));
-  JobClient again({second.address(), absl::Seconds(5)});
+  JobClient again({second.address(), absl::Seconds(5), absl::ZeroDuration(), {}});
   auto recovering = again.GetJob(job->job_id);
   ASSERT_TRUE(recovering.ok()) << recovering.status();
   EXPECT_EQ(recovering->state, JobState::kRecovering);
