@@ -160,29 +160,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // Block the stop signals in every thread; the main thread takes them with sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
-  auto store = latchkey::SqliteStore::Open(
-      db, db_sync == "full" ? latchkey::SqliteSync::kFull : latchkey::SqliteSync::kNormal);
-  if (!store.ok()) return Fail(std::string(store.status().message()));
-  latchkey::CoordinatorMetrics metrics;
-  auto core = latchkey::Coordinator::Create(*std::move(store), options, &metrics);
-  if (!core.ok()) return Fail(std::string(core.status().message()));
-  (*core)->StartLivenessChecker();
-
-  std::unique_ptr<latchkey::MetricsEndpoint> endpoint;
-  if (metrics_port >= 0) {
-    auto ep = latchkey::MetricsEndpoint::Start(
-        metrics_host, metrics_port, [&metrics] { return metrics.Serialize(); },
-        "latchkey-coordinator");
-    if (!ep.ok()) return Fail(std::string(ep.status().message()));
-    endpoint = *std::move(ep);
-  }
+  // Every security flag is checked before the database is touched.
   latchkey::ServerOptions server_options;
   server_options.listen = listen;
   server_options.max_calls_per_peer = max_calls_per_peer;
@@ -219,6 +197,30 @@ int main(int argc, char** argv) {
   }
   if (server_options.auth_tokens == nullptr) {
     options.log("warning: no --auth-tokens: JobService is open to every caller");
+  }
+
+  // Block the stop signals in every thread; the main thread takes them with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto store = latchkey::SqliteStore::Open(
+      db, db_sync == "full" ? latchkey::SqliteSync::kFull : latchkey::SqliteSync::kNormal);
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+  latchkey::CoordinatorMetrics metrics;
+  auto core = latchkey::Coordinator::Create(*std::move(store), options, &metrics);
+  if (!core.ok()) return Fail(std::string(core.status().message()));
+  (*core)->StartLivenessChecker();
+
+  std::unique_ptr<latchkey::MetricsEndpoint> endpoint;
+  if (metrics_port >= 0) {
+    auto ep = latchkey::MetricsEndpoint::Start(
+        metrics_host, metrics_port, [&metrics] { return metrics.Serialize(); },
+        "latchkey-coordinator");
+    if (!ep.ok()) return Fail(std::string(ep.status().message()));
+    endpoint = *std::move(ep);
   }
   auto server = latchkey::CoordinatorServer::Start(core->get(), server_options);
   if (!server.ok()) return Fail(std::string(server.status().message()));

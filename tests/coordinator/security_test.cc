@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -190,6 +191,7 @@ TEST(SecurityStartupTest, NonLoopbackWithoutAuthRefusesAndAMalformedTokenFileNam
   EXPECT_EQ(open.exit_code, 1) << open.output;
   EXPECT_NE(open.output.find("--auth-tokens"), std::string::npos) << open.output;
   EXPECT_NE(open.output.find("--allow-unauthenticated"), std::string::npos) << open.output;
+  EXPECT_FALSE(std::filesystem::exists(db)) << "refused before the database is created";
 
   const std::string tokens = dir.path() + "/tokens";
   std::ofstream(tokens) << "# ok\nadmin root " << Sha256Hex("x") << "\nwriter bob abcd\n";
