@@ -1,7 +1,7 @@
 // latchkey-coordinator: the control plane. See README/--help for the flags.
 //
-//   latchkey-coordinator --listen 0.0.0.0:50051 --db /var/lib/latchkey/coord.db --metrics-port 9464 \
-//     --auth-tokens /etc/latchkey/tokens --tls-cert cert.pem --tls-key key.pem
+//   latchkey-coordinator --listen 0.0.0.0:50051 --db /var/lib/latchkey/coord.db
+//     --metrics-port 9464 --auth-tokens /etc/latchkey/tokens --tls-cert cert.pem --tls-key key.pem
 //
 // Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown; 2 bad flags; 1 cannot start
 // (database, ports).
