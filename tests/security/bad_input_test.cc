@@ -476,12 +476,14 @@ INSTANTIATE_TEST_SUITE_P(Catalogue, BadInputTest, ::testing::ValuesIn(Catalogue(
 
 TEST(BadInputCatalogueTest, HasAtLeastFiftyEntries) { EXPECT_GE(Catalogue().size(), 50u); }
 
-// Through the real coordinator over gRPC: every refused spec is INVALID_ARGUMENT naming the
-// field, and nothing is stored (ListJobs stays empty) until a spec within the limits arrives.
+// Through the real latchkey-coordinator (--data-root, --max-model-parameters) over gRPC: every
+// refused spec is INVALID_ARGUMENT naming the field, and nothing is stored (ListJobs stays empty)
+// until a spec within the limits arrives.
 TEST(BadInputCoordinatorTest, SubmitJobRefusesAndStoresNothing) {
-  CoordinatorOptions opt;
-  opt.spec_limits.data_roots = {T().root};
-  InProcessCoordinator server(opt);
+  ScopedTempDir db{"bad_input_db"};
+  CoordinatorProcess server(db / "coord.db", 0,
+                            {"--data-root", T().root, "--max-model-parameters", "2e10"});
+  ASSERT_TRUE(server.Start());
   auto jobs = v1::JobService::NewStub(MakeCoordinatorChannel(server.address()));
   auto call = [&](const std::string& spec_json, v1::SubmitJobResponse* resp) {
     grpc::ClientContext ctx;
