@@ -36,7 +36,7 @@ struct ClientOptions {
   absl::Duration watch_reconnect = absl::ZeroDuration();
   // TLS and the bearer token (proto/channel.h). A file that cannot be read fails every call
   // with INVALID_ARGUMENT naming the flag.
-  ChannelCredentials credentials;
+  ChannelCredentials credentials{};
 };
 
 class JobClient {

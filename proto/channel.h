@@ -17,14 +17,14 @@ namespace latchkey {
 // How a client proves who it is and checks whom it talks to. All empty: plaintext, no token.
 struct ChannelCredentials {
   // Sent as `authorization: Bearer TOKEN` on every call (a role token of --auth-tokens).
-  std::string token;
+  std::string token{};
   // PEM file of the CA that signed the coordinator's certificate: the channel uses TLS.
   // Empty: plaintext.
-  std::string tls_ca;
+  std::string tls_ca{};
   // PEM files of a client certificate and its key, for a coordinator that requires client
   // certificates (--tls-client-ca). Both or neither; they need tls_ca.
-  std::string tls_cert;
-  std::string tls_key;
+  std::string tls_cert{};
+  std::string tls_key{};
 
   bool tls() const { return !tls_ca.empty(); }
 };

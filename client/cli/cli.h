@@ -48,8 +48,8 @@ struct CliContext {
   // --token / LATCHKEY_TOKEN, --tls-ca / LATCHKEY_TLS_CA, --tls-cert, --tls-key
   // (LATCHKEY_TLS_CERT, LATCHKEY_TLS_KEY). The credentials file's entry for the coordinator
   // (client/credentials.h) supplies the token when none is given, and the CA when none is given.
-  ChannelCredentials credentials;
-  std::string credentials_file;  // default DefaultCredentialsPath()
+  ChannelCredentials credentials{};
+  std::string credentials_file{};  // default DefaultCredentialsPath()
 
   // The options of a JobClient for the coordinator, the credentials file consulted.
   ClientOptions client_options() const;

@@ -20,10 +20,10 @@ namespace latchkey {
 struct CoordinatedOptions {
   std::string coordinator = kDefaultCoordinatorAddress;  // --coordinator / LATCHKEY_COORDINATOR
   std::string job_id;                                    // --job / LATCHKEY_JOB_ID
-  std::string join_token;          // LATCHKEY_JOIN_TOKEN / --join-token-file (/ --join-token)
-  ChannelCredentials credentials;  // --tls-ca, --tls-cert, --tls-key (LATCHKEY_TLS_*)
-  int requested_rank = -1;         // RANK when set; -1 = any free rank
-  std::string advertise_host;      // --advertise-host
+  std::string join_token;            // LATCHKEY_JOIN_TOKEN / --join-token-file (/ --join-token)
+  ChannelCredentials credentials{};  // --tls-ca, --tls-cert, --tls-key (LATCHKEY_TLS_*)
+  int requested_rank = -1;           // RANK when set; -1 = any free rank
+  std::string advertise_host;        // --advertise-host
   RunOptions run;
   std::chrono::milliseconds collective_timeout{kDefaultCollectiveTimeout};
 };

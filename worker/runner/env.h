@@ -21,9 +21,9 @@ struct WorkerEnv {
   std::string coordinator;  // LATCHKEY_COORDINATOR
   std::string job_id;       // LATCHKEY_JOB_ID
   std::string join_token;   // LATCHKEY_JOIN_TOKEN
-  std::string tls_ca;       // LATCHKEY_TLS_CA: PEM CA of the coordinator's certificate
-  std::string tls_cert;     // LATCHKEY_TLS_CERT: PEM client certificate (mTLS)
-  std::string tls_key;      // LATCHKEY_TLS_KEY: its key
+  std::string tls_ca{};     // LATCHKEY_TLS_CA: PEM CA of the coordinator's certificate
+  std::string tls_cert{};   // LATCHKEY_TLS_CERT: PEM client certificate (mTLS)
+  std::string tls_key{};    // LATCHKEY_TLS_KEY: its key
 };
 
 // INVALID_ARGUMENT naming the variable when a number is not a non-negative integer.

@@ -56,7 +56,7 @@ struct WorkerSessionOptions {
   std::string job_id;
   std::string join_token;
   // TLS to the coordinator (proto/channel.h); the join token travels in each request.
-  ChannelCredentials credentials;
+  ChannelCredentials credentials{};
   std::string worker_id;  // stable for the process, e.g. "host:pid"; a rejoin presents it again
   std::optional<int> requested_rank;
   std::string advertise_host;  // empty: the address the coordinator sees
