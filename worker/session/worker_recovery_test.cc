@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "client/job_client.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/harness.h"
 #include "tests/support/specs.h"
@@ -26,8 +25,9 @@ CoordinatorOptions FastOptions() {
   return opt;
 }
 
-SubmittedJob Submit(const std::string& address, int max_restarts, int hang_timeout_seconds = 2) {
-  JobClient client({address, absl::Seconds(10)});
+// The test speaks to the coordinator's core directly (the user's side of the protocol is not the
+// worker's); the workers under test go through gRPC.
+SubmittedJob Submit(InProcessCoordinator& server, int max_restarts, int hang_timeout_seconds = 2) {
   SpecParams p;
   p.world_size = 2;
   p.tp = 2;
@@ -36,9 +36,17 @@ SubmittedJob Submit(const std::string& address, int max_restarts, int hang_timeo
                       {"hang_timeout_seconds", hang_timeout_seconds}};
   JobSubmission req;
   req.spec_json = SpecJson(p);
-  auto job = client.SubmitJob(req);
-  EXPECT_TRUE(job.ok()) << job.status();
-  return job.ok() ? *job : SubmittedJob{};
+  auto submitted = server.core().SubmitJob(req);
+  EXPECT_TRUE(submitted.ok()) << submitted.status();
+  if (!submitted.ok()) return SubmittedJob{};
+  return SubmittedJob{submitted->job.record.job_id, submitted->join_token,
+                      ToJobInfo(submitted->job)};
+}
+
+absl::StatusOr<JobInfo> GetJob(InProcessCoordinator& server, const std::string& job_id) {
+  auto view = server.core().GetJob(job_id, /*with_workers=*/false);
+  if (!view.ok()) return view.status();
+  return ToJobInfo(*view);
 }
 
 WorkerSessionOptions Options(const std::string& address, const SubmittedJob& job, int rank) {
@@ -82,7 +90,7 @@ bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout) {
 
 TEST(WorkerSessionRecoveryTest, HeartbeatLearnsNewerAttemptAndFencesTheSession) {
   InProcessCoordinator server(FastOptions());
-  const SubmittedJob job = Submit(server.address(), 2);
+  const SubmittedJob job = Submit(server, 2);
   auto sessions = JoinBoth(server.address(), job);
   ASSERT_TRUE(sessions[0] && sessions[1]);
   WorkerSession& a = *sessions[0];
@@ -114,7 +122,7 @@ TEST(WorkerSessionRecoveryTest, HeartbeatLearnsNewerAttemptAndFencesTheSession) 
 
 TEST(WorkerSessionRecoveryTest, RecoverJoinsTheNextAttemptOnEveryRank) {
   InProcessCoordinator server(FastOptions());
-  const SubmittedJob job = Submit(server.address(), 2);
+  const SubmittedJob job = Submit(server, 2);
   auto sessions = JoinBoth(server.address(), job);
   ASSERT_TRUE(sessions[0] && sessions[1]);
   std::vector<std::unique_ptr<CoordinatorLatchSource>> sources;
@@ -163,8 +171,7 @@ TEST(WorkerSessionRecoveryTest, RecoverJoinsTheNextAttemptOnEveryRank) {
     ASSERT_TRUE(l.ok()) << "rank " << r << ": " << l.status();
     EXPECT_EQ(*l, first_latches[static_cast<size_t>(r)]);
   }
-  JobClient client({server.address(), absl::Seconds(10)});
-  auto info = client.GetJob(job.job_id);
+  auto info = GetJob(server, job.job_id);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->attempt, 2);
   EXPECT_EQ(info->state, JobState::kRunning);
@@ -177,7 +184,7 @@ TEST(WorkerSessionRecoveryTest, RecoverJoinsTheNextAttemptOnEveryRank) {
 
 TEST(WorkerSessionRecoveryTest, WithoutRestartsAnOwnErrorFailsTheJobNamingIt) {
   InProcessCoordinator server(FastOptions());
-  const SubmittedJob job = Submit(server.address(), 0);
+  const SubmittedJob job = Submit(server, 0);
   auto sessions = JoinBoth(server.address(), job);
   ASSERT_TRUE(sessions[0] && sessions[1]);
   CoordinatorLatchSource source(sessions[1].get(), comm::RendezvousConfig{});
@@ -187,8 +194,7 @@ TEST(WorkerSessionRecoveryTest, WithoutRestartsAnOwnErrorFailsTheJobNamingIt) {
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kNotFound) << plan.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // the job's end, not the wait's bound
-  JobClient client({server.address(), absl::Seconds(10)});
-  auto info = client.GetJob(job.job_id);
+  auto info = GetJob(server, job.job_id);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->state, JobState::kFailed);
   EXPECT_NE(info->failure_reason.find("latchkey.data.tokens_file: not found"), std::string::npos)
@@ -207,7 +213,7 @@ TEST(WorkerSessionRecoveryTest, WithoutRestartsAnOwnErrorFailsTheJobNamingIt) {
 // the rank furthest behind in the plan (rank 1, computing, while rank 0 waits in a collective).
 TEST(WorkerSessionRecoveryTest, HeartbeatPositionsNameTheStalledRank) {
   InProcessCoordinator server(FastOptions());
-  const SubmittedJob job = Submit(server.address(), 1, /*hang_timeout_seconds=*/1);
+  const SubmittedJob job = Submit(server, 1, /*hang_timeout_seconds=*/1);
   const absl::Time start = absl::Now();
   std::vector<WorkerSessionOptions> opts = {Options(server.address(), job, 0),
                                             Options(server.address(), job, 1)};
@@ -235,11 +241,10 @@ TEST(WorkerSessionRecoveryTest, HeartbeatPositionsNameTheStalledRank) {
   };
   auto sessions = JoinBoth(server.address(), job, opts);
   ASSERT_TRUE(sessions[0] && sessions[1]);
-  JobClient client({server.address(), absl::Seconds(10)});
   absl::StatusOr<JobInfo> info;
   ASSERT_TRUE(WaitFor(
       [&] {
-        info = client.GetJob(job.job_id);
+        info = GetJob(server, job.job_id);
         return info.ok() && !info->stalled.empty();
       },
       absl::Seconds(10)))
@@ -266,7 +271,7 @@ TEST(WorkerSessionRecoveryTest, HeartbeatPositionsNameTheStalledRank) {
 // stopped peer) exits for a restart, naming where it is stuck.
 void StuckRank() {
   InProcessCoordinator server(FastOptions());
-  const SubmittedJob job = Submit(server.address(), 2);
+  const SubmittedJob job = Submit(server, 2);
   std::vector<WorkerSessionOptions> opts = {Options(server.address(), job, 0),
                                             Options(server.address(), job, 1)};
   opts[0].stuck_exit_after = absl::Seconds(1);
