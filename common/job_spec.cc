@@ -280,6 +280,30 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
   }
   LK_RETURN_IF_ERROR(s.Int("max_restarts", &spec->max_restarts, AtLeast(0)));
   LK_RETURN_IF_ERROR(s.Double("hang_timeout_seconds", &spec->hang_timeout_seconds, kPositive));
+  if (s.Get("backend") != nullptr) {
+    std::string name;
+    LK_RETURN_IF_ERROR(s.String("backend", &name));
+    std::optional<CommBackend> b = ParseCommBackend(name);
+    if (!b) return s.Error("backend", absl::StrCat("unknown backend '", name, "' (auto, gloo, shm, nccl)"));
+    spec->backend = *b;
+  }
+  if (s.Get("device") != nullptr) {
+    std::string name;
+    LK_RETURN_IF_ERROR(s.String("device", &name));
+    std::optional<DeviceKind> d = ParseDeviceKind(name);
+    if (!d) return s.Error("device", absl::StrCat("unknown device '", name, "' (cpu, cuda)"));
+    spec->device = *d;
+  }
+  LK_RETURN_IF_ERROR(s.Bool("tf32", &spec->tf32));
+  if (spec->backend == CommBackend::kNccl && spec->device != DeviceKind::kCuda) {
+    return s.Error("backend", "nccl needs latchkey.device \"cuda\" (this job runs on cpu)");
+  }
+  if (spec->device == DeviceKind::kCuda &&
+      (spec->backend == CommBackend::kGloo || spec->backend == CommBackend::kShm)) {
+    return s.Error("backend", absl::StrCat(CommBackendName(spec->backend),
+                                           " takes cpu buffers only; latchkey.device \"cuda\" "
+                                           "needs nccl (or auto)"));
+  }
   return s.RefuseUnknown();
 }
 

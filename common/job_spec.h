@@ -27,6 +27,16 @@ std::optional<KvReducePolicy> ParseKvReducePolicy(absl::string_view name);
 std::optional<KvMode> ParseKvMode(absl::string_view name);
 
 enum class OptimizerType { kSgd, kAdamW };
+
+// `latchkey.backend`: the collective backend of every process group (docs/job-spec.md). kAuto:
+// shm for a group whose ranks can all map one shared segment, else gloo (nccl on cuda).
+enum class CommBackend { kAuto, kGloo, kShm, kNccl };
+// `latchkey.device`: where the training core runs (cuda = cuda:LOCAL_RANK).
+enum class DeviceKind { kCpu, kCuda };
+const char* CommBackendName(CommBackend b);  // "auto", "gloo", "shm", "nccl"
+const char* DeviceKindName(DeviceKind d);    // "cpu", "cuda"
+std::optional<CommBackend> ParseCommBackend(absl::string_view name);
+std::optional<DeviceKind> ParseDeviceKind(absl::string_view name);
 enum class TokenDtype { kUint16, kUint32 };
 
 // HF GPTBigCode config keys (subset latchkey uses). n_inner 0 means 4 * n_embd.
@@ -136,6 +146,9 @@ struct JobSpec {
   CheckpointConfig checkpoint;       // latchkey.checkpoint
   int max_restarts = 3;              // latchkey.max_restarts: recoveries before the job fails
   double hang_timeout_seconds = 20;  // latchkey.hang_timeout_seconds: no progress -> stalled
+  CommBackend backend = CommBackend::kAuto;  // latchkey.backend
+  DeviceKind device = DeviceKind::kCpu;      // latchkey.device
+  bool tf32 = false;                         // latchkey.tf32: TF32 matmuls on cuda
 
   // Unknown DeepSpeed top-level keys: listed here, ignored otherwise.
   std::vector<std::string> warnings;

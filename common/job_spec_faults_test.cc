@@ -47,5 +47,35 @@ TEST(JobSpecTest, FaultToleranceKeys) {
   EXPECT_NE(*back, *plain);
 }
 
+TEST(JobSpecTest, BackendAndDeviceKeys) {
+  absl::StatusOr<JobSpec> plain = Parse(Example());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->backend, CommBackend::kAuto);
+  EXPECT_EQ(plain->device, DeviceKind::kCpu);
+  EXPECT_FALSE(plain->tf32);
+
+  json j = Example();
+  j["latchkey"]["backend"] = "nccl";
+  j["latchkey"]["device"] = "cuda";
+  j["latchkey"]["tf32"] = true;
+  absl::StatusOr<JobSpec> spec = Parse(j);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->backend, CommBackend::kNccl);
+  EXPECT_EQ(spec->device, DeviceKind::kCuda);
+  EXPECT_TRUE(spec->tf32);
+  absl::StatusOr<JobSpec> back = ParseJobSpec(JobSpecToJson(*spec), "/elsewhere");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, *spec);
+  EXPECT_NE(*back, *plain);
+
+  for (const char* name : {"auto", "gloo", "shm"}) {
+    json c = Example();
+    c["latchkey"]["backend"] = name;
+    absl::StatusOr<JobSpec> cpu = Parse(c);
+    ASSERT_TRUE(cpu.ok()) << name << ": " << cpu.status();
+    EXPECT_STREQ(CommBackendName(cpu->backend), name);
+  }
+}
+
 }  // namespace
 }  // namespace latchkey

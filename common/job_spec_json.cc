@@ -48,6 +48,37 @@ std::optional<KvMode> ParseKvMode(absl::string_view name) {
   return std::nullopt;
 }
 
+const char* CommBackendName(CommBackend b) {
+  switch (b) {
+    case CommBackend::kAuto:
+      return "auto";
+    case CommBackend::kGloo:
+      return "gloo";
+    case CommBackend::kShm:
+      return "shm";
+    case CommBackend::kNccl:
+      return "nccl";
+  }
+  return "unknown";
+}
+
+const char* DeviceKindName(DeviceKind d) { return d == DeviceKind::kCuda ? "cuda" : "cpu"; }
+
+std::optional<CommBackend> ParseCommBackend(absl::string_view name) {
+  for (CommBackend b : {CommBackend::kAuto, CommBackend::kGloo, CommBackend::kShm,
+                        CommBackend::kNccl}) {
+    if (name == CommBackendName(b)) return b;
+  }
+  return std::nullopt;
+}
+
+std::optional<DeviceKind> ParseDeviceKind(absl::string_view name) {
+  for (DeviceKind d : {DeviceKind::kCpu, DeviceKind::kCuda}) {
+    if (name == DeviceKindName(d)) return d;
+  }
+  return std::nullopt;
+}
+
 const char* SchedulerTypeName(SchedulerType t) {
   switch (t) {
     case SchedulerType::kNone:
@@ -149,6 +180,9 @@ std::string JobSpecToJson(const JobSpec& spec) {
   }
   latchkey["max_restarts"] = spec.max_restarts;
   latchkey["hang_timeout_seconds"] = spec.hang_timeout_seconds;
+  latchkey["backend"] = CommBackendName(spec.backend);
+  latchkey["device"] = DeviceKindName(spec.device);
+  latchkey["tf32"] = spec.tf32;
 
   json root = {{"model", model},
                {"train_micro_batch_size_per_gpu", spec.micro_batch_size},
@@ -211,7 +245,8 @@ bool operator==(const JobSpec& a, const JobSpec& b) {
                     s.zero_stage, s.bf16, s.optimizer, s.scheduler, s.tp, s.has_partition_config,
                     s.managed_gradient_accumulation, s.window_schedule, s.no_sync, s.seq_len,
                     s.steps, s.seed, s.world_size, s.kv_reduce, s.data, s.eval, s.init_from,
-                    s.checkpoint, s.max_restarts, s.hang_timeout_seconds, s.warnings);
+                    s.checkpoint, s.max_restarts, s.hang_timeout_seconds, s.backend, s.device,
+                    s.tf32, s.warnings);
   };
   return t(a) == t(b);
 }
