@@ -284,7 +284,9 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
     std::string name;
     LK_RETURN_IF_ERROR(s.String("backend", &name));
     std::optional<CommBackend> b = ParseCommBackend(name);
-    if (!b) return s.Error("backend", absl::StrCat("unknown backend '", name, "' (auto, gloo, shm, nccl)"));
+    if (!b)
+      return s.Error("backend",
+                     absl::StrCat("unknown backend '", name, "' (auto, gloo, shm, nccl)"));
     spec->backend = *b;
   }
   if (s.Get("device") != nullptr) {

@@ -1,8 +1,11 @@
-// The fault-tolerance keys of the job spec: latchkey.checkpoint, max_restarts and
-// hang_timeout_seconds (their refusals are in job_spec_test.cc's error table).
+// The operational keys of the job spec: latchkey.checkpoint, max_restarts and
+// hang_timeout_seconds (their refusals are in job_spec_test.cc's error table), and
+// latchkey.backend, device and tf32 (refusals here).
 #include <string>
+#include <vector>
 
 #include "common/job_spec.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -74,6 +77,32 @@ TEST(JobSpecTest, BackendAndDeviceKeys) {
     absl::StatusOr<JobSpec> cpu = Parse(c);
     ASSERT_TRUE(cpu.ok()) << name << ": " << cpu.status();
     EXPECT_STREQ(CommBackendName(cpu->backend), name);
+  }
+}
+
+TEST(JobSpecTest, BackendAndDeviceRefusals) {
+  struct Case {
+    json latchkey;  // keys merged into "latchkey"
+    std::string field;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {{{"backend", "mpi"}}, "latchkey.backend", "unknown backend 'mpi'"},
+      {{{"device", "tpu"}}, "latchkey.device", "unknown device 'tpu'"},
+      {{{"backend", "nccl"}}, "latchkey.backend", "nccl needs latchkey.device"},
+      {{{"backend", "shm"}, {"device", "cuda"}}, "latchkey.backend", "shm takes cpu buffers only"},
+      {{{"backend", "gloo"}, {"device", "cuda"}}, "latchkey.backend", "gloo takes cpu buffers"},
+      {{{"tf32", 1}}, "latchkey.tf32", ""},
+  };
+  for (const Case& c : cases) {
+    json j = Example();
+    j["latchkey"].update(c.latchkey);
+    absl::StatusOr<JobSpec> spec = Parse(j);
+    ASSERT_FALSE(spec.ok()) << c.latchkey.dump();
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(spec.status().message()), ::testing::StartsWith(c.field + ":"))
+        << spec.status();
+    EXPECT_THAT(std::string(spec.status().message()), ::testing::HasSubstr(c.reason));
   }
 }
 

@@ -65,8 +65,8 @@ const char* CommBackendName(CommBackend b) {
 const char* DeviceKindName(DeviceKind d) { return d == DeviceKind::kCuda ? "cuda" : "cpu"; }
 
 std::optional<CommBackend> ParseCommBackend(absl::string_view name) {
-  for (CommBackend b : {CommBackend::kAuto, CommBackend::kGloo, CommBackend::kShm,
-                        CommBackend::kNccl}) {
+  for (CommBackend b :
+       {CommBackend::kAuto, CommBackend::kGloo, CommBackend::kShm, CommBackend::kNccl}) {
     if (name == CommBackendName(b)) return b;
   }
   return std::nullopt;

@@ -359,25 +359,6 @@ std::vector<ErrorCase> ErrorCases() {
        "must be >= 0, got -1"},
       {"HangTimeoutZero", [=](json& j) { lk(j)["hang_timeout_seconds"] = 0; },
        "latchkey.hang_timeout_seconds", ""},
-      {"BackendUnknown", [=](json& j) { lk(j)["backend"] = "mpi"; }, "latchkey.backend",
-       "unknown backend 'mpi'"},
-      {"DeviceUnknown", [=](json& j) { lk(j)["device"] = "tpu"; }, "latchkey.device",
-       "unknown device 'tpu'"},
-      {"NcclOnCpu", [=](json& j) { lk(j)["backend"] = "nccl"; }, "latchkey.backend",
-       "nccl needs latchkey.device"},
-      {"ShmOnCuda",
-       [=](json& j) {
-         lk(j)["backend"] = "shm";
-         lk(j)["device"] = "cuda";
-       },
-       "latchkey.backend", "shm takes cpu buffers only"},
-      {"GlooOnCuda",
-       [=](json& j) {
-         lk(j)["backend"] = "gloo";
-         lk(j)["device"] = "cuda";
-       },
-       "latchkey.backend", "gloo takes cpu buffers only"},
-      {"Tf32NotBool", [=](json& j) { lk(j)["tf32"] = 1; }, "latchkey.tf32", ""},
       {"SyntheticUnknownKey",
        [=](json& j) {
          lk(j)["data"] = {{"synthetic", {{"seed", 1}, {"len", 9}}}};
