@@ -330,6 +330,15 @@ absl::StatusOr<JobView> Coordinator::GetJob(const std::string& job_id, bool with
   return View(*job, with_workers);
 }
 
+int Coordinator::LiveRanks() const {
+  absl::MutexLock lock(&mu_);
+  int ranks = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (!IsTerminal(job->rec.state)) ranks += job->spec.world_size;
+  }
+  return ranks;
+}
+
 absl::StatusOr<std::vector<JobView>> Coordinator::ListJobs(const std::vector<JobState>& states,
                                                            int limit) {
   if (limit < 0) return absl::InvalidArgumentError("page_size: must be >= 0");

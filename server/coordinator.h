@@ -217,6 +217,8 @@ class Coordinator {
   absl::StatusOr<SubmitResult> SubmitJob(const JobSubmission& args,
                                          const std::string& submitter = "");
   absl::StatusOr<JobView> GetJob(const std::string& job_id, bool with_workers);
+  // The world sizes of every job not yet ended, summed (the per-peer call cap follows it).
+  int LiveRanks() const;
   absl::StatusOr<std::vector<JobView>> ListJobs(const std::vector<JobState>& states, int limit);
   absl::StatusOr<JobView> CancelJob(const std::string& job_id, const std::string& reason);
   absl::StatusOr<JobPolicyUpdateResult> UpdateJobPolicy(const JobPolicyUpdate& update);

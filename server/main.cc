@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   double grace_s = 5;
   std::string tls_cert, tls_key, tls_client_ca, auth_tokens;
   bool allow_unauthenticated = false;
-  int max_calls_per_peer = 1024;
+  int max_calls_per_peer = 0;
   int max_message_mib = 1;
   app.add_option("--listen", listen, "gRPC address HOST:PORT (port 0: any free port)")
       ->capture_default_str();
@@ -115,8 +115,9 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-unauthenticated", allow_unauthenticated,
                "serve a non-loopback --listen without --auth-tokens");
   app.add_option("--max-calls-per-peer", max_calls_per_peer,
-                 "in-flight calls and streams one peer host may hold")
-      ->check(CLI::PositiveNumber)
+                 "in-flight calls and streams one peer host may hold; 0: max(64, 4 x the live "
+                 "jobs' ranks + 16)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--max-message-mib", max_message_mib, "largest request accepted, MiB")
       ->check(CLI::Range(1, 1024))

@@ -190,10 +190,17 @@ bool IsLoopbackListen(const std::string& listen) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
+int PeerCallLimiter::limit() const {
+  if (fixed_ > 0) return fixed_;
+  const int ranks = live_ranks_ ? live_ranks_() : 0;
+  return std::max(kMinCallsPerPeer, 4 * ranks + 16);
+}
+
 bool PeerCallLimiter::Acquire(const std::string& peer) {
   absl::MutexLock lock(&mu_);
   int& n = open_[peer];
-  if (n >= limit_) {
+  // Below the smallest possible limit no one is asked; the live job count only matters beyond.
+  if (n >= (fixed_ > 0 ? fixed_ : kMinCallsPerPeer) && n >= limit()) {
     if (n == 0) open_.erase(peer);
     return false;
   }

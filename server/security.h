@@ -7,6 +7,7 @@
 #define LATCHKEY_SERVER_SECURITY_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -76,13 +77,19 @@ absl::Status Permit(const Principal& who, JobAccess access, const std::string& m
 // Whether a --listen address binds loopback only ("127.0.0.1:N", "localhost:N", "[::1]:N").
 bool IsLoopbackListen(const std::string& listen);
 
-// Counts in-flight calls and streams per peer host; Acquire fails once `limit` are open.
+// Calls and streams open per peer host. A fixed limit (> 0) is used as is; 0 derives it from the
+// ranks of the coordinator's live jobs: max(kMinCallsPerPeer, 4 x live ranks + 16), since every
+// rank holds a few calls and streams and all ranks on one host count under one peer.
 class PeerCallLimiter {
  public:
-  explicit PeerCallLimiter(int limit) : limit_(limit) {}
+  static constexpr int kMinCallsPerPeer = 64;
+  // `live_ranks` (may be empty: 0) is asked only when a peer reaches kMinCallsPerPeer.
+  explicit PeerCallLimiter(int fixed_limit, std::function<int()> live_ranks = nullptr)
+      : fixed_(fixed_limit), live_ranks_(std::move(live_ranks)) {}
   bool Acquire(const std::string& peer);
   void Release(const std::string& peer);
-  int limit() const { return limit_; }
+  // The limit now (derived ones follow the live jobs).
+  int limit() const;
 
   // Holds one slot for its lifetime (no slot when Acquire failed: ok() false).
   class Slot {
@@ -100,7 +107,8 @@ class PeerCallLimiter {
   };
 
  private:
-  const int limit_;
+  const int fixed_;
+  const std::function<int()> live_ranks_;
   absl::Mutex mu_;
   std::map<std::string, int> open_ ABSL_GUARDED_BY(mu_);
 };

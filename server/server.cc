@@ -18,7 +18,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     Coordinator* core, const ServerOptions& options) {
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->core_ = core;
-  s->limiter_ = std::make_unique<PeerCallLimiter>(options.max_calls_per_peer);
+  s->limiter_ = std::make_unique<PeerCallLimiter>(options.max_calls_per_peer,
+                                                  [core] { return core->LiveRanks(); });
   std::function<void(const std::string&)> log = options.log;
   if (!log) log = [](const std::string& line) { std::cerr << line << std::endl; };
   CallGate gate{options.auth_tokens, s->limiter_.get(), log};

@@ -42,7 +42,8 @@ struct ServerOptions {
   // Role tokens every JobService call must present (docs/protocol.md "Security"); null: none.
   std::shared_ptr<const TokenTable> auth_tokens;
   // In-flight calls and streams per peer host; more are refused with RESOURCE_EXHAUSTED.
-  int max_calls_per_peer = 1024;
+  // 0: derived from the live jobs' ranks (PeerCallLimiter).
+  int max_calls_per_peer = 0;
   // Refused calls (peer, RPC, reason) are logged here; unset: stderr.
   std::function<void(const std::string&)> log;
 };

@@ -372,5 +372,37 @@ TEST_F(AuthTest, TooManyCallsFromOnePeerAreResourceExhausted) {
   (*capped)->Wait();
 }
 
+TEST(PeerCallLimiterTest, TheDefaultCapFollowsTheLiveJobsRanks) {
+  int ranks = 0;
+  PeerCallLimiter limiter(0, [&ranks] { return ranks; });
+  EXPECT_EQ(limiter.limit(), PeerCallLimiter::kMinCallsPerPeer);  // no job: the floor
+  ranks = 100;
+  EXPECT_EQ(limiter.limit(), 4 * 100 + 16);
+  ranks = 0;
+  for (int i = 0; i < PeerCallLimiter::kMinCallsPerPeer; ++i) ASSERT_TRUE(limiter.Acquire("h"));
+  EXPECT_FALSE(limiter.Acquire("h"));  // 64 open, no live ranks: refused
+  EXPECT_TRUE(limiter.Acquire("other"));  // counted per peer host
+  ranks = 20;                             // a 20-rank job arrives: 96
+  for (int i = PeerCallLimiter::kMinCallsPerPeer; i < 96; ++i) ASSERT_TRUE(limiter.Acquire("h"));
+  EXPECT_FALSE(limiter.Acquire("h"));
+  limiter.Release("h");
+  EXPECT_TRUE(limiter.Acquire("h"));
+
+  PeerCallLimiter fixed(3, [] { return 1000; });  // --max-calls-per-peer 3: as given
+  EXPECT_EQ(fixed.limit(), 3);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(fixed.Acquire("h"));
+  EXPECT_FALSE(fixed.Acquire("h"));
+}
+
+TEST_F(AuthTest, LiveRanksCountsTheJobsNotYetEnded) {
+  EXPECT_EQ(core_->LiveRanks(), 0);
+  const std::string a = Submit(kAlice).job_id();
+  Submit(kAlice);
+  const int world = core_->GetJob(a, false)->world_size;
+  EXPECT_EQ(core_->LiveRanks(), 2 * world);
+  ASSERT_TRUE(core_->CancelJob(a, "test").ok());
+  EXPECT_EQ(core_->LiveRanks(), world);
+}
+
 }  // namespace
 }  // namespace latchkey::testing
