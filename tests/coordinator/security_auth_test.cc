@@ -380,7 +380,7 @@ TEST(PeerCallLimiterTest, TheDefaultCapFollowsTheLiveJobsRanks) {
   EXPECT_EQ(limiter.limit(), 4 * 100 + 16);
   ranks = 0;
   for (int i = 0; i < PeerCallLimiter::kMinCallsPerPeer; ++i) ASSERT_TRUE(limiter.Acquire("h"));
-  EXPECT_FALSE(limiter.Acquire("h"));  // 64 open, no live ranks: refused
+  EXPECT_FALSE(limiter.Acquire("h"));     // 64 open, no live ranks: refused
   EXPECT_TRUE(limiter.Acquire("other"));  // counted per peer host
   ranks = 20;                             // a 20-rank job arrives: 96
   for (int i = PeerCallLimiter::kMinCallsPerPeer; i < 96; ++i) ASSERT_TRUE(limiter.Acquire("h"));
