@@ -11,12 +11,15 @@
 #include "tests/support/free_port.h"
 #include "tests/support/rank_threads.h"
 #include "worker/comm/process_groups.h"
+#include "worker/comm/shm/shm_group.h"
 
 namespace latchkey::comm {
 namespace {
 
+// These are gloo's tests (the shm backend's are in shm/shm_test.cc): named explicitly, since
+// auto picks shm for ranks on one host.
 void RunRanks(int world, int tp, const std::function<void(ProcessGroups&)>& fn) {
-  testing::RunRankThreads(world, tp, fn);
+  testing::RunRankThreads(world, tp, fn, Backend::kGloo);
 }
 
 TEST(GlooGroups, GridCoordinatesAndCollectives) {
@@ -211,6 +214,30 @@ TEST(GlooGroups, UnreachableStoreIsUnavailable) {
               g.status().code() == absl::StatusCode::kDeadlineExceeded)
       << g.status();
   EXPECT_NE(g.status().message().find("rank 1"), std::string::npos) << g.status();
+}
+
+TEST(Backends, NamesRoundTrip) {
+  for (Backend b : {Backend::kAuto, Backend::kGloo, Backend::kShm, Backend::kNccl}) {
+    EXPECT_EQ(ParseBackend(BackendName(b)), b) << BackendName(b);
+  }
+  EXPECT_EQ(ParseBackend("mpi"), std::nullopt);
+}
+
+TEST(Backends, AutoOnOneHostIsShmAndGivesTheSameSums) {
+  // The default the runners use: ranks of one host share segments; results match gloo's.
+  for (Backend b : {Backend::kAuto, Backend::kGloo}) {
+    testing::RunRankThreads(
+        4, 2,
+        [b](ProcessGroups& g) {
+          const bool gloo = dynamic_cast<const ShmGroup*>(g.tp_group.get()) == nullptr;
+          EXPECT_EQ(gloo, b == Backend::kGloo);
+          std::vector<float> x = {static_cast<float>(g.rank), 1.0f};
+          ASSERT_TRUE(g.world->AllReduceSum(HostBuffer(x.data(), 2)).ok());
+          EXPECT_EQ(x, (std::vector<float>{6.0f, 4.0f}));
+          ASSERT_TRUE(g.dp_group->Barrier().ok());
+        },
+        b);
+  }
 }
 
 TEST(GlooGroups, RejectsBadGrid) {

@@ -1,8 +1,60 @@
 #include "worker/comm/process_groups.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "worker/comm/gloo/gloo_backend.h"
+#include "worker/comm/shm/shm_backend.h"
 
 namespace latchkey::comm {
+namespace {
+
+// kAuto and kShm: every parallel group first tries a shared segment (world, TP, DP, in that
+// order on every rank); under kAuto the groups whose ranks cannot all map theirs connect
+// through gloo, under kShm they fail.
+absl::Status ConnectShmGroups(Backend backend, const RendezvousConfig& config,
+                              const std::shared_ptr<Store>& store, ProcessGroups* g) {
+  struct Want {
+    std::string key;
+    std::string name;
+    int rank;
+    int size;
+    std::shared_ptr<Group>* out;
+    bool* gloo;
+  };
+  GlooGroupMask gloo{false, false, false};
+  std::vector<Want> wants = {{"world", "world", g->rank, g->world_size, &g->world, &gloo.world}};
+  if (g->tp > 1) {
+    wants.push_back(
+        {"tp" + std::to_string(g->dp_rank), "tp", g->tp_rank, g->tp, &g->tp_group, &gloo.tp});
+  }
+  if (g->dp > 1) {
+    wants.push_back(
+        {"dp" + std::to_string(g->tp_rank), "dp", g->dp_rank, g->dp, &g->dp_group, &gloo.dp});
+  }
+  int host_ranks = config.local_ranks;
+  for (const Want& w : wants) {
+    ShmGroupRequest req{w.key, w.name, w.rank, w.size, std::max(host_ranks, w.size)};
+    std::string why_not;
+    auto grp = TryShmGroup(config, *store, req, g->stats, &why_not);
+    if (!grp.ok()) return grp.status();
+    if (*grp != nullptr) {
+      *w.out = *std::move(grp);
+      if (w.name == "world") host_ranks = std::max(host_ranks, g->world_size);
+      continue;
+    }
+    if (backend == Backend::kShm) {
+      return absl::FailedPreconditionError("latchkey.backend: \"shm\" but the ranks of group '" +
+                                           w.name + "' cannot share one memory segment (" +
+                                           why_not + "); use \"auto\" or \"gloo\"");
+    }
+    *w.gloo = true;
+  }
+  if (!gloo.world && !gloo.tp && !gloo.dp) return absl::OkStatus();
+  return ConnectGlooGroups(config, store, g, gloo);
+}
+
+}  // namespace
 
 const char* BackendName(Backend b) {
   switch (b) {
@@ -10,6 +62,10 @@ const char* BackendName(Backend b) {
       return "auto";
     case Backend::kGloo:
       return "gloo";
+    case Backend::kShm:
+      return "shm";
+    case Backend::kNccl:
+      return "nccl";
   }
   return "unknown";
 }
@@ -17,6 +73,8 @@ const char* BackendName(Backend b) {
 std::optional<Backend> ParseBackend(std::string_view name) {
   if (name == "auto") return Backend::kAuto;
   if (name == "gloo") return Backend::kGloo;
+  if (name == "shm") return Backend::kShm;
+  if (name == "nccl") return Backend::kNccl;
   return std::nullopt;
 }
 
@@ -54,7 +112,6 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const Rendezv
   g.dp_rank = grid.dp_rank(config.rank);
   if (config.world_size == 1) return g;
 
-  if (backend == Backend::kAuto) backend = Backend::kGloo;  // CPU: the only backend so far
   absl::Status st;
   std::shared_ptr<Store> store = config.store;
   if (store == nullptr) {
@@ -69,12 +126,20 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const Rendezv
   g.store = store;
   if (st.ok()) {
     switch (backend) {
-      case Backend::kAuto:
       case Backend::kGloo:
         st = ConnectGlooGroups(config, store, &g);
         break;
+      case Backend::kAuto:
+      case Backend::kShm:
+        st = ConnectShmGroups(backend, config, store, &g);
+        break;
+      case Backend::kNccl:
+        st = absl::UnimplementedError("latchkey.backend: \"nccl\" is not in this build");
+        break;
     }
   }
+  // The backend choice names its spec key itself.
+  if (st.code() == absl::StatusCode::kFailedPrecondition) return st;
   if (!st.ok()) {
     return absl::Status(st.code(), std::string(BackendName(backend)) + " rendezvous at " +
                                        config.host + ":" + std::to_string(config.port) + " (rank " +

@@ -24,11 +24,13 @@
 
 namespace latchkey::comm {
 
-// Collective backends. kGloo: CPU over TCP (libgloo). kAuto: the best backend this build has
-// for the job's device (gloo on CPU). Further backends add a value here and a folder under
-// worker/comm/.
-enum class Backend { kAuto, kGloo };
-const char* BackendName(Backend b);  // "auto", "gloo"
+// Collective backends (the spec's latchkey.backend). kGloo: CPU over TCP (libgloo). kShm: CPU
+// through a shared-memory segment, for a group whose ranks can all map one (shm/,
+// docs/transport.md). kNccl: the GPU backend. kAuto: per group, shm where every rank of the
+// group maps the segment, else gloo. Further backends add a value here, a folder under
+// worker/comm/ and a branch in CreateProcessGroups.
+enum class Backend { kAuto, kGloo, kShm, kNccl };
+const char* BackendName(Backend b);  // "auto", "gloo", "shm", "nccl"
 std::optional<Backend> ParseBackend(std::string_view name);
 
 struct RendezvousConfig {
@@ -53,6 +55,16 @@ struct RendezvousConfig {
   std::shared_ptr<CollectiveStats> stats;
   // Where the groups mark every collective's entry and exit; null: nowhere.
   std::shared_ptr<FlightRecorder> recorder;
+  // Ranks of the job sharing this machine's cores (LOCAL_WORLD_SIZE); 0: unknown. The shm
+  // backend never spins when they outnumber the usable cores.
+  int local_ranks = 0;
+  // shm: the tmpfs directory where this rank creates and opens segments. A rank whose directory
+  // is not the one its group's rank 0 used cannot open the segment, exactly as containers with
+  // separate /dev/shm mounts (tests use that to make a rank unable to map).
+  std::string shm_dir = "/dev/shm";
+  // shm: bytes per rank and data buffer in a segment (a collective moves larger buffers in
+  // chunks of this size).
+  size_t shm_slot_bytes = size_t{1} << 20;
 };
 
 // The process groups of one rank.
@@ -78,8 +90,9 @@ struct ProcessGroups {
 // Forms the world, TP and DP groups of this rank, in that order on every rank. Blocks until
 // every rank has joined or the rendezvous timeout passes (DEADLINE_EXCEEDED); UNAVAILABLE when
 // the store cannot be reached; INVALID_ARGUMENT (naming latchkey.world_size / RANK) when
-// world_size is not a positive multiple of tp or rank is out of range. Dimensions of size 1 get
-// a SingleRankGroup; a world of one needs no store at all.
+// world_size is not a positive multiple of tp or rank is out of range; FAILED_PRECONDITION
+// naming latchkey.backend when kShm is asked for a group whose ranks cannot share a segment.
+// Dimensions of size 1 get a SingleRankGroup; a world of one needs no store at all.
 absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const RendezvousConfig& config);
 
 // Single-process groups (world size 1): nothing is ever issued. `stats` null: a fresh one.

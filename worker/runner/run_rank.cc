@@ -41,6 +41,7 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
   proc.recorder->SetPhase(RankPhase::kIdle);
   plan.rendezvous.stats = proc.stats;
   plan.rendezvous.recorder = proc.recorder;
+  plan.rendezvous.local_ranks = job.local_ranks;
   auto groups = comm::CreateProcessGroups(job.backend, plan.rendezvous);
   if (!groups.ok()) return groups.status();
   if (proc.outputs == nullptr) {

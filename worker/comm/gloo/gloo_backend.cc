@@ -63,7 +63,7 @@ std::string LocalAddress(const RendezvousConfig& config) {
 }  // namespace
 
 absl::Status ConnectGlooGroups(const RendezvousConfig& config, std::shared_ptr<Store> store,
-                               ProcessGroups* g) {
+                               ProcessGroups* g, GlooGroupMask mask) {
   try {
     GlooStoreAdapter adapter(store, config.rendezvous_timeout);
     gloo::transport::tcp::attr attr;
@@ -76,12 +76,14 @@ absl::Status ConnectGlooGroups(const RendezvousConfig& config, std::shared_ptr<S
       ctx->connectFullMesh(prefixed, device);
       return ctx;
     };
-    g->world = MakeGlooGroup("world", connect("world", g->rank, g->world_size), g->stats);
-    if (g->tp > 1) {
+    if (mask.world) {
+      g->world = MakeGlooGroup("world", connect("world", g->rank, g->world_size), g->stats);
+    }
+    if (g->tp > 1 && mask.tp) {
       g->tp_group = MakeGlooGroup(
           "tp", connect("tp" + std::to_string(g->dp_rank), g->tp_rank, g->tp), g->stats);
     }
-    if (g->dp > 1) {
+    if (g->dp > 1 && mask.dp) {
       g->dp_group = MakeGlooGroup(
           "dp", connect("dp" + std::to_string(g->tp_rank), g->dp_rank, g->dp), g->stats);
     }

@@ -8,8 +8,15 @@
 
 namespace latchkey::comm {
 
+// Which groups to connect: one left out (another backend's) keeps what `groups` holds.
+struct GlooGroupMask {
+  bool world = true;
+  bool tp = true;
+  bool dp = true;
+};
+
 absl::Status ConnectGlooGroups(const RendezvousConfig& config, std::shared_ptr<Store> store,
-                               ProcessGroups* groups);
+                               ProcessGroups* groups, GlooGroupMask mask = {});
 
 }  // namespace latchkey::comm
 
