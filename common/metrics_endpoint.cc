@@ -2,27 +2,75 @@
 
 #include <httplib.h>
 
+#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
+#error "httplib.h must be included with CPPHTTPLIB_OPENSSL_SUPPORT (link latchkey_metrics_endpoint)"
+#endif
+
 namespace latchkey {
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     const std::string& host, int port, std::function<std::string()> render,
     const std::string& server_name) {
+  HttpEndpointOptions options;
+  options.host = host;
+  options.port = port;
+  options.render = std::move(render);
+  options.server_name = server_name;
+  return Start(std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
+    HttpEndpointOptions options) {
   std::unique_ptr<MetricsEndpoint> e(new MetricsEndpoint());
-  e->server_ = std::make_unique<httplib::Server>();
-  e->server_->Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  e->server_->Get("/", [server_name](const httplib::Request&, httplib::Response& res) {
-    res.set_content(server_name + ": metrics at /metrics\n", "text/plain");
-  });
-  if (port == 0) {
-    e->port_ = e->server_->bind_to_any_port(host);
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("HTTP TLS: a certificate and its key go together");
+  }
+  if (!options.tls_cert_file.empty()) {
+    auto ssl = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(),
+                                                    options.tls_key_file.c_str());
+    if (!ssl->is_valid()) {
+      return absl::InvalidArgumentError("HTTP TLS: cannot load certificate " +
+                                        options.tls_cert_file + " with key " +
+                                        options.tls_key_file);
+    }
+    e->server_ = std::move(ssl);
+    e->tls_ = true;
   } else {
-    e->port_ = e->server_->bind_to_port(host, port) ? port : -1;
+    e->server_ = std::make_unique<httplib::Server>();
+  }
+  auto render = options.render;
+  e->server_->Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
+    res.set_content(render ? render() : std::string(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  bool has_root = false;
+  for (const HttpRoute& route : options.routes) {
+    has_root = has_root || route.pattern == "/";
+    auto handler = route.handler;
+    e->server_->Get(route.pattern, [handler](const httplib::Request& req, httplib::Response& res) {
+      HttpRequest in;
+      in.path = req.path;
+      for (size_t i = 1; i < req.matches.size(); ++i) in.captures.push_back(req.matches[i].str());
+      in.authorization = req.get_header_value("Authorization");
+      HttpResponse out = handler(in);
+      res.status = out.status;
+      for (const auto& [name, value] : out.headers) res.set_header(name, value);
+      res.set_content(out.body, out.content_type);
+    });
+  }
+  if (!has_root) {
+    const std::string name = options.server_name;
+    e->server_->Get("/", [name](const httplib::Request&, httplib::Response& res) {
+      res.set_content(name + ": metrics at /metrics\n", "text/plain");
+    });
+  }
+  if (options.port == 0) {
+    e->port_ = e->server_->bind_to_any_port(options.host);
+  } else {
+    e->port_ = e->server_->bind_to_port(options.host, options.port) ? options.port : -1;
   }
   if (e->port_ <= 0) {
-    return absl::UnavailableError("--metrics-port: cannot listen on " + host + ":" +
-                                  std::to_string(port));
+    return absl::UnavailableError("--metrics-port: cannot listen on " + options.host + ":" +
+                                  std::to_string(options.port));
   }
   httplib::Server* server = e->server_.get();
   e->thread_ = std::thread([server] { server->listen_after_bind(); });

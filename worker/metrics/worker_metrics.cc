@@ -19,10 +19,32 @@ const prometheus::Histogram::BucketBoundaries kCheckpointBuckets = {
     0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
 const prometheus::Histogram::BucketBoundaries kWaitBuckets = {0.00001, 0.0001, 0.001, 0.01,
                                                               0.1,     1,      10};
+
+// Every op and group a collective can carry (docs/observability.md): their series exist at 0
+// from process start, so dashboards show zeros rather than no data.
+constexpr const char* kOps[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                                "barrier"};
+constexpr const char* kGroups[] = {"world", "tp", "dp"};
+constexpr const char* kModes[] = {"per_micro_batch", "deferred", "coalesced"};
 }  // namespace
+
+int64_t PlannedKvAllReduces(const JobSpec& spec, const Latch& latch) {
+  if (!spec.model.multi_query || spec.tp <= 1 || latch.n < 1) return 0;
+  const int64_t per_reduction = 2 * static_cast<int64_t>(spec.model.n_layer);
+  switch (latch.kv_mode) {
+    case KvMode::kPerMicroBatch:
+      return per_reduction * latch.n;
+    case KvMode::kDeferred:
+      return per_reduction;
+    case KvMode::kCoalesced:
+      return 1;
+  }
+  return 0;
+}
 
 struct WorkerMetrics::Families {
   prometheus::Family<prometheus::Counter>* kv_allreduce;
+  prometheus::Family<prometheus::Counter>* kv_planned;
   prometheus::Family<prometheus::Counter>* collective_calls;
   prometheus::Family<prometheus::Counter>* collective_bytes;
   prometheus::Family<prometheus::Histogram>* collective_seconds;
@@ -50,8 +72,13 @@ WorkerMetrics::WorkerMetrics()
                           .Name("latchkey_kv_allreduce_total")
                           .Help("Replicated K/V gradient all-reduces issued over TP, by kv_mode")
                           .Register(*registry_);
-  for (const char* mode : {"per_micro_batch", "deferred", "coalesced"}) {
+  f_->kv_planned = &BuildCounter()
+                        .Name("latchkey_kv_allreduce_planned_total")
+                        .Help("K/V all-reduces the windows' latches planned for this rank, by mode")
+                        .Register(*registry_);
+  for (const char* mode : kModes) {
     f_->kv_allreduce->Add({{"mode", mode}});  // present (0) before the first step
+    f_->kv_planned->Add({{"mode", mode}});
   }
   f_->collective_calls = &BuildCounter()
                               .Name("latchkey_collective_calls_total")
@@ -65,6 +92,14 @@ WorkerMetrics::WorkerMetrics()
                                 .Name("latchkey_collective_seconds")
                                 .Help("Wall time of one collective")
                                 .Register(*registry_);
+  for (const char* op : kOps) {
+    for (const char* group : kGroups) {
+      const prometheus::Labels labels = {{"op", op}, {"group", group}};
+      f_->collective_calls->Add(labels);
+      f_->collective_bytes->Add(labels);
+      f_->collective_seconds->Add(labels, kCollectiveBuckets);
+    }
+  }
   f_->step_seconds = &BuildHistogram()
                           .Name("latchkey_step_seconds")
                           .Help("Wall time of one optimizer step (window) on this rank")
@@ -147,9 +182,10 @@ void WorkerMetrics::ObserveCollective(const std::string& op, const std::string& 
   f_->collective_seconds->Add(labels, kCollectiveBuckets).Observe(seconds);
 }
 
-void WorkerMetrics::ObserveStep(const StepReport& r, int64_t rank_tokens) {
+void WorkerMetrics::ObserveStep(const StepReport& r, int64_t rank_tokens, int64_t kv_planned) {
   f_->kv_allreduce->Add({{"mode", KvModeName(r.kv_mode)}})
       .Increment(static_cast<double>(r.kv_allreduce_calls));
+  f_->kv_planned->Add({{"mode", KvModeName(r.kv_mode)}}).Increment(static_cast<double>(kv_planned));
   f_->step_seconds->Observe(r.step_seconds);
   f_->optimizer_steps->Increment();
   f_->tokens->Increment(static_cast<double>(rank_tokens));

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/job_spec.h"
+#include "common/latch.h"
 #include "worker/train/engine.h"
 
 namespace prometheus {
@@ -15,6 +17,14 @@ class Registry;
 }
 
 namespace latchkey {
+
+// The K/V all-reduces the latch of a window plans for this rank (docs/model.md): none unless
+// the model is MQA and TP > 1; then per_micro_batch n_s * 2 * n_layer (one per K/V tensor,
+// c_attn weight and bias, after every backward), deferred 2 * n_layer, coalesced 1. Computed
+// from the latch, never from what the comm layer counted: latchkey_kv_allreduce_planned_total
+// next to the observed latchkey_kv_allreduce_total is what the alert on the headline figure
+// compares.
+int64_t PlannedKvAllReduces(const JobSpec& spec, const Latch& latch);
 
 class WorkerMetrics {
  public:
@@ -26,8 +36,9 @@ class WorkerMetrics {
   // One collective as counted by comm::CollectiveStats (hook it up with SetListener).
   void ObserveCollective(const std::string& op, const std::string& group, const std::string& tag,
                          int64_t bytes, double seconds);
-  // One optimizer step; `rank_tokens` = tokens this rank consumed in it (n_s * MB * S).
-  void ObserveStep(const StepReport& report, int64_t rank_tokens);
+  // One optimizer step; `rank_tokens` = tokens this rank consumed in it (n_s * MB * S);
+  // `kv_planned` = PlannedKvAllReduces of its latch (counted under the report's kv_mode).
+  void ObserveStep(const StepReport& report, int64_t rank_tokens, int64_t kv_planned);
   void ObserveLatchWait(double seconds);
   // A committed resumable checkpoint: the training time it blocked, the bytes of all its files
   // and when it was committed (unix seconds).

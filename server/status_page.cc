@@ -1,0 +1,358 @@
+#include "server/status_page.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/states.h"
+
+namespace latchkey {
+namespace {
+
+// At most this many points per chart: a long job's history is thinned evenly (the last step
+// is always kept), so a page stays small whatever the step count.
+constexpr size_t kMaxChartPoints = 400;
+// Rows of the latch audit and the event list shown (the newest).
+constexpr int kAuditRows = 20;
+
+std::string Num(double v, const char* format = "%.4f") {
+  if (!std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, v);
+  return buf;
+}
+
+std::string Time(absl::Time t) {
+  if (t == absl::UnixEpoch()) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", t, absl::UTCTimeZone());
+}
+
+std::string StateBadge(JobState s) {
+  const char* name = JobStateName(s);
+  return absl::StrCat("<span class=\"state ", name, "\">", name, "</span>");
+}
+
+// Tokens per second of a completed step (the whole job's tokens over the slowest rank's time).
+double TokensPerSecond(const CompletedStep& step) {
+  return step.report.step_seconds > 0
+             ? static_cast<double>(step.report.tokens) / step.report.step_seconds
+             : 0.0;
+}
+
+HttpResponse Html(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "text/html; charset=utf-8";
+  r.body = std::move(body);
+  return r;
+}
+
+const char kStyle[] =
+    "body{font-family:sans-serif;margin:1.5em;color:#222}"
+    "table{border-collapse:collapse;margin:.5em 0 1.5em}"
+    "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;font-size:.9em}"
+    "th{background:#f0f0f0}.state{padding:0 .4em;border-radius:.3em;background:#ddd}"
+    ".running{background:#cde8ff}.succeeded{background:#c8f0c8}.failed{background:#ffc8c8}"
+    ".recovering{background:#ffe7b0}.cancelled{background:#e0e0e0}"
+    "svg{background:#fafafa;border:1px solid #ddd;margin:.3em 1em .3em 0}";
+
+}  // namespace
+
+std::string HtmlEscape(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+bool StatusPageAuthorized(const TokenTable& tokens, absl::string_view authorization) {
+  if (std::optional<std::string> bearer = BearerToken(authorization)) {
+    return tokens.Find(*bearer).has_value();
+  }
+  absl::string_view v = absl::StripAsciiWhitespace(authorization);
+  if (v.size() < 6 || !absl::EqualsIgnoreCase(v.substr(0, 6), "basic ")) return false;
+  std::string decoded;
+  if (!absl::Base64Unescape(absl::StripAsciiWhitespace(v.substr(6)), &decoded)) return false;
+  const size_t colon = decoded.find(':');
+  if (colon == std::string::npos) return false;
+  return tokens.Find(absl::string_view(decoded).substr(colon + 1)).has_value();
+}
+
+std::string SvgChart(const std::string& title, const std::vector<ChartSeries>& series) {
+  constexpr double kW = 640, kH = 220, kLeft = 64, kRight = 12, kTop = 24, kBottom = 28;
+  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  for (const ChartSeries& s : series) {
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!std::isfinite(s.y[i])) continue;
+      x0 = std::min(x0, s.x[i]);
+      x1 = std::max(x1, s.x[i]);
+      y0 = std::min(y0, s.y[i]);
+      y1 = std::max(y1, s.y[i]);
+    }
+  }
+  std::string out =
+      absl::StrCat("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"", kW,
+                   "\" height=\"", kH, "\" viewBox=\"0 0 ", kW, " ", kH, "\">", "<text x=\"", kLeft,
+                   "\" y=\"16\" font-size=\"13\">", HtmlEscape(title), "</text>");
+  if (!std::isfinite(x0)) {
+    absl::StrAppend(&out, "<text x=\"", kW / 2 - 40, "\" y=\"", kH / 2,
+                    "\" font-size=\"12\" fill=\"#888\">no data yet</text></svg>");
+    return out;
+  }
+  if (x1 == x0) x1 = x0 + 1;
+  if (y1 == y0) {
+    y0 -= 0.5;
+    y1 += 0.5;
+  }
+  const auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * (kW - kLeft - kRight); };
+  const auto py = [&](double y) { return kTop + (y1 - y) / (y1 - y0) * (kH - kTop - kBottom); };
+  // Axes and their ranges.
+  absl::StrAppend(&out, "<g stroke=\"#999\"><line x1=\"", kLeft, "\" y1=\"", kH - kBottom,
+                  "\" x2=\"", kW - kRight, "\" y2=\"", kH - kBottom, "\"/><line x1=\"", kLeft,
+                  "\" y1=\"", kTop, "\" x2=\"", kLeft, "\" y2=\"", kH - kBottom, "\"/></g>");
+  absl::StrAppend(&out, "<g font-size=\"11\" fill=\"#555\"><text x=\"2\" y=\"", kTop + 4, "\">",
+                  Num(y1, "%.4g"), "</text><text x=\"2\" y=\"", kH - kBottom, "\">",
+                  Num(y0, "%.4g"), "</text><text x=\"", kLeft, "\" y=\"", kH - 8, "\">step ",
+                  Num(x0, "%.0f"), "</text><text x=\"", kW - kRight - 70, "\" y=\"", kH - 8,
+                  "\">step ", Num(x1, "%.0f"), "</text></g>");
+  double legend_x = kLeft + 200;
+  for (const ChartSeries& s : series) {
+    const size_t n = std::min(s.x.size(), s.y.size());
+    const size_t stride = n > kMaxChartPoints ? (n + kMaxChartPoints - 1) / kMaxChartPoints : 1;
+    std::string points, dots;
+    for (size_t i = 0; i < n; i += stride) {
+      const size_t k = (i + stride >= n) ? n - 1 : i;  // keep the last point
+      if (!std::isfinite(s.y[k])) continue;
+      const std::string xy = absl::StrCat(Num(px(s.x[k]), "%.1f"), ",", Num(py(s.y[k]), "%.1f"));
+      absl::StrAppend(&points, points.empty() ? "" : " ", xy);
+      absl::StrAppend(&dots, "<circle cx=\"", Num(px(s.x[k]), "%.1f"), "\" cy=\"",
+                      Num(py(s.y[k]), "%.1f"), "\" r=\"2\" fill=\"", s.color, "\"/>");
+    }
+    absl::StrAppend(&out, "<polyline class=\"series\" data-series=\"", HtmlEscape(s.name),
+                    "\" fill=\"none\" stroke=\"", s.color, "\" stroke-width=\"1.5\" points=\"",
+                    points, "\"/>", dots, "<text x=\"", legend_x,
+                    "\" y=\"16\" font-size=\"12\" fill=\"", s.color, "\">", HtmlEscape(s.name),
+                    "</text>");
+    legend_x += 120;
+  }
+  out += "</svg>";
+  return out;
+}
+
+std::vector<HttpRoute> StatusPage::Routes() {
+  return {{"/", [this](const HttpRequest& r) { return Index(r); }},
+          {"/jobs/([^/]+)", [this](const HttpRequest& r) { return Job(r); }}};
+}
+
+bool StatusPage::Allowed(const HttpRequest& request, HttpResponse* denied) const {
+  if (tokens_ == nullptr || StatusPageAuthorized(*tokens_, request.authorization)) return true;
+  *denied = Html(401,
+                 "<!doctype html><title>latchkey: token needed</title><p>This status page "
+                 "needs a latchkey token (any role): a bearer token, or the password of "
+                 "basic auth.</p>\n");
+  denied->headers.push_back({"WWW-Authenticate", "Basic realm=\"latchkey\", charset=\"UTF-8\""});
+  return false;
+}
+
+std::string StatusPage::Header(const std::string& title) const {
+  return absl::StrCat("<!doctype html><html><head><meta charset=\"utf-8\">",
+                      "<meta http-equiv=\"refresh\" content=\"", refresh_seconds_, "\">", "<title>",
+                      HtmlEscape(title), "</title><style>", kStyle, "</style></head><body>");
+}
+
+HttpResponse StatusPage::Index(const HttpRequest& request) {
+  HttpResponse denied;
+  if (!Allowed(request, &denied)) return denied;
+  auto jobs = core_->ListJobs({}, 100);
+  if (!jobs.ok()) return Html(503, HtmlEscape(std::string(jobs.status().message())));
+  std::string out = Header("latchkey jobs");
+  absl::StrAppend(&out, "<h1>latchkey jobs</h1><p>", jobs->size(),
+                  " job(s), newest first; refreshes every ", refresh_seconds_, " s. ",
+                  Time(absl::Now()), "</p>");
+  out +=
+      "<table id=\"jobs\"><tr><th>job</th><th>state</th><th>step</th><th>loss</th>"
+      "<th>eval loss</th><th>tokens/s</th><th>K/V all-reduces (last step)</th>"
+      "<th>restarts</th><th>world (tp&times;dp)</th><th>updated</th></tr>";
+  for (const JobView& v : *jobs) {
+    const std::string id = HtmlEscape(v.record.job_id);
+    const std::optional<CompletedStep>& last = v.last_step;
+    std::string eval = "-";
+    if (last && last->report.eval_loss) eval = Num(*last->report.eval_loss);
+    absl::StrAppend(&out, "<tr><td><a href=\"/jobs/", id, "\">", id, "</a></td><td>",
+                    StateBadge(v.record.state), "</td><td>", v.steps_completed, "/", v.steps,
+                    "</td><td>", last ? Num(last->report.loss) : "-", "</td><td>", eval,
+                    "</td><td>", last ? Num(TokensPerSecond(*last), "%.0f") : "-", "</td><td>",
+                    last ? absl::StrCat(last->report.kv_allreduce_calls, " (",
+                                        KvModeName(last->report.kv_mode), ")")
+                         : "-",
+                    "</td><td>", v.record.restarts, "/", v.max_restarts, "</td><td>", v.world_size,
+                    " (", v.tp, "&times;", v.dp, ")</td><td>", Time(v.record.update_time),
+                    "</td></tr>");
+  }
+  out +=
+      "</table><p>Metrics for Prometheus at <a href=\"/metrics\">/metrics</a>.</p></body></html>\n";
+  return Html(200, std::move(out));
+}
+
+HttpResponse StatusPage::Job(const HttpRequest& request) {
+  HttpResponse denied;
+  if (!Allowed(request, &denied)) return denied;
+  const std::string job_id = request.captures.empty() ? "" : request.captures[0];
+  auto view = core_->GetJob(job_id, /*with_workers=*/true);
+  if (!view.ok()) {
+    const int code = view.status().code() == absl::StatusCode::kNotFound ? 404 : 503;
+    return Html(code, Header("latchkey: no such job") + "<h1>latchkey</h1><p>job " +
+                          HtmlEscape(job_id) + ": " +
+                          HtmlEscape(std::string(view.status().message())) +
+                          "</p><p><a href=\"/\">all jobs</a></p></body></html>\n");
+  }
+  // Every completed step (the watch's history, without waiting: version 0 answers at once).
+  std::vector<CompletedStep> steps;
+  if (auto history = core_->WaitJobChange(job_id, 0, -1, absl::Now() + absl::Seconds(1));
+      history.ok()) {
+    steps = std::move(history->steps);
+  }
+  const JobRecord& rec = view->record;
+  const std::string id = HtmlEscape(rec.job_id);
+  std::string out = Header("latchkey job " + rec.job_id);
+  absl::StrAppend(&out, "<p><a href=\"/\">all jobs</a></p><h1>job <span id=\"job-id\">", id,
+                  "</span> ", StateBadge(rec.state), "</h1>");
+  absl::StrAppend(&out, "<p>step ", view->steps_completed, "/", view->steps, ", attempt ",
+                  rec.attempt, ", restarts ", rec.restarts, "/", view->max_restarts, ", world ",
+                  view->world_size, " (tp ", view->tp, " &times; dp ", view->dp,
+                  "), last checkpoint step ", rec.last_checkpoint_step, ", submitted by ",
+                  rec.submitter.empty() ? "-" : HtmlEscape(rec.submitter), ", updated ",
+                  Time(rec.update_time), "</p>");
+  if (!rec.failure_reason.empty()) {
+    absl::StrAppend(&out, "<p class=\"reason\"><b>reason:</b> ", HtmlEscape(rec.failure_reason),
+                    "</p>");
+  }
+  if (!rec.last_recovery_reason.empty()) {
+    absl::StrAppend(&out, "<p><b>last recovery:</b> ", HtmlEscape(rec.last_recovery_reason),
+                    "</p>");
+  }
+  for (const std::string& w : rec.warnings) {
+    absl::StrAppend(&out, "<p><b>warning:</b> ", HtmlEscape(w), "</p>");
+  }
+  ChartSeries loss{"loss", "#1f77b4", {}, {}}, eval{"eval loss", "#d62728", {}, {}};
+  ChartSeries kv{"K/V all-reduces", "#2ca02c", {}, {}};
+  for (const CompletedStep& s : steps) {
+    const double x = static_cast<double>(s.report.step);
+    loss.x.push_back(x);
+    loss.y.push_back(s.report.loss);
+    if (s.report.eval_loss) {
+      eval.x.push_back(x);
+      eval.y.push_back(*s.report.eval_loss);
+    }
+    kv.x.push_back(x);
+    kv.y.push_back(static_cast<double>(s.report.kv_allreduce_calls));
+  }
+  out += "<div id=\"charts\">";
+  out += SvgChart("loss per step", {loss, eval});
+  out += SvgChart("K/V all-reduces per step (rank 0)", {kv});
+  out += "</div>";
+  if (!steps.empty()) {
+    const CompletedStep& last = steps.back();
+    absl::StrAppend(&out, "<p>last step ", last.report.step, ": loss ", Num(last.report.loss),
+                    ", lr ", Num(last.report.lr, "%.3e"), ", ", Num(TokensPerSecond(last), "%.0f"),
+                    " tokens/s, ", Num(last.report.step_seconds, "%.3f"), " s, kv ",
+                    KvModeName(last.report.kv_mode), " x", last.report.kv_allreduce_calls, "</p>");
+  }
+  // Stalled ranks.
+  out += "<h2>stalled ranks</h2>";
+  if (rec.stalled.empty()) {
+    out += "<p id=\"stalled\">none</p>";
+  } else {
+    out +=
+        "<table id=\"stalled\"><tr><th>rank</th><th>window</th><th>micro-batch</th>"
+        "<th>where</th><th>seconds</th><th>attempt</th></tr>";
+    for (const StalledRank& s : rec.stalled) {
+      absl::StrAppend(&out, "<tr><td>", s.rank, "</td><td>", s.window, "</td><td>", s.micro_batch,
+                      "</td><td>", HtmlEscape(s.where), "</td><td>", Num(s.seconds, "%.1f"),
+                      "</td><td>", s.attempt, "</td></tr>");
+    }
+    out += "</table>";
+  }
+  // Workers.
+  out +=
+      "<h2>workers</h2><table id=\"workers\"><tr><th>rank</th><th>worker</th><th>state</th>"
+      "<th>tp rank</th><th>dp rank</th><th>host</th><th>steps reported</th>"
+      "<th>last seen</th></tr>";
+  for (const JobWorkerInfo& w : view->workers) {
+    absl::StrAppend(&out, "<tr><td>", w.rank, "</td><td>", HtmlEscape(w.worker_id), "</td><td>",
+                    WorkerStateName(w.state), "</td><td>", w.tp_rank, "</td><td>", w.dp_rank,
+                    "</td><td>", HtmlEscape(w.host), "</td><td>", w.steps_reported, "</td><td>",
+                    Time(w.last_seen), "</td></tr>");
+  }
+  out += "</table>";
+  // The latch audit: the newest latches, the policy changes and the events.
+  const int64_t from = std::max<int64_t>(0, rec.next_window - kAuditRows);
+  auto audit = core_->ListLatches(job_id, from, kAuditRows);
+  out += "<h2>latch audit</h2>";
+  if (!audit.ok()) {
+    absl::StrAppend(&out, "<p>", HtmlEscape(std::string(audit.status().message())), "</p>");
+  } else {
+    absl::StrAppend(&out, "<p>", rec.next_window, " latch(es) published; the newest ",
+                    audit->latches.size(), ":</p>");
+    out +=
+        "<table id=\"latches\"><tr><th>window</th><th>generation</th><th>micro-batches</th>"
+        "<th>kv mode</th><th>reason</th><th>published</th></tr>";
+    for (auto it = audit->latches.rbegin(); it != audit->latches.rend(); ++it) {
+      const Latch& l = it->latch;
+      absl::StrAppend(&out, "<tr><td>", l.window, "</td><td>", l.generation, "</td><td>", l.n,
+                      "</td><td>", KvModeName(l.kv_mode), "</td><td>", HtmlEscape(l.reason),
+                      "</td><td>", Time(it->publish_time), "</td></tr>");
+    }
+    out +=
+        "</table><h3>policy changes</h3><table id=\"policy\"><tr><th>generation</th>"
+        "<th>kv_reduce</th><th>gradient accumulation</th><th>first window</th><th>time</th>"
+        "</tr>";
+    for (const PolicyChangeRecord& c : audit->policy_changes) {
+      absl::StrAppend(&out, "<tr><td>", c.policy.generation, "</td><td>",
+                      KvReducePolicyName(c.policy.kv_reduce), "</td><td>",
+                      c.policy.gradient_accumulation_steps, "</td><td>", c.first_window,
+                      "</td><td>", Time(c.change_time), "</td></tr>");
+    }
+    out +=
+        "</table><h3>events</h3><table id=\"events\"><tr><th>time</th><th>attempt</th>"
+        "<th>kind</th><th>message</th></tr>";
+    const size_t first_event =
+        audit->events.size() > kAuditRows ? audit->events.size() - kAuditRows : 0;
+    for (size_t i = audit->events.size(); i-- > first_event;) {
+      const JobEventRecord& e = audit->events[i];
+      absl::StrAppend(&out, "<tr><td>", Time(e.time), "</td><td>", e.attempt, "</td><td>",
+                      HtmlEscape(e.kind), "</td><td>", HtmlEscape(e.message), "</td></tr>");
+    }
+    out += "</table>";
+  }
+  out += "</body></html>\n";
+  return Html(200, std::move(out));
+}
+
+}  // namespace latchkey

@@ -1,0 +1,305 @@
+// The coordinator's HTTP port as the real latchkey-coordinator serves it: every contract series
+// at 0 from the start (promtool check metrics), the status page's auth rules (a token on a
+// non-loopback port with auth on, none on loopback, never for /metrics), HTTPS with a CA made
+// here and plaintext refused; and the page's pieces (escaping, charts, the token check) and the
+// worker's planned K/V count.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "absl/strings/escaping.h"
+#include "server/security.h"
+#include "server/status_page.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+#include "worker/metrics/worker_metrics.h"
+
+namespace latchkey::testing {
+namespace {
+
+bool Has(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+// `promtool check metrics` on an exposition; "" when clean, else its output.
+std::string Promtool(const std::string& dir, const std::string& text) {
+  const std::string path = dir + "/metrics.txt";
+  std::ofstream(path) << text;
+  const Captured lint = RunAndCapture({"/bin/sh", "-c", "promtool check metrics < " + path});
+  return lint.exit_code == 0 ? "" : lint.output + "\n" + text;
+}
+
+// A latchkey-coordinator on loopback gRPC; its HTTP port binds `http_host` (port 0).
+class CoordinatorProcess {
+ public:
+  CoordinatorProcess(const std::string& dir, const std::string& http_host,
+                     const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {
+        LATCHKEY_COORDINATOR_BIN, "--listen", "127.0.0.1:0",    "--db", dir + "/c.db",
+        "--metrics-host",         http_host,  "--metrics-port", "0",    "--port-file",
+        dir + "/ports.json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = StartProcess(args, {}, dir + "/coordinator.log");
+    const std::string ports = WaitForFile(
+        dir + "/ports.json", [](const std::string& t) { return Has(t, "metrics_port"); },
+        std::chrono::seconds(30));
+    const auto j = nlohmann::json::parse(ports, nullptr, false);
+    if (!j.is_discarded()) port_ = j.value("metrics_port", 0);
+    log_ = dir + "/coordinator.log";
+  }
+  ~CoordinatorProcess() {
+    kill(pid_, SIGTERM);
+    WaitProcess(pid_, std::chrono::seconds(20));
+  }
+  int port() const { return port_; }
+  std::string log() const { return ReadText(log_); }
+
+ private:
+  int pid_ = -1;
+  int port_ = 0;
+  std::string log_;
+};
+
+// GET over plain HTTP to 127.0.0.1; status 0 when no response came.
+std::pair<int, std::string> Get(int port, const std::string& path,
+                                const httplib::Headers& headers = {}) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(5);
+  c.set_read_timeout(10);
+  auto res = c.Get(path.c_str(), headers);
+  if (!res) return {0, ""};
+  return {res->status, res->body};
+}
+
+const char kReadToken[] = "read-token-for-the-status-page";
+
+std::string WriteTokens(const std::string& dir) {
+  const std::string path = dir + "/tokens";
+  std::ofstream(path) << "# role name sha256\nread viewer " << Sha256Hex(kReadToken) << "\n";
+  return path;
+}
+
+TEST(HttpPort, CoordinatorSeriesExistAtZeroFromTheStart) {
+  ScopedTempDir dir("obs-coord-metrics");
+  CoordinatorProcess c(dir.path(), "127.0.0.1", {});
+  ASSERT_GT(c.port(), 0) << c.log();
+  const auto [status, text] = Get(c.port(), "/metrics");
+  ASSERT_EQ(status, 200);
+  for (const char* state :
+       {"pending", "running", "succeeded", "failed", "cancelled", "recovering"}) {
+    EXPECT_TRUE(Has(text, std::string("latchkey_jobs{state=\"") + state + "\"} 0")) << text;
+  }
+  for (const char* state : {"joined", "active", "done", "lost", "failed"}) {
+    EXPECT_TRUE(Has(text, std::string("latchkey_workers{state=\"") + state + "\"} 0")) << text;
+  }
+  for (const char* mode : {"per_micro_batch", "deferred", "coalesced"}) {
+    EXPECT_TRUE(
+        Has(text, std::string("latchkey_latches_published_total{kv_mode=\"") + mode + "\"} 0"))
+        << text;
+  }
+  for (const char* series : {"latchkey_stalled_ranks 0", "latchkey_job_restarts_total 0",
+                             "latchkey_boundary_arrival_lag_seconds_count 0"}) {
+    EXPECT_TRUE(Has(text, series)) << series << "\n" << text;
+  }
+  EXPECT_EQ(Promtool(dir.path(), text), "");
+}
+
+TEST(HttpPort, WorkerSeriesExistAtZeroFromTheStart) {
+  ScopedTempDir dir("obs-worker-metrics");
+  const std::string text = WorkerMetrics().Serialize();
+  for (const char* mode : {"per_micro_batch", "deferred", "coalesced"}) {
+    EXPECT_TRUE(Has(text, std::string("latchkey_kv_allreduce_total{mode=\"") + mode + "\"} 0"));
+    EXPECT_TRUE(
+        Has(text, std::string("latchkey_kv_allreduce_planned_total{mode=\"") + mode + "\"} 0"))
+        << text;
+  }
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier"}) {
+    for (const char* group : {"world", "tp", "dp"}) {
+      const std::string labels = std::string("{group=\"") + group + "\",op=\"" + op + "\"}";
+      EXPECT_TRUE(Has(text, "latchkey_collective_calls_total" + labels + " 0")) << labels;
+      EXPECT_TRUE(Has(text, "latchkey_collective_bytes_total" + labels + " 0")) << labels;
+      EXPECT_TRUE(Has(text, "latchkey_collective_seconds_count" + labels + " 0")) << labels;
+    }
+  }
+  for (const char* series :
+       {"latchkey_step_seconds_count 0", "latchkey_optimizer_steps_total 0",
+        "latchkey_tokens_total 0", "latchkey_loss 0", "latchkey_grad_norm 0",
+        "latchkey_optimizer_state_bytes 0", "latchkey_latch_wait_seconds_count 0",
+        "latchkey_learning_rate 0", "latchkey_eval_loss 0",
+        "latchkey_eval_collective_calls_total 0", "latchkey_checkpoint_seconds_count 0",
+        "latchkey_checkpoint_bytes_total 0", "latchkey_last_checkpoint_timestamp_seconds 0"}) {
+    EXPECT_TRUE(Has(text, series)) << series << "\n" << text;
+  }
+  EXPECT_EQ(Promtool(dir.path(), text), "");
+}
+
+TEST(HttpPort, PlannedKvAllReducesFollowTheLatch) {
+  JobSpec spec;
+  spec.model.n_layer = 24;
+  spec.model.multi_query = true;
+  spec.tp = 2;
+  Latch latch;
+  latch.n = 32;
+  latch.kv_mode = KvMode::kPerMicroBatch;
+  EXPECT_EQ(PlannedKvAllReduces(spec, latch), 1536);
+  latch.kv_mode = KvMode::kDeferred;
+  EXPECT_EQ(PlannedKvAllReduces(spec, latch), 48);
+  latch.kv_mode = KvMode::kCoalesced;
+  EXPECT_EQ(PlannedKvAllReduces(spec, latch), 1);
+  spec.tp = 1;  // no TP group: nothing to reduce
+  EXPECT_EQ(PlannedKvAllReduces(spec, latch), 0);
+  spec.tp = 2;
+  spec.model.multi_query = false;  // MHA shards its K/V heads: no replicated rows
+  latch.kv_mode = KvMode::kPerMicroBatch;
+  EXPECT_EQ(PlannedKvAllReduces(spec, latch), 0);
+}
+
+TEST(HttpPort, StatusPageNeedsTheReadTokenOnANonLoopbackPortWithAuth) {
+  ScopedTempDir dir("obs-auth");
+  CoordinatorProcess c(dir.path(), "0.0.0.0", {"--auth-tokens", WriteTokens(dir.path())});
+  ASSERT_GT(c.port(), 0) << c.log();
+  for (const char* path : {"/", "/jobs/some-job"}) {
+    const auto [status, body] = Get(c.port(), path);
+    EXPECT_EQ(status, 401) << path << " " << body;
+    httplib::Client cl("127.0.0.1", c.port());
+    auto res = cl.Get(path);
+    ASSERT_TRUE(res);
+    EXPECT_TRUE(Has(res->get_header_value("WWW-Authenticate"), "Basic")) << path;
+    EXPECT_EQ(Get(c.port(), path, {{"Authorization", "Bearer wrong-token"}}).first, 401) << path;
+    EXPECT_EQ(Get(c.port(), path, {{"Authorization", "Bearer "}}).first, 401) << path;
+  }
+  EXPECT_EQ(Get(c.port(), "/", {{"Authorization", std::string("Bearer ") + kReadToken}}).first,
+            200);
+  const std::string basic = "Basic " + absl::Base64Escape(std::string("anyone:") + kReadToken);
+  EXPECT_EQ(Get(c.port(), "/", {{"Authorization", basic}}).first, 200);
+  const std::string wrong_basic = "Basic " + absl::Base64Escape(std::string(kReadToken) + ":x");
+  EXPECT_EQ(Get(c.port(), "/", {{"Authorization", wrong_basic}}).first, 401);
+  // An unknown job with the token: 404, not 401.
+  EXPECT_EQ(
+      Get(c.port(), "/jobs/nope", {{"Authorization", std::string("Bearer ") + kReadToken}}).first,
+      404);
+  // /metrics never needs a token.
+  const auto [status, text] = Get(c.port(), "/metrics");
+  EXPECT_EQ(status, 200);
+  EXPECT_TRUE(Has(text, "latchkey_jobs{state=\"running\"}")) << text;
+}
+
+TEST(HttpPort, StatusPageIsOpenOnLoopbackWithAuth) {
+  ScopedTempDir dir("obs-loopback");
+  CoordinatorProcess c(dir.path(), "127.0.0.1", {"--auth-tokens", WriteTokens(dir.path())});
+  ASSERT_GT(c.port(), 0) << c.log();
+  const auto [status, body] = Get(c.port(), "/");
+  EXPECT_EQ(status, 200) << body;
+  EXPECT_TRUE(Has(body, "latchkey jobs")) << body;
+  EXPECT_TRUE(Has(body, "http-equiv=\"refresh\"")) << body;
+}
+
+TEST(HttpPort, StatusPageEscapesTheJobIdOfAnUnknownJob) {
+  ScopedTempDir dir("obs-escape");
+  CoordinatorProcess c(dir.path(), "127.0.0.1", {});
+  ASSERT_GT(c.port(), 0) << c.log();
+  // The path is decoded before routing: an id without a slash reaches the page.
+  const auto [status, body] = Get(c.port(), "/jobs/%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E");
+  EXPECT_EQ(status, 404) << body;
+  EXPECT_FALSE(Has(body, "<img")) << body;
+  EXPECT_TRUE(Has(body, "job &lt;img src=x onerror=alert(1)&gt;")) << body;
+}
+
+TEST(HttpPort, HttpsWithTheGrpcCertificateAndPlaintextRefused) {
+  if (RunAndCapture({"sh", "-c", "command -v openssl && command -v curl"}).exit_code != 0) {
+    GTEST_SKIP() << "needs the openssl and curl commands";
+  }
+  ScopedTempDir dir("obs-tls");
+  const std::string script =
+      "set -e; cd " + dir.path() +
+      "; K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'"
+      "; openssl req -x509 $K -keyout ca.key -out ca.pem -days 2 -subj /CN=latchkey-test-ca"
+      "; openssl req $K -keyout server.key -out server.csr -subj /CN=localhost"
+      "; printf 'subjectAltName=DNS:localhost,IP:127.0.0.1' > san.ext"
+      "; openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial"
+      " -out server.pem -days 2 -extfile san.ext";
+  Captured made = RunAndCapture({"sh", "-c", script});
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  CoordinatorProcess c(
+      dir.path(), "127.0.0.1",
+      {"--tls-cert", dir.path() + "/server.pem", "--tls-key", dir.path() + "/server.key"});
+  ASSERT_GT(c.port(), 0) << c.log();
+  EXPECT_TRUE(Has(c.log(), "(https, status page at /)")) << c.log();
+  const std::string https = "https://127.0.0.1:" + std::to_string(c.port());
+  // curl verifying against the CA made here.
+  Captured ok = RunAndCapture(
+      {"curl", "-sS", "--max-time", "10", "--cacert", dir.path() + "/ca.pem", https + "/metrics"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_TRUE(Has(ok.output, "latchkey_jobs{state=\"running\"} 0")) << ok.output;
+  Captured page =
+      RunAndCapture({"curl", "-sS", "--max-time", "10", "--cacert", dir.path() + "/ca.pem", "-o",
+                     "/dev/null", "-w", "%{http_code}", https + "/"});
+  EXPECT_EQ(page.output, "200") << page.output;
+  // httplib's SSL client verifying the same CA.
+  httplib::SSLClient ssl("127.0.0.1", c.port());
+  ssl.set_ca_cert_path((dir.path() + "/ca.pem").c_str());
+  ssl.enable_server_certificate_verification(true);
+  ssl.set_connection_timeout(5);
+  auto res = ssl.Get("/metrics");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  // Without the CA the certificate does not verify; plaintext HTTP gets no HTTP answer.
+  Captured no_ca = RunAndCapture({"curl", "-sS", "--max-time", "10", https + "/metrics"});
+  EXPECT_NE(no_ca.exit_code, 0) << no_ca.output;
+  Captured plain =
+      RunAndCapture({"curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}",
+                     "http://127.0.0.1:" + std::to_string(c.port()) + "/metrics"});
+  EXPECT_TRUE(plain.exit_code != 0 || plain.output.rfind("000", 0) == 0 ||
+              plain.output.rfind("400", 0) == 0)
+      << plain.exit_code << " " << plain.output;
+  EXPECT_FALSE(Has(plain.output, "latchkey_jobs")) << plain.output;
+}
+
+TEST(StatusPagePieces, EscapesMarkup) {
+  EXPECT_EQ(HtmlEscape("<a href=\"x\">'&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
+}
+
+TEST(StatusPagePieces, TokenCheckTakesBearerAndBasic) {
+  auto table = TokenTable::Parse("read viewer " + Sha256Hex(kReadToken) + "\n", "tokens");
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_TRUE(StatusPageAuthorized(*table, std::string("Bearer ") + kReadToken));
+  EXPECT_TRUE(
+      StatusPageAuthorized(*table, "Basic " + absl::Base64Escape(std::string("u:") + kReadToken)));
+  EXPECT_TRUE(
+      StatusPageAuthorized(*table, "basic " + absl::Base64Escape(std::string(":") + kReadToken)));
+  EXPECT_FALSE(StatusPageAuthorized(*table, ""));
+  EXPECT_FALSE(StatusPageAuthorized(*table, "Bearer nope"));
+  EXPECT_FALSE(StatusPageAuthorized(*table, "Basic !!!not-base64"));
+  EXPECT_FALSE(StatusPageAuthorized(*table, "Basic " + absl::Base64Escape(kReadToken)));
+}
+
+TEST(StatusPagePieces, ChartDrawsEveryPointAndThinsLongHistories) {
+  ChartSeries s{"loss <1>", "#123456", {0, 1, 2, 3}, {4.0, 3.0, 2.5, 2.0}};
+  const std::string svg = SvgChart("loss", {s});
+  EXPECT_TRUE(Has(svg, "<svg")) << svg;
+  EXPECT_TRUE(Has(svg, "loss &lt;1&gt;")) << svg;
+  const std::regex circle("<circle ");
+  EXPECT_EQ(
+      std::distance(std::sregex_iterator(svg.begin(), svg.end(), circle), std::sregex_iterator()),
+      4);
+  ChartSeries big{"k", "#000", {}, {}};
+  for (int i = 0; i < 5000; ++i) {
+    big.x.push_back(i);
+    big.y.push_back(i % 7);
+  }
+  const std::string thin = SvgChart("kv", {big});
+  const auto dots =
+      std::distance(std::sregex_iterator(thin.begin(), thin.end(), circle), std::sregex_iterator());
+  EXPECT_GT(dots, 300);
+  EXPECT_LE(dots, 401);
+  EXPECT_TRUE(Has(SvgChart("empty", {}), "no data yet"));
+}
+
+}  // namespace
+}  // namespace latchkey::testing
