@@ -12,6 +12,7 @@ PACKAGES=(
   clang libclang-rt-14-dev llvm
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   prometheus python3-grpcio python3-grpc-tools python3-torch python3-venv
+  chromium curl
 )
 
 SUDO=""
