@@ -274,8 +274,11 @@ HttpResponse StatusPage::Job(const HttpRequest& request) {
     kv.y.push_back(static_cast<double>(s.report.kv_allreduce_calls));
   }
   out += "<div id=\"charts\">";
-  out += SvgChart("loss per step", {loss, eval});
-  out += SvgChart("K/V all-reduces per step (rank 0)", {kv});
+  // The coordinator keeps the newest completed steps of a job in memory (for watchers): the
+  // charts show those.
+  const std::string span = absl::StrCat(" (newest ", steps.size(), " steps)");
+  out += SvgChart("loss per step" + span, {loss, eval});
+  out += SvgChart("K/V all-reduces per step, rank 0" + span, {kv});
   out += "</div>";
   if (!steps.empty()) {
     const CompletedStep& last = steps.back();
