@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "common/cli_checks.h"
 #include "common/metrics_endpoint.h"
 #include "common/timeouts.h"
 #include "server/coordinator.h"
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> data_roots;
   app.add_option("--max-model-parameters", max_model_parameters,
                  "largest model a spec may describe, in parameters")
-      ->check(CLI::PositiveNumber)
+      ->check(latchkey::cli::Positive())
       ->capture_default_str();
   app.add_option("--data-root", data_roots,
                  "folder every path a spec names must lie in (repeatable; none: unconfined)")
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
   int max_calls_per_peer = 0;
   int max_message_mib = 1;
   app.add_option("--listen", listen, "gRPC address HOST:PORT (port 0: any free port)")
+      ->check(latchkey::cli::HostPort())
       ->capture_default_str();
   app.add_option("--db", db, "SQLite database file (created if missing)")->required();
   app.add_option("--db-sync", db_sync,
@@ -86,25 +88,28 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--metrics-port", metrics_port,
                  "Prometheus /metrics port (0: any free port, -1: off)")
+      ->check(latchkey::cli::Port(-1))
       ->capture_default_str();
   app.add_option("--metrics-host", metrics_host, "address the metrics endpoint binds")
       ->capture_default_str();
   app.add_option("--latch-lookahead", lookahead,
                  "windows published beyond the slowest rank's current one")
-      ->check(CLI::NonNegativeNumber)
+      ->check(latchkey::cli::NonNegative())
       ->capture_default_str();
   app.add_option("--liveness-timeout", liveness_s,
                  "seconds a worker may go unseen before its job fails")
-      ->check(CLI::PositiveNumber)
+      ->check(latchkey::cli::Positive())
       ->capture_default_str();
   app.add_option("--heartbeat-interval", heartbeat_s,
-                 "seconds between worker heartbeats (default: 1, at most liveness timeout / 3)");
+                 "seconds between worker heartbeats (default: 1, at most liveness timeout / 3)")
+      ->check(latchkey::cli::NonNegative());
   app.add_option("--rendezvous-ports", rendezvous_ports,
                  "FIRST-LAST: ports handed to jobs whose submitter names none")
       ->capture_default_str();
   app.add_option("--port-file", port_file,
                  "write {\"grpc_port\":N,\"metrics_port\":M} here once serving");
   app.add_option("--shutdown-grace", grace_s, "seconds in-flight calls get on SIGTERM")
+      ->check(latchkey::cli::NonNegative())
       ->capture_default_str();
   app.add_option("--tls-cert", tls_cert, "PEM certificate (chain) the gRPC port serves TLS with");
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
@@ -117,7 +122,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-calls-per-peer", max_calls_per_peer,
                  "in-flight calls and streams one peer host may hold; 0: max(64, 4 x the live "
                  "jobs' ranks + 16)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(latchkey::cli::NonNegative())
       ->capture_default_str();
   app.add_option("--max-message-mib", max_message_mib, "largest request accepted, MiB")
       ->check(CLI::Range(1, 1024))

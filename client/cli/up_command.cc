@@ -38,6 +38,7 @@
 #include "client/cli/cli.h"
 #include "client/cli/up.h"
 #include "client/credentials.h"
+#include "common/cli_checks.h"
 #include "common/job_spec.h"
 #include "common/subprocess.h"
 
@@ -372,18 +373,21 @@ void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   up->add_option("--spec", opts->spec,
                  "job spec JSON (default: the built-in job: the demo model on synthetic data)");
   up->add_option("--run-dir", opts->run_dir, "folder for the database, logs, JSONL, weights");
-  up->add_option("--workers", opts->workers, "worker processes (default: the spec's world size)");
+  up->add_option("--workers", opts->workers, "worker processes (default: the spec's world size)")
+      ->check(Positive());
   up->add_option("--max-restarts", opts->max_restarts,
                  "recoveries before the job fails (replaces the spec's latchkey.max_restarts)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   up->add_flag("--tls", opts->tls,
                "TLS on its coordinator's gRPC port: a CA and certificate made with openssl in "
                "RUN/tls, trusted by its workers and (through the credentials file) the CLI");
   up->add_option("--liveness-timeout", opts->liveness_s,
                  "seconds without a heartbeat before a worker counts as lost")
+      ->check(Positive())
       ->capture_default_str();
   up->add_option("--collective-timeout", opts->collective_timeout_s,
                  "seconds a collective may block before a worker gives up")
+      ->check(Positive())
       ->capture_default_str();
   up->callback([&ctx, opts, exit_code] { *exit_code = RunUp(ctx, *opts); });
 }

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/host_port.h"
 #include "common/job_spec.h"
 #include "common/timeouts.h"
 #include "worker/data/token_source.h"
@@ -116,24 +117,31 @@ int main(int argc, char** argv) {
       if (!value(&run.save_dir)) return UsageError("--save needs a directory");
     } else if (a == "--metrics-port") {
       if (!value(&v)) return UsageError("--metrics-port needs a port (0 = any free one)");
-      run.outputs.metrics_port = std::atoi(v.c_str());
+      absl::StatusOr<int> port = latchkey::ParsePort(v, -1);
+      if (!port.ok()) return UsageError("--metrics-port: " + std::string(port.status().message()));
+      run.outputs.metrics_port = *port;
     } else if (a == "--port-file") {
       if (!value(&run.outputs.port_file)) return UsageError("--port-file needs a file");
     } else if (a == "--metrics-host") {
       if (!value(&run.outputs.metrics_host)) return UsageError("--metrics-host needs an address");
     } else if (a == "--linger-seconds") {
-      if (!value(&v)) return UsageError("--linger-seconds needs a number");
-      run.outputs.linger_seconds = std::atof(v.c_str());
+      absl::StatusOr<double> s = value(&v) ? latchkey::ParseNumber(v) : absl::StatusOr<double>(-1);
+      if (!s.ok() || *s < 0) return UsageError("--linger-seconds needs a number >= 0");
+      run.outputs.linger_seconds = *s;
     } else if (a == "--collective-timeout-seconds") {
-      if (!value(&v) || std::atoi(v.c_str()) <= 0) {
-        return UsageError("--collective-timeout-seconds needs a positive number");
+      absl::StatusOr<long long> s =
+          value(&v) ? latchkey::ParseInteger(v) : absl::StatusOr<long long>(0);
+      if (!s.ok() || *s <= 0 || *s > 86400) {
+        return UsageError("--collective-timeout-seconds needs whole seconds in [1, 86400]");
       }
-      collective_timeout = std::chrono::seconds(std::atoi(v.c_str()));
+      collective_timeout = std::chrono::seconds(*s);
     } else if (a == "--dump-grads") {
       if (!value(&run.engine.dump_grads_dir)) return UsageError("--dump-grads needs a directory");
     } else if (a == "--dump-grads-step") {
-      if (!value(&v)) return UsageError("--dump-grads-step needs a number");
-      run.engine.dump_grads_step = std::atoll(v.c_str());
+      absl::StatusOr<long long> s =
+          value(&v) ? latchkey::ParseInteger(v) : absl::StatusOr<long long>(-1);
+      if (!s.ok() || *s < 0) return UsageError("--dump-grads-step needs a step number >= 0");
+      run.engine.dump_grads_step = *s;
     } else if (a == "--test-throw-at-window") {
       if (!value(&v)) return UsageError("--test-throw-at-window needs a number");
       run.throw_at_window_for_testing = std::atoll(v.c_str());
