@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "client/cli/cli.h"
+#include "common/cli_checks.h"
 #include "common/timeouts.h"
 
 int main(int argc, char** argv) {
@@ -26,9 +27,10 @@ int main(int argc, char** argv) {
              latchkey::kDefaultCoordinatorAddress + ".");
   app.require_subcommand(1);
   app.add_option("--coordinator", ctx.coordinator, "coordinator address HOST:PORT")
+      ->check(latchkey::cli::HostPort())
       ->capture_default_str();
   app.add_option("--timeout", ctx.timeout_s, "deadline of each call, seconds")
-      ->check(CLI::PositiveNumber)
+      ->check(latchkey::cli::Positive())
       ->capture_default_str();
   app.add_option("--token", ctx.credentials.token,
                  "bearer token (default $LATCHKEY_TOKEN, else the credentials file's entry for "
