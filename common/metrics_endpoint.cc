@@ -38,6 +38,8 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
   } else {
     e->server_ = std::make_unique<httplib::Server>();
   }
+  // Every route is a GET: no request needs a body, so a large one is refused (413) at once.
+  e->server_->set_payload_max_length(64 * 1024);
   auto render = options.render;
   e->server_->Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
     res.set_content(render ? render() : std::string(), "text/plain; version=0.0.4; charset=utf-8");

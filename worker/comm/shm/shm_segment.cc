@@ -137,13 +137,18 @@ absl::Status Segment::Attach(int rank) {
   std::promise<int> locked;
   auto locked_future = locked.get_future();
   keeper_ = std::thread([this, &c, &locked] {
-    locked.set_value(pthread_mutex_lock(&c.alive));
+    const int lock_err = pthread_mutex_lock(&c.alive);
+    locked.set_value(lock_err);
+    if (lock_err != 0) return;
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return stop_; });
     pthread_mutex_unlock(&c.alive);
   });
   err = locked_future.get();
-  if (err != 0) return Errno("pthread_mutex_lock", err);
+  if (err != 0) {
+    keeper_.join();
+    return Errno("pthread_mutex_lock", err);
+  }
   rank_ = rank;
   c.state.store(kAttached, std::memory_order_seq_cst);
   return absl::OkStatus();
