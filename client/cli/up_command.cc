@@ -297,9 +297,14 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
                    "--quiet"};
     // The join token in the environment (not visible in `ps`); this coordinator's CA (or
     // plaintext), whatever TLS settings the user's environment holds.
-    worker.extra_env = {"RANK=" + std::to_string(r),    "LOCAL_WORLD_SIZE=" + std::to_string(world),
-                        "LATCHKEY_JOIN_TOKEN=" + token, "LATCHKEY_TLS_CA=" + tls_ca,
-                        "LATCHKEY_TLS_CERT=",           "LATCHKEY_TLS_KEY="};
+    // LOCAL_RANK: every rank runs on this machine (latchkey.device "cuda" uses cuda:LOCAL_RANK).
+    worker.extra_env = {"RANK=" + std::to_string(r),
+                        "LOCAL_RANK=" + std::to_string(r),
+                        "LOCAL_WORLD_SIZE=" + std::to_string(world),
+                        "LATCHKEY_JOIN_TOKEN=" + token,
+                        "LATCHKEY_TLS_CA=" + tls_ca,
+                        "LATCHKEY_TLS_CERT=",
+                        "LATCHKEY_TLS_KEY="};
     worker.log_path = run + "/worker-" + std::to_string(r) + ".log";
     return worker;
   };

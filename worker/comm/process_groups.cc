@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "worker/comm/gloo/gloo_backend.h"
+#include "worker/comm/nccl/nccl_backend.h"
 #include "worker/comm/shm/shm_backend.h"
 
 namespace latchkey::comm {
@@ -134,7 +135,7 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const Rendezv
         st = ConnectShmGroups(backend, config, store, &g);
         break;
       case Backend::kNccl:
-        st = absl::UnimplementedError("latchkey.backend: \"nccl\" is not in this build");
+        st = ConnectNcclGroups(config, store, &g);
         break;
     }
   }

@@ -6,6 +6,7 @@
 
 #include "worker/comm/collective_stats.h"
 #include "worker/comm/flight_recorder.h"
+#include "worker/runner/device.h"
 #include "worker/session/coordinator_latch_source.h"
 #include "worker/session/worker_session.h"
 
@@ -56,6 +57,10 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   if (!spec.ok()) return source.Abandon(spec.status());
   job.spec = *std::move(spec);
   job.local_ranks = env.local_world_size.value_or(info.world_size);
+  auto placed = PlaceRank(job.spec, env, info.rank, job.local_ranks);
+  if (!placed.ok()) return source.Abandon(placed.status());
+  job.device = placed->device;
+  job.backend = placed->backend;
   return RunRank(job, source, options.run);
 }
 

@@ -32,7 +32,8 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnv() {
   std::optional<int> port;
   for (auto [name, out] :
        {std::pair{"RANK", &env.rank}, std::pair{"WORLD_SIZE", &env.world_size},
-        std::pair{"MASTER_PORT", &port}, std::pair{"LOCAL_WORLD_SIZE", &env.local_world_size}}) {
+        std::pair{"MASTER_PORT", &port}, std::pair{"LOCAL_WORLD_SIZE", &env.local_world_size},
+        std::pair{"LOCAL_RANK", &env.local_rank}}) {
     if (absl::Status st = Int(name, out); !st.ok()) return st;
   }
   if (port) env.master_port = *port;

@@ -16,6 +16,7 @@ struct WorkerEnv {
   std::string master_addr;              // MASTER_ADDR (default 127.0.0.1)
   int master_port = 29500;              // MASTER_PORT
   std::optional<int> local_world_size;  // LOCAL_WORLD_SIZE: ranks sharing this machine's cores
+  std::optional<int> local_rank;        // LOCAL_RANK: this rank's GPU (cuda:LOCAL_RANK)
   // LATCHKEY_GLOO_HOSTNAME: the address other machines reach this rank's transport at.
   std::string transport_host;
   std::string coordinator;  // LATCHKEY_COORDINATOR

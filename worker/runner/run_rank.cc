@@ -10,6 +10,7 @@
 #include "worker/comm/collective_error.h"
 #include "worker/comm/collective_stats.h"
 #include "worker/comm/flight_recorder.h"
+#include "worker/comm/nccl/cuda_device.h"
 #include "worker/train/threads.h"
 
 namespace latchkey {
@@ -44,13 +45,16 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
   plan.rendezvous.local_ranks = job.local_ranks;
   auto groups = comm::CreateProcessGroups(job.backend, plan.rendezvous);
   if (!groups.ok()) return groups.status();
+  if (!job.device.is_cpu()) comm::PlaceSingleRankGroupsOnCuda(&*groups, job.device.index);
   if (proc.outputs == nullptr) {
     auto outputs = RankOutputs::Open(options.outputs, groups->rank, proc.stats.get());
     if (!outputs.ok()) return outputs.status();
     proc.outputs = *std::move(outputs);
   }
   RankOutputs& outputs = *proc.outputs;
-  auto engine = CreateEngine(spec, &*groups, options.engine);
+  EngineOptions engine_options = options.engine;
+  engine_options.device = job.device;
+  auto engine = CreateEngine(spec, &*groups, engine_options);
   if (!engine.ok()) return engine.status();
   const std::string& root = spec.checkpoint.dir;
   if (plan.resume_step >= 0) {

@@ -32,6 +32,8 @@ struct RankJob {
   JobSpec spec;
   comm::Backend backend = comm::Backend::kAuto;
   int local_ranks = 1;  // ranks sharing this machine's cores
+  // Where the engine runs (worker/runner/device.h: cpu, or cuda:LOCAL_RANK).
+  comm::Device device = comm::Device::Cpu();
 };
 
 struct RunOptions {

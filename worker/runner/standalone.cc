@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "worker/runner/device.h"
 #include "worker/runner/local_gate.h"
 
 namespace latchkey {
@@ -25,6 +26,10 @@ absl::Status RunStandalone(const StandaloneOptions& options, const WorkerEnv& en
         "--resume: the spec has no latchkey.checkpoint (latchkey.checkpoint.dir)");
   }
   job.local_ranks = env.local_world_size.value_or(world);
+  auto placed = PlaceRank(job.spec, env, env.rank.value_or(0), job.local_ranks);
+  if (!placed.ok()) return placed.status();
+  job.device = placed->device;
+  job.backend = placed->backend;
   comm::RendezvousConfig rdv;
   rdv.host = env.master_addr;
   rdv.port = env.master_port;
