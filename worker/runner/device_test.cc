@@ -1,0 +1,55 @@
+// The rank's device and backend from latchkey.device / latchkey.backend and the environment.
+#include "worker/runner/device.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "worker/comm/nccl/cuda_device.h"
+
+namespace latchkey {
+namespace {
+
+JobSpec Spec(DeviceKind device, CommBackend backend) {
+  JobSpec s;
+  s.device = device;
+  s.backend = backend;
+  return s;
+}
+
+TEST(RankDevice, AutoIsNcclOnCudaAndTheCpuBackendsOnCpu) {
+  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCuda, CommBackend::kAuto)), comm::Backend::kNccl);
+  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCuda, CommBackend::kNccl)), comm::Backend::kNccl);
+  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCpu, CommBackend::kAuto)), comm::Backend::kAuto);
+  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCpu, CommBackend::kGloo)), comm::Backend::kGloo);
+  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCpu, CommBackend::kShm)), comm::Backend::kShm);
+}
+
+TEST(RankDevice, CpuNeedsNoDevice) {
+  auto p = PlaceRank(Spec(DeviceKind::kCpu, CommBackend::kAuto), WorkerEnv{}, 3, 4);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->device.is_cpu());
+}
+
+TEST(RankDevice, CudaIsLocalRankDefaultingToRankModuloLocalWorldSize) {
+  if (comm::CudaDeviceCount().ok()) GTEST_SKIP() << "a CUDA device is present";
+  setenv("LATCHKEY_TEST_SKIP_DEVICE_CHECK", "1", 1);
+  WorkerEnv env;
+  auto p = PlaceRank(Spec(DeviceKind::kCuda, CommBackend::kAuto), env, 5, 4);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->device, comm::Device::Cuda(1));
+  EXPECT_EQ(p->backend, comm::Backend::kNccl);
+  env.local_rank = 3;
+  p = PlaceRank(Spec(DeviceKind::kCuda, CommBackend::kAuto), env, 5, 4);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->device, comm::Device::Cuda(3));
+  unsetenv("LATCHKEY_TEST_SKIP_DEVICE_CHECK");
+  // Checked: no device here, named with the field.
+  p = PlaceRank(Spec(DeviceKind::kCuda, CommBackend::kAuto), env, 5, 4);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(p.status().message().find("latchkey.device: \"cuda\": no CUDA device cuda:3"),
+            std::string::npos)
+      << p.status();
+}
+
+}  // namespace
+}  // namespace latchkey
