@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# The prepared GPU check (docs/gpu.md): on a machine with an NVIDIA GPU and a CUDA PyTorch 2.x,
+# in under 6 minutes, with no network:
+#   probe      what the machine has (GPU, driver, torch, compilers, CUDA/NCCL, C++ libraries)
+#   build      the core-only CUDA worker against the installed torch (LATCHKEY_CORE_ONLY=ON
+#              -DLATCHKEY_CUDA=ON, Torch_DIR from torch.utils.cmake_prefix_path, no -Werror)
+#   nccl       the NCCL backend for real on a one-rank communicator (latchkey-nccl-check
+#              --self-test: every collective issued and checked on device buffers)
+#   numerics   the fixture's 6-step TP 1 run on cuda against the CPU numbers of the same binary
+#              (fp32, TF32 off): every step's loss and grad norm within 1e-4
+#   latchkey   tokens/s and MFU of a ~350M-parameter GPTBigCode MQA, seq 1024, bf16, TP 1
+#   peer       the same model and step in plain PyTorch eager (bench/peer/gpu_peer.py)
+# Each stage writes OUT/stage-NAME.json as it finishes (a cut-off run still reports what it got)
+# and the table of every stage is printed at the end (OUT/table.txt), with the latchkey/peer
+# throughput ratio. OUT is $OUT when set, else ./gpu-check-out.
+#
+#   scripts/gpu-check.sh                     the whole check
+#   scripts/gpu-check.sh --cpu-dry-run [--worker BIN]
+#       the stages that need no GPU (probe, the CPU half of the numerics with BIN, the peer on
+#       a tiny model on the CPU, the table); the GPU stages are reported as skipped. BIN: an
+#       already built latchkey-worker (the build stage is skipped).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$out"
+dry=0
+worker=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --cpu-dry-run) dry=1 ;;
+    --worker) worker=$2; shift ;;
+    *) echo "usage: gpu-check.sh [--cpu-dry-run] [--worker BIN]" >&2; exit 2 ;;
+  esac
+  shift
+done
+py=${PYTHON:-python3}
+start_all=$(date +%s)
+helper="$root/scripts/gpu_check_report.py"
+
+# stage NAME STATUS SECONDS SUMMARY [DETAIL_FILE]: records one stage's result.
+stage() {
+  "$py" "$helper" record "$out" "$1" "$2" "$3" "$4" "${5:-}"
+}
+# run_stage NAME LIMIT_S CMD...: runs CMD with a time limit, its output in OUT/NAME.log.
+run_stage() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$(date +%s)
+  timeout --signal=KILL "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo $(( $(date +%s) - t0 ))
+  return $rc
+}
+
+# --- probe ---------------------------------------------------------------------------------
+t0=$(date +%s)
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "uname: $(uname -srm)"
+  echo "cpus: $(nproc)"
+  command -v nvidia-smi >/dev/null &&
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 |
+    sed 's/^/gpu: /' || echo "gpu: no nvidia-smi"
+  for t in cmake ninja g++ c++ nvcc ccache git; do
+    echo "tool $t: $(command -v $t >/dev/null && "$t" --version 2>&1 | head -1 || echo absent)"
+  done
+  "$py" - <<'PY' 2>&1
+import importlib.util
+print("python:", __import__("sys").version.split()[0])
+if importlib.util.find_spec("torch") is None:
+    print("torch: absent")
+else:
+    import torch, torch.utils
+    print("torch:", torch.__version__, "cuda", torch.version.cuda,
+          "available", torch.cuda.is_available(),
+          "devices", torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    print("torch cmake prefix:", torch.utils.cmake_prefix_path)
+    try:
+        print("torch nccl:", ".".join(map(str, torch.cuda.nccl.version())))
+    except Exception as e:  # noqa: BLE001
+        print("torch nccl: n/a", e)
+PY
+  for h in nccl.h cuda_runtime_api.h absl/status/status.h nlohmann/json.hpp CLI/CLI.hpp \
+           gloo/context.h gtest/gtest.h openssl/sha.h; do
+    found=$(find /usr/local/cuda/include /usr/include /usr/local/include /opt \
+      "$("$py" -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)" \
+      -path "*/$h" -print -quit 2>/dev/null)
+    echo "header $h: ${found:-absent}"
+  done
+  for l in libnccl.so libcudart.so libabsl_status.so libgloo.so libssl.so libcrypto.so; do
+    found=$(ldconfig -p 2>/dev/null | awk -v l="$l" '$1 ~ l {print $NF; exit}')
+    [ -z "$found" ] && found=$(find /usr/local/cuda /usr/lib /opt \
+      "$("$py" -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)" \
+      -name "$l*" -print -quit 2>/dev/null)
+    echo "library $l: ${found:-absent}"
+  done
+} >"$out/probe.txt" 2>&1
+gpu=$(grep -m1 '^gpu: ' "$out/probe.txt" | cut -d' ' -f2-)
+stage probe ok $(( $(date +%s) - t0 )) "${gpu:-no gpu}" "$out/probe.txt"
+have_gpu=0
+grep -q 'available True' "$out/probe.txt" && have_gpu=1
+[ "$dry" = 1 ] && have_gpu=0
+
+# --- build ---------------------------------------------------------------------------------
+if [ -n "$worker" ]; then
+  stage build skipped 0 "given --worker $worker"
+elif [ "$dry" = 1 ]; then
+  stage build skipped 0 "--cpu-dry-run without --worker"
+else
+  build="$out/build"
+  torch_dir=$("$py" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+  secs=$(run_stage build 240 bash -c "
+    cmake -S '$root' -B '$build' -G \$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles') \
+      -DCMAKE_BUILD_TYPE=Release -DLATCHKEY_CORE_ONLY=ON -DLATCHKEY_CUDA=ON \
+      -DLATCHKEY_WERROR=OFF -DLATCHKEY_BUILD_TESTS=OFF -DLATCHKEY_BUILD_BENCH=OFF \
+      -DCMAKE_PREFIX_PATH='$torch_dir' &&
+    cmake --build '$build' -j$(nproc) --target latchkey-worker latchkey-nccl-check")
+  rc=$?
+  if [ $rc = 0 ]; then
+    worker="$build/worker/latchkey-worker"
+    stage build ok "$secs" "core-only CUDA worker" "$out/build.log"
+  else
+    stage build failed "$secs" "$(grep -m1 -E 'Error|error:|Could not find' "$out/build.log")" \
+      "$out/build.log"
+  fi
+fi
+nccl_check=""
+[ -n "$worker" ] && nccl_check="$(dirname "$worker")/comm/nccl/latchkey-nccl-check"
+
+# --- nccl self-test -------------------------------------------------------------------------
+if [ "$have_gpu" = 0 ]; then
+  stage nccl skipped 0 "no CUDA device"
+elif [ ! -x "$nccl_check" ]; then
+  stage nccl skipped 0 "no latchkey-nccl-check (build failed)"
+else
+  secs=$(run_stage nccl 60 "$nccl_check" --self-test)
+  rc=$?
+  st=failed; [ $rc = 0 ] && st=ok
+  stage nccl $st "$secs" "$(tail -1 "$out/nccl.log")" "$out/nccl.log"
+fi
+
+# --- numerics: the fixture, cpu and cuda, from the same binary --------------------------------
+if [ -z "$worker" ] || [ ! -x "$worker" ]; then
+  stage numerics skipped 0 "no latchkey-worker"
+else
+  secs=$(run_stage numerics-cpu 120 "$py" "$helper" run-fixture "$worker" "$root" cpu "$out/numerics-cpu")
+  rc=$?
+  if [ $rc != 0 ]; then
+    stage numerics failed "$secs" "cpu run: $(tail -1 "$out/numerics-cpu.log")"
+  elif [ "$have_gpu" = 0 ]; then
+    stage numerics skipped "$secs" "cpu half only: $("$py" "$helper" summarize-steps \
+      "$out/numerics-cpu/steps-0.jsonl")"
+  else
+    secs2=$(run_stage numerics-cuda 120 "$py" "$helper" run-fixture "$worker" "$root" cuda \
+      "$out/numerics-cuda")
+    rc=$?
+    if [ $rc != 0 ]; then
+      stage numerics failed "$((secs + secs2))" "cuda run: $(tail -1 "$out/numerics-cuda.log")"
+    else
+      verdict=$("$py" "$helper" compare-steps "$out/numerics-cpu/steps-0.jsonl" \
+        "$out/numerics-cuda/steps-0.jsonl" 1e-4)
+      rc=$?
+      st=failed; [ $rc = 0 ] && st=ok
+      stage numerics $st "$((secs + secs2))" "$verdict"
+    fi
+  fi
+fi
+
+# --- throughput: latchkey and the peer --------------------------------------------------------
+if [ "$have_gpu" = 0 ] || [ -z "$worker" ]; then
+  stage latchkey skipped 0 "no CUDA device or no worker"
+else
+  dir="$out/throughput"
+  mkdir -p "$dir"
+  secs=$(run_stage latchkey 150 "$py" "$helper" run-throughput "$worker" cuda "$dir")
+  rc=$?
+  st=failed; [ $rc = 0 ] && st=ok
+  stage latchkey $st "$secs" "$("$py" "$helper" throughput "$dir/steps-0.jsonl" latchkey \
+    "$out/probe.txt")" "$out/latchkey.log"
+fi
+if [ "$have_gpu" = 1 ]; then
+  secs=$(run_stage peer 150 "$py" "$root/bench/peer/gpu_peer.py")
+else
+  secs=$(run_stage peer 120 "$py" "$root/bench/peer/gpu_peer.py" --cpu-dry-run)
+fi
+rc=$?
+st=failed; [ $rc = 0 ] && st=ok
+[ "$have_gpu" = 0 ] && [ $rc = 0 ] && st=dry-run
+stage peer $st "$secs" "$("$py" "$helper" peer "$out/peer.log")" "$out/peer.log"
+
+"$py" "$helper" table "$out" $(( $(date +%s) - start_all )) | tee "$out/table.txt"
+grep -q '| failed ' "$out/table.txt" && exit 1
+exit 0

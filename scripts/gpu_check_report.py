@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""scripts/gpu-check.sh's helper: the specs it runs, the runs, each stage's record and the table.
+
+    record OUT NAME STATUS SECONDS SUMMARY [DETAIL_FILE]   OUT/stage-NAME.json
+    run-fixture WORKER ROOT DEVICE DIR     the fixture's 6-step TP 1 fp32 run (DIR/steps-0.jsonl)
+    run-throughput WORKER DEVICE DIR       the ~350M GPTBigCode MQA bf16 run (DIR/steps-0.jsonl)
+    summarize-steps JSONL                  "6 steps, last loss ..."
+    compare-steps A B TOL                  exit 0 when every step's loss and grad_norm agree
+    throughput JSONL NAME PROBE            tokens/s and MFU of a latchkey run (OUT/rate-NAME.json)
+    peer LOG                               the same from gpu_peer.py's summary line
+    table OUT TOTAL_SECONDS                every stage recorded so far, and the ratio
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+# The throughput model: GPTBigCode MQA, ~349M parameters (bench/peer/gpu_peer.py's defaults).
+MODEL = {"model_type": "gpt_bigcode", "n_layer": 28, "n_embd": 1024, "n_head": 16,
+         "vocab_size": 49152, "n_positions": 1024, "multi_query": True}
+SEQ, MB, STEPS, WARMUP = 1024, 8, 8, 3
+PEAKS = [("H200", 989.0), ("H100", 989.0), ("A100", 312.0), ("L40S", 362.0), ("A10", 125.0)]
+ORDER = ["probe", "build", "nccl", "numerics", "latchkey", "peer"]
+
+
+def params(m):
+    d, layers, hd = m["n_embd"], m["n_layer"], m["n_embd"] // m["n_head"]
+    kv = 2 * hd if m["multi_query"] else 2 * d
+    block = (2 * 2 * d) + (d * (d + kv) + d + kv) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d)
+    return m["vocab_size"] * d + m["n_positions"] * d + layers * block + 2 * d
+
+
+def flops_per_token(m, seq):
+    return 6 * params(m) + 12 * m["n_layer"] * m["n_embd"] * seq
+
+
+def jsonl(path):
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                r = json.loads(line)
+                if "step" in r:
+                    rows[r["step"]] = r  # the last record of a step counts
+    return [rows[k] for k in sorted(rows)]
+
+
+def run_worker(worker, spec, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "spec.json"), "w") as f:
+        json.dump(spec, f, indent=1)
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", LOCAL_RANK="0",
+               MASTER_PORT=str(29600 + os.getpid() % 1000))
+    return subprocess.call([worker, "--standalone", "--spec", os.path.join(out_dir, "spec.json"),
+                            "--metrics-jsonl", os.path.join(out_dir, "steps-0.jsonl"), "--quiet"],
+                           env=env)
+
+
+def fixture_spec(root, device):
+    fx = os.path.join(root, "testdata", "gptbigcode-tiny")
+    with open(os.path.join(fx, "mqa", "config.json")) as f:
+        c = json.load(f)
+    model = {k: c[k] for k in ("n_layer", "n_embd", "n_head", "vocab_size", "n_positions",
+                               "multi_query")}
+    model["model_type"] = "gpt_bigcode"
+    return {"model": model, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+            "optimizer": {"type": "SGD", "params": {"lr": 0.5}}, "gradient_clipping": 0.0,
+            "zero_optimization": {"stage": 0}, "tensor_parallel": {"autotp_size": 1},
+            "latchkey": {"seq_len": 32, "steps": 6, "seed": 1, "world_size": 1,
+                         "kv_reduce": "per_micro_batch", "device": device, "tf32": False,
+                         "init_from": os.path.join(fx, "mqa"),
+                         "data": {"tokens_file": os.path.join(fx, "tokens.bin"),
+                                  "dtype": "uint16"}}}
+
+
+def throughput_spec(device):
+    return {"model": MODEL, "train_micro_batch_size_per_gpu": MB, "gradient_accumulation_steps": 1,
+            "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.01}},
+            "gradient_clipping": 1.0, "zero_optimization": {"stage": 0}, "bf16": {"enabled": True},
+            "tensor_parallel": {"autotp_size": 1},
+            "latchkey": {"seq_len": SEQ, "steps": STEPS, "seed": 1, "world_size": 1,
+                         "device": device, "data": {"synthetic": {"seed": 1}}}}
+
+
+def peak_of(name):
+    return next((t for k, t in PEAKS if k in name), 0.0)
+
+
+def rate_line(r):
+    mfu = r.get("mfu")
+    return (f"{r['tokens_per_second']:.0f} tokens/s, {r['achieved_tflops']:.1f} TFLOPS, "
+            f"MFU {mfu * 100:.1f}% of {r['peak_tflops']:.0f}" if mfu is not None else
+            f"{r['tokens_per_second']:.1f} tokens/s (no peak for this device)")
+
+
+def main(argv):
+    cmd = argv[0]
+    if cmd == "record":
+        out, name, status, secs, summary = argv[1:6]
+        detail = argv[6] if len(argv) > 6 else ""
+        rec = {"stage": name, "status": status, "seconds": int(secs or 0), "summary": summary,
+               "detail": detail}
+        with open(os.path.join(out, f"stage-{name}.json"), "w") as f:
+            json.dump(rec, f)
+        print(f"gpu-check: {name}: {status} ({secs} s) {summary}", file=sys.stderr)
+    elif cmd == "run-fixture":
+        worker, root, device, out_dir = argv[1:5]
+        return run_worker(worker, fixture_spec(root, device), out_dir)
+    elif cmd == "run-throughput":
+        worker, device, out_dir = argv[1:4]
+        return run_worker(worker, throughput_spec(device), out_dir)
+    elif cmd == "summarize-steps":
+        rows = jsonl(argv[1])
+        print(f"{len(rows)} steps, last loss {rows[-1]['loss']:.6f}" if rows else "no steps")
+    elif cmd == "compare-steps":
+        a, b, tol = jsonl(argv[1]), jsonl(argv[2]), float(argv[3])
+        if len(a) != len(b) or not a:
+            print(f"steps differ: cpu {len(a)}, cuda {len(b)}")
+            return 1
+        worst = max(max(abs(x["loss"] - y["loss"]), abs(x["grad_norm"] - y["grad_norm"]))
+                    for x, y in zip(a, b))
+        print(f"{len(a)} steps, max |cpu - cuda| of loss and grad_norm {worst:.2e} (tol {tol:g})")
+        return 0 if worst <= tol else 1
+    elif cmd == "throughput":
+        rows = jsonl(argv[1])[WARMUP:]
+        if not rows:
+            print("no measured steps")
+            return 1
+        gpu = ""
+        with open(argv[3]) as f:
+            for line in f:
+                if line.startswith("gpu: "):
+                    gpu = line[5:].strip()
+                    break
+        tps = statistics.median(r["tokens"] / r["step_seconds"] for r in rows)
+        fpt = flops_per_token(MODEL, SEQ)
+        peak = peak_of(gpu)
+        ach = tps * fpt / 1e12
+        r = {"tokens_per_second": tps, "achieved_tflops": ach, "peak_tflops": peak,
+             "mfu": ach / peak if peak else None, "params": params(MODEL)}
+        with open(os.path.join(os.path.dirname(os.path.dirname(argv[1])),
+                               f"rate-{argv[2]}.json"), "w") as f:
+            json.dump(r, f)
+        print(rate_line(r))
+    elif cmd == "peer":
+        summary = None
+        try:
+            with open(argv[1]) as f:
+                for line in f:
+                    if line.startswith('{"summary"'):
+                        summary = json.loads(line)["summary"]
+        except OSError:
+            pass
+        if summary is None:
+            print("no summary line")
+            return 1
+        with open(os.path.join(os.path.dirname(argv[1]), "rate-peer.json"), "w") as f:
+            json.dump(summary, f)
+        print(f"{summary['params'] / 1e6:.1f}M params on {summary['device']}: " +
+              rate_line(summary))
+    elif cmd == "table":
+        out, total = argv[1], argv[2]
+        rows = []
+        for name in ORDER:
+            p = os.path.join(out, f"stage-{name}.json")
+            if os.path.exists(p):
+                with open(p) as f:
+                    r = json.load(f)
+            else:
+                r = {"stage": name, "status": "not run", "seconds": 0, "summary": "(cut off)"}
+            rows.append(r)
+        print(f"| stage    | status   | seconds | result")
+        print(f"|----------|----------|---------|-------")
+        for r in rows:
+            print(f"| {r['stage']:<8} | {r['status']:<8} | {r['seconds']:>7} | {r['summary']}")
+        rates = {}
+        for n in ("latchkey", "peer"):
+            p = os.path.join(out, f"rate-{n}.json")
+            if os.path.exists(p):
+                with open(p) as f:
+                    rates[n] = json.load(f)
+        if "latchkey" in rates and rates.get("peer", {}).get("tokens_per_second"):
+            ratio = rates["latchkey"]["tokens_per_second"] / rates["peer"]["tokens_per_second"]
+            print(f"latchkey / peer tokens/s: {ratio:.2f}")
+        else:
+            print("latchkey / peer tokens/s: n/a (a throughput stage did not run)")
+        print(f"total {total} s; results in {out}")
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]) or 0)
