@@ -26,6 +26,7 @@
 #include "server/security.h"
 #include "server/server.h"
 #include "server/sqlite_store.h"
+#include "server/status_page.h"
 
 namespace {
 
@@ -221,11 +222,25 @@ int main(int argc, char** argv) {
   if (!core.ok()) return Fail(std::string(core.status().message()));
   (*core)->StartLivenessChecker();
 
+  // The HTTP port: /metrics (never behind a token) and the status page, which needs a token
+  // when auth is on and the port binds a non-loopback address; HTTPS with the gRPC certificate.
+  std::unique_ptr<latchkey::StatusPage> status_page;  // outlives the endpoint serving it
   std::unique_ptr<latchkey::MetricsEndpoint> endpoint;
   if (metrics_port >= 0) {
-    auto ep = latchkey::MetricsEndpoint::Start(
-        metrics_host, metrics_port, [&metrics] { return metrics.Serialize(); },
-        "latchkey-coordinator");
+    const std::string http_addr =
+        (metrics_host.find(':') != std::string::npos ? "[" + metrics_host + "]" : metrics_host) +
+        ":" + std::to_string(metrics_port);
+    status_page = std::make_unique<latchkey::StatusPage>(
+        core->get(), latchkey::IsLoopbackListen(http_addr) ? nullptr : server_options.auth_tokens);
+    latchkey::HttpEndpointOptions http;
+    http.host = metrics_host;
+    http.port = metrics_port;
+    http.server_name = "latchkey-coordinator";
+    http.render = [&metrics] { return metrics.Serialize(); };
+    http.routes = status_page->Routes();
+    http.tls_cert_file = tls_cert;
+    http.tls_key_file = tls_key;
+    auto ep = latchkey::MetricsEndpoint::Start(std::move(http));
     if (!ep.ok()) return Fail(std::string(ep.status().message()));
     endpoint = *std::move(ep);
   }
@@ -233,7 +248,10 @@ int main(int argc, char** argv) {
   if (!server.ok()) return Fail(std::string(server.status().message()));
   const int bound_metrics = endpoint ? endpoint->port() : -1;
   std::cerr << "latchkey-coordinator: serving gRPC on port " << (*server)->port() << ", metrics on "
-            << (endpoint ? std::to_string(bound_metrics) : "(off)") << ", db " << db << std::endl;
+            << (endpoint ? std::to_string(bound_metrics) + " (" + endpoint->scheme() +
+                               ", status page at /)"
+                         : "(off)")
+            << ", db " << db << std::endl;
   if (!port_file.empty() && !WritePortFile(port_file, (*server)->port(), bound_metrics)) {
     return Fail("--port-file " + port_file + ": cannot write");
   }
@@ -244,6 +262,7 @@ int main(int argc, char** argv) {
   (*server)->Shutdown(absl::Seconds(grace_s));
   (*server)->Wait();
   server->reset();
-  core->reset();  // after the server: handlers hold the core
+  endpoint.reset();  // the status page's handlers hold the core too
+  core->reset();     // after the server: handlers hold the core
   return 0;
 }
