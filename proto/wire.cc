@@ -410,6 +410,8 @@ v1::SubmitJobRequest ToProto(const JobSubmission& submission) {
   out.set_base_dir(submission.base_dir);
   out.set_rendezvous_host(submission.rendezvous_host);
   out.set_rendezvous_port(submission.rendezvous_port);
+  out.set_job_id(submission.job_id);
+  out.set_join_token_sha256(submission.join_token_sha256);
   return out;
 }
 
@@ -418,6 +420,7 @@ v1::SubmitJobResponse ToProto(const SubmittedJob& submitted) {
   out.set_job_id(submitted.job_id);
   out.set_join_token(submitted.join_token);
   *out.mutable_job() = ToProto(submitted.job);
+  out.set_already_submitted(submitted.already_submitted);
   return out;
 }
 
@@ -426,6 +429,7 @@ SubmittedJob FromProto(const v1::SubmitJobResponse& submitted) {
   out.job_id = submitted.job_id();
   out.join_token = submitted.join_token();
   out.job = FromProto(submitted.job());
+  out.already_submitted = submitted.already_submitted();
   return out;
 }
 

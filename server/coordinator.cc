@@ -9,6 +9,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -31,6 +32,50 @@ std::string RandomToken() {
   std::string out;
   for (int i = 0; i < 4; ++i) absl::StrAppend(&out, absl::Hex(rd(), absl::kZeroPad8));
   return out;
+}
+
+// A client-chosen job id: a DNS label (it names Kubernetes objects), never job-<digits>.
+absl::Status CheckClientJobId(const std::string& id) {
+  bool ok = !id.empty() && id.size() <= 63 && id.front() != '-' && id.back() != '-';
+  for (char c : id) ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job_id: '", id,
+                     "' is not a DNS label (1-63 of a-z, 0-9 and '-', starting and ending "
+                     "with a letter or digit)"));
+  }
+  if (id.size() > 4 && id.compare(0, 4, "job-") == 0 &&
+      id.find_first_not_of("0123456789", 4) == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job_id: '", id, "' has the form job-<digits> of the coordinator's own ids"));
+  }
+  return absl::OkStatus();
+}
+
+// 64 hex digits, returned lowercase (how Join compares them).
+absl::StatusOr<std::string> CheckTokenHash(const std::string& hex) {
+  std::string out = absl::AsciiStrToLower(hex);
+  if (out.size() != 64 || out.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        "join_token_sha256: must be 64 hex digits (the SHA-256 of the join token)");
+  }
+  return out;
+}
+
+// The first field in which a repeated submit of `rec`'s job id asks for something else; "" if
+// it is the same request.
+std::string DifferingField(const JobRecord& rec, const std::string& spec_json,
+                           const JobSubmission& args, const std::string& token_hash) {
+  if (rec.spec_json != spec_json) return "spec_json";
+  if (rec.base_dir != args.base_dir) return "base_dir";
+  if (!token_hash.empty() && rec.join_token != token_hash) return "join_token_sha256";
+  if ((rec.rendezvous_host_fixed ? rec.rendezvous_host : "") != args.rendezvous_host) {
+    return "rendezvous_host";
+  }
+  if (args.rendezvous_port > 0 && rec.rendezvous_port != args.rendezvous_port) {
+    return "rendezvous_port";
+  }
+  return "";
 }
 
 }  // namespace
@@ -285,18 +330,35 @@ absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const JobSubmission& args,
                                                    options_.max_world_size));
   }
   LK_RETURN_IF_ERROR(CheckSpecLimits(spec, options_.spec_limits));
+  if (!args.job_id.empty()) LK_RETURN_IF_ERROR(CheckClientJobId(args.job_id));
+  std::string token_hash;
+  if (!args.join_token_sha256.empty()) {
+    LK_ASSIGN_OR_RETURN(token_hash, CheckTokenHash(args.join_token_sha256));
+  }
+  std::string spec_json = JobSpecToJson(spec);
 
   absl::MutexLock lock(&mu_);
   if (shutdown_) return Unavailable();
+  if (auto it = jobs_.find(args.job_id); !args.job_id.empty() && it != jobs_.end()) {
+    const std::string field = DifferingField(it->second->rec, spec_json, args, token_hash);
+    if (!field.empty()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "job_id: '", args.job_id, "' exists with a different ", field, "; choose another id"));
+    }
+    SubmitResult same;
+    same.job = View(*it->second, false);
+    same.already_submitted = true;
+    return same;
+  }
   const absl::Time now = clock_->Now();
   JobRecord rec;
   rec.seq = last_seq_ + 1;
-  rec.job_id = absl::StrFormat("job-%06d", rec.seq);
+  rec.job_id = args.job_id.empty() ? absl::StrFormat("job-%06d", rec.seq) : args.job_id;
   rec.state = JobState::kPending;
-  rec.spec_json = JobSpecToJson(spec);
+  rec.spec_json = std::move(spec_json);
   rec.base_dir = args.base_dir;
-  const std::string join_token = RandomToken();
-  rec.join_token = Sha256Hex(join_token);
+  const std::string join_token = token_hash.empty() ? RandomToken() : "";
+  rec.join_token = token_hash.empty() ? Sha256Hex(join_token) : token_hash;
   rec.submitter = submitter;
   rec.rendezvous_host = args.rendezvous_host;
   rec.rendezvous_host_fixed = !args.rendezvous_host.empty();

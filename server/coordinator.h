@@ -124,7 +124,8 @@ struct JobView {
 
 struct SubmitResult {
   JobView job;
-  std::string join_token;
+  std::string join_token;          // "" when the submission gave its hash, or on a repeat
+  bool already_submitted = false;  // the same job id and request again: nothing created
 };
 
 struct JobWatchUpdate {

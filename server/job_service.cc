@@ -39,9 +39,12 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
   args.base_dir = req->base_dir();
   args.rendezvous_host = req->rendezvous_host();
   args.rendezvous_port = req->rendezvous_port();
+  args.job_id = req->job_id();
+  args.join_token_sha256 = req->join_token_sha256();
   auto r = core_->SubmitJob(args, who.name);
   if (!r.ok()) return ToGrpcStatus(r.status());
-  *resp = ToProto(SubmittedJob{r->job.record.job_id, r->join_token, ToJobInfo(r->job)});
+  *resp = ToProto(
+      SubmittedJob{r->job.record.job_id, r->join_token, ToJobInfo(r->job), r->already_submitted});
   return grpc::Status::OK;
 }
 

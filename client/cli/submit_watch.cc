@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
 #include "client/cli/format.h"
+#include "client/credentials.h"
 #include "proto/wire.h"
 
 namespace latchkey::cli {
@@ -68,6 +69,25 @@ int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_s
   return kError;  // the stream ended while the job had not
 }
 
+namespace {
+
+// The join token in `path`, surrounding whitespace dropped (as latchkey-worker reads
+// --join-token-file); INVALID_ARGUMENT naming --join-token-file.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError("--join-token-file: cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  const size_t b = text.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) {
+    return absl::InvalidArgumentError("--join-token-file: '" + path + "' is empty");
+  }
+  return text.substr(b, text.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+}  // namespace
+
 void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   struct Args {
     std::string spec_path;
@@ -75,6 +95,9 @@ void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
     std::string rendezvous_host;
     int rendezvous_port = 0;
     double watch_seconds = 0;
+    std::string job_id;
+    std::string join_token_sha256;
+    std::string join_token_file;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("submit", "Submit a job spec (JSON); prints its id and token");
@@ -86,6 +109,17 @@ void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
                   "port rank 0's store listens on (default: one from the coordinator's range)");
   sub->add_option("--watch-timeout", args->watch_seconds,
                   "with --watch: give up after this many seconds (0: never)");
+  sub->add_option("--job-id", args->job_id,
+                  "the job's id, chosen here (a DNS label); submitting the same id and spec "
+                  "again returns that job (default $LATCHKEY_JOB_ID, else one the coordinator "
+                  "assigns)")
+      ->envname("LATCHKEY_JOB_ID");
+  auto* hash = sub->add_option("--join-token-sha256", args->join_token_sha256,
+                               "SHA-256 (hex) of the join token the workers will present");
+  sub->add_option("--join-token-file", args->join_token_file,
+                  "file holding the join token the workers will present (hashed here; the "
+                  "token is never sent)")
+      ->excludes(hash);
   sub->callback([args, &ctx, exit_code] {
     std::ifstream in(args->spec_path);
     if (!in) {
@@ -103,6 +137,17 @@ void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
     submission.base_dir = ec ? std::string() : abs.parent_path().string();
     submission.rendezvous_host = args->rendezvous_host;
     submission.rendezvous_port = args->rendezvous_port;
+    submission.job_id = args->job_id;
+    submission.join_token_sha256 = args->join_token_sha256;
+    if (!args->join_token_file.empty()) {
+      auto token = ReadTokenFile(args->join_token_file);
+      if (!token.ok()) {
+        std::cerr << "latchkey: " << token.status().message() << "\n";
+        *exit_code = kUsage;
+        return;
+      }
+      submission.join_token_sha256 = Sha256HexOf(*token);
+    }
     JobClient client(ctx.client_options());
     auto resp = client.SubmitJob(submission);
     if (!resp.ok()) {
@@ -112,8 +157,11 @@ void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
     if (ctx.json) {
       std::cout << ToJson(ToProto(*resp)) << std::endl;
     } else {
-      std::cout << "job_id: " << resp->job_id << "\n"
-                << "join_token: " << resp->join_token << "\n";
+      std::cout << "job_id: " << resp->job_id << "\n";
+      if (!resp->join_token.empty()) std::cout << "join_token: " << resp->join_token << "\n";
+      if (resp->already_submitted) {
+        std::cout << "already_submitted: true (the same job id and spec; nothing created)\n";
+      }
       for (const std::string& w : resp->job.warnings) std::cerr << "warning: " << w << "\n";
     }
     *exit_code = args->watch ? WatchUntilEnd(ctx, resp->job_id, args->watch_seconds) : kOk;
