@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "client/credentials.h"
+#include "tests/support/launch.h"
 #include "tests/support/process.h"
+#include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
 
 namespace latchkey::testing {
@@ -298,6 +300,77 @@ void RunSecureUp(bool tls) {
 TEST(SecureUp, JobSucceedsWithAuthAndTheCliUsesTheCredentialsFile) { RunSecureUp(false); }
 
 TEST(SecureUp, JobSucceedsUnderTlsAndAuth) { RunSecureUp(true); }
+
+// Mutual TLS all the way: the coordinator requires client certificates; the CLI submits with
+// one; two workers present the CA, their certificate and the join token (from the environment)
+// and the job succeeds. A worker with the CA and the token but no certificate never joins.
+TEST(SecureWorkers, MutualTlsWorkersRunAJobAndOneWithoutACertificateNeverJoins) {
+  const std::string dir = MakeTempDir("secure-mtls-workers");
+  ASSERT_TRUE(MakeCertificates(dir));
+  SecureCoordinator coord(dir, {"--tls-cert", dir + "/server.pem", "--tls-key", dir + "/server.key",
+                                "--tls-client-ca", dir + "/ca.pem"});
+  ASSERT_FALSE(coord.address().empty()) << coord.log();
+  SpecParams p;
+  p.steps = 3;
+  p.gas = 2;
+  std::ofstream(dir + "/spec.json") << SpecJson(p);
+  const std::vector<std::string> tls = {"--tls-ca",          dir + "/ca.pem", "--tls-cert",
+                                        dir + "/client.pem", "--tls-key",     dir + "/client.key"};
+  std::vector<std::string> submit = {"--coordinator", coord.address(), "--timeout", "10",
+                                     "--token",       kAdminToken};
+  submit.insert(submit.end(), tls.begin(), tls.end());
+  submit.insert(submit.end(), {"submit", dir + "/spec.json"});
+  Captured sub = Cli(dir + "/config", submit);
+  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  std::smatch job, token;
+  ASSERT_TRUE(std::regex_search(sub.output, job, std::regex("job_id: (\\S+)"))) << sub.output;
+  ASSERT_TRUE(std::regex_search(sub.output, token, std::regex("join_token: (\\S+)"))) << sub.output;
+  const std::vector<std::string> env = {"LATCHKEY_JOIN_TOKEN=" + token[1].str()};
+
+  const int stranger = StartProcess({WorkerBinary(), "--coordinator", coord.address(), "--job",
+                                     job[1].str(), "--tls-ca", dir + "/ca.pem", "--quiet"},
+                                    env, dir + "/no-cert.log");
+  std::vector<int> workers;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> args = {WorkerBinary(), "--coordinator", coord.address(),
+                                     "--job",        job[1].str(),    "--quiet"};
+    args.insert(args.end(), tls.begin(), tls.end());
+    std::vector<std::string> rank_env = env;
+    rank_env.push_back("RANK=" + std::to_string(rank));
+    workers.push_back(
+        StartProcess(args, rank_env, dir + "/worker" + std::to_string(rank) + ".log"));
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(WaitProcess(workers[rank], seconds(300)), 0)
+        << ReadText(dir + "/worker" + std::to_string(rank) + ".log");
+  }
+  std::vector<std::string> status = {"--coordinator", coord.address(), "--timeout", "10",
+                                     "--token",       kAdminToken};
+  status.insert(status.end(), tls.begin(), tls.end());
+  status.insert(status.end(), {"--json", "status", job[1].str()});
+  Captured st = Cli(dir + "/config", status);
+  ASSERT_EQ(st.exit_code, 0) << st.output;
+  auto view = nlohmann::json::parse(st.output.substr(0, st.output.find('\n')), nullptr, false);
+  ASSERT_FALSE(view.is_discarded()) << st.output;
+  EXPECT_EQ(view.value("state", ""), "JOB_STATE_SUCCEEDED") << st.output;
+  // The two ranks are the two workers with certificates.
+  EXPECT_EQ(view.value("workers_joined", 0), 2) << st.output;
+  for (const auto& w : view["workers"]) {
+    const std::string id = w.value("worker_id", "");
+    const std::string pid = id.substr(id.rfind(':') + 1);
+    EXPECT_TRUE(pid == std::to_string(workers[0]) || pid == std::to_string(workers[1])) << id;
+  }
+
+  // The worker without a certificate is still outside (the handshake fails before any RPC).
+  kill(stranger, SIGTERM);
+  WaitProcess(stranger, seconds(20));
+  const std::string stranger_log = ReadText(dir + "/no-cert.log");
+  EXPECT_EQ(stranger_log.find("joined"), std::string::npos) << stranger_log;
+  // ... and says so, once, with the transport's reason.
+  EXPECT_NE(stranger_log.find("coordinator " + coord.address() + " not answering, retrying"),
+            std::string::npos)
+      << stranger_log;
+}
 
 }  // namespace
 }  // namespace latchkey::testing

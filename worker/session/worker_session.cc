@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <functional>
+#include <iostream>
 #include <thread>
 #include <utility>
 
@@ -54,6 +55,7 @@ struct WorkerSession::Impl {
   std::optional<JobEnd> end ABSL_GUARDED_BY(mu);
   absl::Status stream_error ABSL_GUARDED_BY(mu);
   bool closed ABSL_GUARDED_BY(mu) = false;
+  std::atomic<bool> said_retrying{false};  // the first retried call was reported on stderr
   bool started ABSL_GUARDED_BY(mu) = false;
   bool stream_stop ABSL_GUARDED_BY(mu) = false;  // Rejoin ends the stream of the old join
   grpc::ClientContext* stream_ctx ABSL_GUARDED_BY(mu) = nullptr;
@@ -150,6 +152,12 @@ struct WorkerSession::Impl {
       if (st.ok()) return absl::OkStatus();
       if (!IsRetryable(st.error_code()) || absl::Now() - start > opt.reconnect_timeout) {
         return FromGrpcStatus(st);
+      }
+      if (!said_retrying.exchange(true)) {  // once per session: never silent, never noisy
+        std::cerr << "latchkey-worker: coordinator " << opt.coordinator
+                  << " not answering, retrying for up to "
+                  << absl::FormatDuration(opt.reconnect_timeout) << ": "
+                  << FromGrpcStatus(st).ToString() << std::endl;
       }
       if (!Sleep(backoff)) return SessionClosed();
       backoff = std::min(backoff * 2, opt.retry_max);
