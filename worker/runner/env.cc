@@ -36,6 +36,10 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnv() {
         std::pair{"LOCAL_RANK", &env.local_rank}}) {
     if (absl::Status st = Int(name, out); !st.ok()) return st;
   }
+  // An Indexed Job's pod (Kubernetes): its completion index is its rank unless RANK is set.
+  if (!env.rank) {
+    if (absl::Status st = Int("JOB_COMPLETION_INDEX", &env.rank); !st.ok()) return st;
+  }
   if (port) env.master_port = *port;
   env.master_addr = Str("MASTER_ADDR");
   if (env.master_addr.empty()) env.master_addr = "127.0.0.1";

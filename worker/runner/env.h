@@ -11,7 +11,7 @@
 namespace latchkey {
 
 struct WorkerEnv {
-  std::optional<int> rank;              // RANK
+  std::optional<int> rank;              // RANK, else JOB_COMPLETION_INDEX (Kubernetes)
   std::optional<int> world_size;        // WORLD_SIZE
   std::string master_addr;              // MASTER_ADDR (default 127.0.0.1)
   int master_port = 29500;              // MASTER_PORT

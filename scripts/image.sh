@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Builds the CPU image (docker/Dockerfile) on a machine without a Docker daemon or a registry
+# (podman + buildah, chroot isolation) and smoke-tests it: inside the image a coordinator, two
+# workers (ranks from JOB_COMPLETION_INDEX, as in a Kubernetes Indexed Job) and
+# `latchkey submit --job-id --join-token-file` run a job with checkpoints to success, and the
+# image's HEALTHCHECK command passes against the coordinator and a worker.
+#
+# Usage: scripts/image.sh [--fast] [--ref GIT_REF] [--tag TAG] [--no-smoke]
+#   (default)  the full multi-stage build: the project is compiled inside the build stage
+#   --fast     copy this checkout's binaries (LATCHKEY_BUILD_DIR, default build/; built without
+#              CUDA) into the runtime stage instead (target runtime-prebuilt)
+#   --ref REF  build from the files of a git commit instead of the working tree
+#   --tag TAG  the image's name (default localhost/latchkey:cpu)
+# Needs root (podman, buildah and debootstrap are installed with apt when missing; the Debian 12
+# base is bootstrapped once and tagged docker.io/library/debian:bookworm-slim, so the
+# Dockerfile's FROM resolves without a registry).
+#
+# Measured on a 2-core machine shared with other builds (Debian 12, podman 4.3):
+#   base bootstrap (once)      ~3 min
+#   --fast build + smoke test  ~2-3 min (apt installs the runtime packages; binaries copied)
+#   full build + smoke test    ~35-50 min (apt installs the dev packages, then the compile on 2
+#                              cores); CI does not run this script
+#   image size                 ~1.2 GB (libtorch and its dependencies are most of it)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+fast=0
+ref=""
+tag=localhost/latchkey:cpu
+smoke=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --fast) fast=1 ;;
+    --ref) ref=$2; shift ;;
+    --tag) tag=$2; shift ;;
+    --no-smoke) smoke=0 ;;
+    *) echo "usage: scripts/image.sh [--fast] [--ref GIT_REF] [--tag TAG] [--no-smoke]" >&2; exit 2 ;;
+  esac
+  shift
+done
+say() { echo "image.sh: $*"; }
+now() { date +%s; }
+
+# --- tools and the base image -------------------------------------------------------------
+missing=()
+for t in podman buildah debootstrap; do command -v "$t" >/dev/null || missing+=("$t"); done
+if [ "${#missing[@]}" -gt 0 ]; then
+  say "installing ${missing[*]}"
+  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    --no-install-recommends podman buildah debootstrap
+fi
+base=docker.io/library/debian:bookworm-slim
+if ! podman image exists "$base"; then
+  t0=$(now)
+  mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  rootfs=$(mktemp -d /tmp/latchkey-rootfs.XXXXXX)
+  say "bootstrapping Debian 12 from $mirror into $rootfs"
+  debootstrap --variant=minbase bookworm "$rootfs" "$mirror" > "$rootfs.log" 2>&1 \
+    || { tail -20 "$rootfs.log"; exit 1; }
+  tar -C "$rootfs" -c . | podman import - localhost/debian:bookworm-min
+  podman tag localhost/debian:bookworm-min "$base"
+  rm -rf "$rootfs" "$rootfs.log"
+  say "base image ready in $(( $(now) - t0 )) s"
+fi
+
+# --- the build context --------------------------------------------------------------------
+context=$root
+tmp_context=""
+ctr=""
+finish() {
+  if [ -n "$ctr" ]; then buildah rm "$ctr" >/dev/null 2>&1 || true; fi
+  if [ -n "$tmp_context" ]; then rm -rf "$tmp_context"; fi
+}
+trap finish EXIT
+if [ -n "$ref" ]; then
+  context=$(mktemp -d /tmp/latchkey-context.XXXXXX)
+  tmp_context=$context
+  git -C "$root" archive "$ref" | tar -x -C "$context"
+  say "context: $ref ($(git -C "$root" rev-parse --short "$ref"))"
+fi
+prebuilt=$context/docker/.prebuilt
+rm -rf "$prebuilt"
+mkdir -p "$prebuilt/bin"
+target=runtime
+if [ "$fast" = 1 ]; then
+  build=${LATCHKEY_BUILD_DIR:-$root/build}
+  bins=("$build/server/latchkey-coordinator" "$build/worker/latchkey-worker" "$build/client/latchkey")
+  for b in "${bins[@]}"; do
+    [ -x "$b" ] || { say "$b missing: build it first (scripts/build.sh)"; exit 1; }
+    if ldd "$b" | grep -q 'libcudart\|libnccl'; then
+      say "$b links CUDA: build with -DLATCHKEY_CUDA=OFF for the CPU image"; exit 1
+    fi
+  done
+  cp "${bins[@]}" "$prebuilt/bin/"
+  strip --strip-debug "$prebuilt"/bin/*
+  bash "$root/docker/list-runtime-packages.sh" "$prebuilt"/bin/* > "$prebuilt/runtime-packages.txt"
+  target=runtime-prebuilt
+fi
+
+# --- build --------------------------------------------------------------------------------
+t0=$(now)
+say "building $tag (target $target)"
+podman build --pull=never --isolation chroot --network host --format docker \
+  --ignorefile "$context/docker/Dockerfile.dockerignore" -f "$context/docker/Dockerfile" \
+  --target "$target" --build-arg JOBS="${LATCHKEY_IMAGE_JOBS:-2}" -t "$tag" "$context"
+build_s=$(( $(now) - t0 ))
+rm -rf "$prebuilt"
+size=$(podman image inspect --format '{{.Size}}' "$tag")
+health=$(podman image inspect --format '{{json .Config.Healthcheck}}' "$tag")
+case "$health" in *healthcheck.sh*) ;; *) say "the image has no HEALTHCHECK: $health"; exit 1 ;; esac
+say "built $tag in ${build_s} s, $(( size / 1000000 )) MB; HEALTHCHECK $health"
+[ "$smoke" = 1 ] || exit 0
+
+# --- smoke test: a job to success inside the image ----------------------------------------
+t0=$(now)
+ctr=$(buildah from --pull=never "$tag")
+port_base=$(( 20000 + RANDOM % 20000 ))
+buildah run --isolation chroot --network host "$ctr" -- /bin/bash -c "
+set -euo pipefail
+cd /var/lib/latchkey
+echo \"smoke: running as \$(id -un) (uid \$(id -u))\"
+cat > spec.json <<'SPEC'
+{
+  \"model\": {\"model_type\": \"gpt_bigcode\", \"n_layer\": 2, \"n_embd\": 64, \"n_head\": 4,
+            \"vocab_size\": 256, \"n_positions\": 64, \"multi_query\": true},
+  \"train_micro_batch_size_per_gpu\": 2,
+  \"gradient_accumulation_steps\": 2,
+  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003}},
+  \"tensor_parallel\": {\"autotp_size\": 2},
+  \"latchkey\": {\"seq_len\": 32, \"steps\": 8, \"seed\": 1, \"world_size\": 2,
+               \"backend\": \"gloo\", \"data\": {\"synthetic\": {\"seed\": 1}},
+               \"checkpoint\": {\"dir\": \"/checkpoints/smoke\", \"every_steps\": 4, \"keep\": 2}}
+}
+SPEC
+printf '%s' smoke-join-token > join-token
+entrypoint.sh coordinator --listen 127.0.0.1:0 --db /var/lib/latchkey/smoke.db \
+  --metrics-host 127.0.0.1 --metrics-port 0 --data-root /checkpoints \
+  --rendezvous-ports $port_base-$((port_base + 50)) > coordinator.log 2>&1 &
+coord=\$!
+for i in \$(seq 1 100); do [ -s \"\$LATCHKEY_PORT_FILE\" ] && break; sleep 0.2; done
+healthcheck.sh
+grpc=\$(sed -n 's/.*\"grpc_port\": *\([0-9]*\).*/\1/p' \"\$LATCHKEY_PORT_FILE\")
+export LATCHKEY_COORDINATOR=127.0.0.1:\$grpc LATCHKEY_JOB_ID=smoke
+latchkey submit spec.json --join-token-file join-token
+pids=()
+for r in 0 1; do
+  JOB_COMPLETION_INDEX=\$r LATCHKEY_JOIN_TOKEN=smoke-join-token LATCHKEY_PORT_FILE=/run/latchkey/worker-\$r.json \
+    LATCHKEY_DATA_ROOTS=/checkpoints entrypoint.sh worker --metrics-host 127.0.0.1 --metrics-port 0 \
+    --linger-seconds 4 > worker-\$r.log 2>&1 &
+  pids+=(\$!)
+done
+for i in \$(seq 1 300); do [ -s /run/latchkey/worker-1.json ] && break; sleep 0.2; done
+LATCHKEY_PORT_FILE=/run/latchkey/worker-1.json healthcheck.sh
+echo 'smoke: the health check passes for the coordinator and a worker'
+# The same submit again: the same job, followed to its end (exit 0 when it succeeded).
+latchkey submit spec.json --join-token-file join-token --watch --watch-timeout 300 | tail -3
+for p in \"\${pids[@]}\"; do wait \$p; done
+ls /checkpoints/smoke
+kill \$coord; wait \$coord || true
+echo 'smoke: job smoke succeeded inside the image'
+" || { say "smoke test failed"; buildah run --isolation chroot "$ctr" -- /bin/bash -c \
+        'tail -n 30 /var/lib/latchkey/*.log' || true; exit 1; }
+say "smoke test passed in $(( $(now) - t0 )) s"
+say "summary: $tag target $target: build ${build_s} s, size $(( size / 1000000 )) MB"
