@@ -13,11 +13,12 @@
 // ranks.
 //
 // Waiting: the arrival words are read with acquire loads (no system call while peers keep up),
-// spun on briefly when the host has a core per rank, then slept on with FUTEX_WAIT in slices of
-// at most kWaitSlice, after each of which the waiter checks the abort word, the awaited peer's
-// liveness (Segment::PeerState) and its deadline. Any failure breaks the group for every member
-// (the abort word): a timed-out rank gets DEADLINE_EXCEEDED and its peers UNAVAILABLE naming it;
-// a dead or departed peer is UNAVAILABLE naming its rank, well before the timeout.
+// spun on briefly when the host has a core per rank (and recent spins paid off), then slept on
+// with FUTEX_WAIT in slices of at most kWaitSlice, after each of which the waiter checks the
+// abort word, the awaited peer's liveness (Segment::PeerState) and its deadline. Any failure
+// breaks the group for every member (the abort word): a timed-out rank gets DEADLINE_EXCEEDED
+// and its peers UNAVAILABLE naming it; a dead or departed peer is UNAVAILABLE naming its rank,
+// well before the timeout.
 // Thread-safety: as comm::Group; Abort() may be called from any thread.
 #ifndef LATCHKEY_WORKER_COMM_SHM_SHM_GROUP_H_
 #define LATCHKEY_WORKER_COMM_SHM_SHM_GROUP_H_
@@ -79,6 +80,7 @@ class ShmGroup final : public Group {
 
   std::unique_ptr<shm::Segment> seg_;
   bool spin_;
+  int spin_skip_ = 0;    // waits left before the next spin is tried (after one failed)
   uint32_t gen_ = 0;     // the last generation this rank arrived at
   absl::Status broken_;  // set once a collective failed: every later one fails the same way
 };
