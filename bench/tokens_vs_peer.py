@@ -85,6 +85,13 @@ def scrape(port):
     return coll, calls, step
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds of process `pid` so far (every thread)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def read_jsonl(path):
     try:
         with open(path) as f:
@@ -123,7 +130,7 @@ def run_latchkey(worker, p, steps, backend, tmp, timeout):
              "--port-file", os.path.join(d, "port-{rank}.json"), "--linger-seconds", "30"],
             env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, f"log-{r}"), "w")))
     deadline = time.monotonic() + timeout
-    ports, first = {}, {}
+    ports, first, cpu0 = {}, {}, 0.0
     try:
         while len(first) < TP or any(len(read_jsonl(os.path.join(d, f"steps-{r}.jsonl"))) < steps
                                      for r in range(TP)):
@@ -139,8 +146,11 @@ def run_latchkey(worker, p, steps, backend, tmp, timeout):
                 if r in ports and r not in first and read_jsonl(
                         os.path.join(d, f"steps-{r}.jsonl")):
                     first[r] = scrape(ports[r])  # right after the warm-up step's record
+                    if r == 0:
+                        cpu0 = cpu_seconds(procs[0].pid)
             time.sleep(0.02)
         last = {r: scrape(ports[r]) for r in range(TP)}
+        cpu = (cpu_seconds(procs[0].pid) - cpu0) / (steps - 1)
     finally:
         for q in procs:
             q.kill()
@@ -153,7 +163,7 @@ def run_latchkey(worker, p, steps, backend, tmp, timeout):
         share.append((coll, calls, step))
     recs = read_jsonl(os.path.join(d, "steps-0.jsonl"))
     shutil.rmtree(d, ignore_errors=True)
-    return recs, share
+    return recs, share, cpu
 
 
 def run_peer(p, steps, tmp, timeout):
@@ -164,7 +174,8 @@ def run_peer(p, steps, tmp, timeout):
     cmd += ["--jsonl", out]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     wait_all([proc], time.monotonic() + timeout, "peer")
-    return read_jsonl(out)
+    recs = read_jsonl(out)
+    return recs, statistics.mean(r["cpu_seconds"] for r in recs[1:steps])
 
 
 def fmt(values, spec="%.0f"):
@@ -205,20 +216,22 @@ def main(argv):
             tps = {s: [] for s, _ in sides}
             ratios = {s: [] for s, _ in sides if s != "peer"}
             shares = {s: [] for s, _ in sides if s != "peer"}
+            cpus = {s: [] for s, _ in sides}
             losses = {}
             for rep in range(repeats):
                 order = sides if rep % 2 == 0 else list(reversed(sides))
                 step_s = {}
                 for label, backend in order:
                     if backend is None:
-                        recs = run_peer(p, steps, tmp, a.timeout)
+                        recs, cpu = run_peer(p, steps, tmp, a.timeout)
                     else:
-                        recs, share = run_latchkey(backend[0], p, steps, backend[1], tmp,
+                        recs, share, cpu = run_latchkey(backend[0], p, steps, backend[1], tmp,
                                                    a.timeout)
                         shares[label].append(share)
                     measured = [r["step_seconds"] for r in recs[1:steps]]
                     step_s[label] = statistics.median(measured)
                     tps[label] += [r["tokens"] / s for r, s in zip(recs[1:steps], measured)]
+                    cpus[label].append(cpu)
                     losses.setdefault(label, [r["loss"] for r in recs[:steps]])
                     print(f"  {name} repeat {rep}: {label}: step s "
                           f"{', '.join('%.3f' % s for s in measured)}", flush=True)
@@ -226,7 +239,8 @@ def main(argv):
                     ratios[label].append(step_s["peer"] / step_s[label])
             for label, _ in sides:
                 tok_rows.append(f"| {name} | {label} | {fmt(tps[label])} | " + (
-                    fmt(ratios[label], "%.2f") if label in ratios else "1") + " |")
+                    fmt(ratios[label], "%.2f") if label in ratios else "1") +
+                    f" | {fmt(cpus[label], '%.2f')} |")
             for label, runs in shares.items():
                 coll = [c for run in runs for c, _, _ in run]
                 calls = [n for run in runs for _, n, _ in run]
@@ -244,7 +258,7 @@ def main(argv):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("\n| preset | side | tokens/s median (min-max) | vs peer, per repeat: median "
-          "(min-max) |\n|---|---|---|---|")
+          "(min-max) | rank-0 CPU s/step, per repeat (min-max) |\n|---|---|---|---|---|")
     print("\n".join(tok_rows))
     print("\n| preset | latchkey | step s (min-max) | collective s/step (min-max) | "
           "collectives/step | us per collective (min-max) | collective share % (min-max) |\n"

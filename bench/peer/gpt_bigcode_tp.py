@@ -23,7 +23,8 @@ Usage (Debian's interpreter: it sees python3-torch):
 Without RANK in the environment it starts --tp ranks of itself (torchrun-style RANK,
 WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), each with cores / ranks threads
 (intra-op, OpenMP and OpenBLAS), as latchkey's worker does. Every rank-0 step prints one JSON
-line: {"step", "loss", "grad_norm", "step_seconds", "tokens", "tokens_per_second"}.
+line: {"step", "loss", "grad_norm", "step_seconds", "cpu_seconds" (this process's user + system
+CPU time in the step, every thread), "tokens", "tokens_per_second"}.
 """
 
 import argparse
@@ -215,7 +216,7 @@ def run_rank(args):
     kv = slice(Hl * D, Hl * D + 2 * D)
     out = open(args.jsonl, "a") if args.jsonl and rank == 0 else None
     for step in range(args.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=False)
         loss_sum = 0.0
         for m in range(args.gas):
@@ -246,11 +247,11 @@ def run_rank(args):
         if args.clip > 0 and coef < 1.0:
             torch._foreach_mul_([p.grad for p in params], coef)
         opt.step()
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         if rank == 0:
             tokens = args.gas * args.mb * S
             line = json.dumps({"step": step, "loss": loss_sum / args.gas, "grad_norm": norm,
-                               "step_seconds": dt, "tokens": tokens,
+                               "step_seconds": dt, "cpu_seconds": cpu, "tokens": tokens,
                                "tokens_per_second": tokens / dt})
             print(line, flush=True)
             if out:

@@ -40,7 +40,9 @@ struct CopyToTp : public torch::autograd::Function<CopyToTp> {
     return x.view_as(x);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    at::Tensor g = grads[0].contiguous().clone();
+    // Reduced in place: the incoming gradient is the column-parallel matmul's input gradient, a
+    // tensor made for this edge alone (contiguous() copies only when it is not contiguous).
+    at::Tensor g = grads[0].contiguous();
     AllReduceInPlace(GroupFrom(ctx), g);
     return {g, at::Tensor()};
   }
@@ -50,8 +52,15 @@ struct CopyToTp : public torch::autograd::Function<CopyToTp> {
 struct ReduceFromTp : public torch::autograd::Function<ReduceFromTp> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, comm::Group* g,
                             const char* tag) {
-    (void)ctx;
-    at::Tensor out = x.contiguous().clone();
+    // x is the row-parallel matmul's fresh output, which nothing saved for backward: reduce it in
+    // place (marked dirty, so autograd moves its history here) unless it is a view or not
+    // contiguous, when a copy is reduced instead.
+    at::Tensor out = x;
+    if (x.is_contiguous() && !x.is_view()) {
+      ctx->mark_dirty({x});
+    } else {
+      out = x.contiguous().clone();
+    }
     AllReduceInPlace(g, out, tag);
     return out;
   }
@@ -102,9 +111,10 @@ at::Tensor GptBigCode::Dropout(const at::Tensor& x, double p, at::Generator& gen
   return x * keep / (1.0 - p);
 }
 
-const at::Tensor& GptBigCode::causal_mask(int64_t S) {
+const at::Tensor& GptBigCode::future_mask(int64_t S) {
   if (!mask_.defined() || mask_.size(0) != S) {
-    mask_ = at::ones({S, S}, at::TensorOptions().dtype(at::kBool).device(store_->device())).tril();
+    mask_ = at::ones({S, S}, at::TensorOptions().dtype(at::kBool).device(store_->device()))
+                .triu(/*diagonal=*/1);
   }
   return mask_;
 }
@@ -125,9 +135,9 @@ at::Tensor GptBigCode::Attention(const at::Tensor& qkv, int64_t B, int64_t S) {
     v = blocks.narrow(-1, 2 * D, D);
   }
   const double scale = cfg_.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
-  at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) * scale;  // [B,Hl,S,S]
-  scores = scores.to(at::kFloat)
-               .masked_fill(causal_mask(S).logical_not(), -std::numeric_limits<float>::infinity());
+  // The scaled scores are a fresh fp32 tensor that nothing saved for backward: masked in place.
+  at::Tensor scores = (at::matmul(q, k.transpose(-1, -2)) * scale).to(at::kFloat);  // [B,Hl,S,S]
+  scores.masked_fill_(future_mask(S), -std::numeric_limits<float>::infinity());
   at::Tensor probs = at::softmax(scores, -1).to(qkv.scalar_type());
   probs = Dropout(probs, cfg_.attn_pdrop, local_gen_);
   at::Tensor out = at::matmul(probs, v);  // [B,Hl,S,D]

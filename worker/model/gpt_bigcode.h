@@ -49,7 +49,7 @@ class GptBigCode {
  private:
   at::Tensor Dropout(const at::Tensor& x, double p, at::Generator& gen);
   at::Tensor Attention(const at::Tensor& qkv, int64_t B, int64_t S);
-  const at::Tensor& causal_mask(int64_t S);
+  const at::Tensor& future_mask(int64_t S);
 
   ModelConfig cfg_;
   ParamStore* store_;
@@ -59,7 +59,7 @@ class GptBigCode {
   const char* tag_ = nullptr;
   at::Generator replicated_gen_;
   at::Generator local_gen_;
-  at::Tensor mask_;  // [S, S] bool, lower triangular, cached for the last S
+  at::Tensor mask_;  // [S, S] bool, true above the diagonal (the future), cached for the last S
 };
 
 }  // namespace latchkey

@@ -2,11 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#ifdef __SSE2__
+#include <immintrin.h>
+#endif
+
 #include <cmath>
 #include <cstring>
 #include <string>
-
-#include "worker/train/flat_ops_device.h"
 
 namespace latchkey {
 namespace {
@@ -105,7 +107,28 @@ class CpuFlatOps final : public FlatOps {
     const float b1 = s.beta1;
     const float b2 = s.beta2;
     const int64_t n = p_t.numel();
-    for (int64_t i = 0; i < n; ++i) {
+    int64_t i = 0;
+#ifdef __SSE2__
+    // Four elements at a time, with exactly the scalar loop's operations in its order (SSE's
+    // mul, add, sub, div and sqrt round like the scalar ones, and nothing is fused), so the
+    // results are the same bytes.
+    const __m128 decay = _mm_set1_ps(s.decay), vb1 = _mm_set1_ps(b1), vb2 = _mm_set1_ps(b2);
+    const __m128 c1 = _mm_set1_ps(1.0f - b1), c2 = _mm_set1_ps(1.0f - b2);
+    const __m128 bc2 = _mm_set1_ps(s.bc2_sqrt), eps = _mm_set1_ps(s.eps);
+    const __m128 step = _mm_set1_ps(s.step_size);
+    for (; i + 4 <= n; i += 4) {
+      const __m128 gi = _mm_loadu_ps(g + i);
+      const __m128 pi = _mm_mul_ps(_mm_loadu_ps(p + i), decay);
+      const __m128 mi = _mm_add_ps(_mm_mul_ps(vb1, _mm_loadu_ps(m + i)), _mm_mul_ps(c1, gi));
+      const __m128 vi =
+          _mm_add_ps(_mm_mul_ps(vb2, _mm_loadu_ps(v + i)), _mm_mul_ps(_mm_mul_ps(c2, gi), gi));
+      const __m128 denom = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(vi), bc2), eps);
+      _mm_storeu_ps(m + i, mi);
+      _mm_storeu_ps(v + i, vi);
+      _mm_storeu_ps(p + i, _mm_sub_ps(pi, _mm_div_ps(_mm_mul_ps(step, mi), denom)));
+    }
+#endif
+    for (; i < n; ++i) {
       p[i] *= s.decay;
       m[i] = b1 * m[i] + (1.0f - b1) * g[i];
       v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
@@ -171,7 +194,8 @@ class CpuFlatOps final : public FlatOps {
 
 absl::StatusOr<std::unique_ptr<FlatOps>> MakeFlatOps(const c10::Device& device) {
   if (device.is_cpu()) return std::make_unique<CpuFlatOps>();
-  return MakeDeviceFlatOps(device);
+  return absl::UnimplementedError("no training kernels for device " + device.str() +
+                                  " in this build (cpu only)");
 }
 
 }  // namespace latchkey

@@ -117,6 +117,40 @@ TEST(FlatOps, SgdAndAdamWFollowTorchOptim) {
   EXPECT_THROW(ops->SgdStep(p.to(at::kDouble), g.to(at::kDouble), 0.1f), c10::Error);
 }
 
+// The contract's per-element fp32 sequence, one element at a time (the reference numerics).
+void ScalarAdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s) {
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] *= s.decay;
+    m[i] = s.beta1 * m[i] + (1.0f - s.beta1) * g[i];
+    v[i] = s.beta2 * v[i] + (1.0f - s.beta2) * g[i] * g[i];
+    const float denom = std::sqrt(v[i]) / s.bc2_sqrt + s.eps;
+    p[i] -= s.step_size * m[i] / denom;
+  }
+}
+
+TEST(FlatOps, AdamWIsTheScalarSequenceByteForByte) {
+  auto ops = Cpu();
+  const int64_t n = 1027;  // not a multiple of any vector width: the tail runs too
+  at::Tensor p = Randn(n, 20), m = at::zeros({n}), v = at::zeros({n});
+  at::Tensor pr = p.clone(), mr = m.clone(), vr = v.clone();
+  for (int t = 1; t <= 3; ++t) {
+    at::Tensor g = Randn(n, 20 + t) * (t == 2 ? 1e-20 : 1.0);  // tiny values: denormal v
+    AdamWScalars s;
+    s.beta1 = 0.9f;
+    s.beta2 = 0.999f;
+    s.eps = 1e-8f;
+    s.decay = 1.0f - 1e-3f * 0.01f;
+    s.step_size = static_cast<float>(1e-3 / (1.0 - std::pow(0.9, t)));
+    s.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(0.999, t)));
+    ops->AdamWStep(p, g, m, v, s);
+    ScalarAdamW(pr.data_ptr<float>(), g.data_ptr<float>(), mr.data_ptr<float>(),
+                vr.data_ptr<float>(), n, s);
+    ASSERT_TRUE(at::equal(p, pr)) << "step " << t;
+    ASSERT_TRUE(at::equal(m, mr)) << "step " << t;
+    ASSERT_TRUE(at::equal(v, vr)) << "step " << t;
+  }
+}
+
 TEST(FlatOps, CopyRoundsToBf16LikeTorch) {
   auto ops = Cpu();
   at::Tensor src = Randn(257, 4);

@@ -2,15 +2,23 @@
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <malloc.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <thread>
 
 namespace latchkey {
 
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 int ConfigureComputeThreads(int local_ranks) {
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
-  const int threads = std::max(1, cores / std::max(1, local_ranks));
+  const int threads = std::max(1, UsableCores() / std::max(1, local_ranks));
   at::set_num_threads(threads);
   // OpenBLAS starts one thread per core by default; there is no header for it in Debian's
   // runtime package, so find the symbol in the loaded BLAS if it is OpenBLAS.
@@ -18,6 +26,14 @@ int ConfigureComputeThreads(int local_ranks) {
   if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
     fn(threads);
   }
+  // Every micro-batch allocates and frees the same activations (libtorch's CPU allocator is
+  // malloc). glibc's defaults return a freed block above 128 KiB to the kernel (munmap, or a
+  // trim of the heap's top), so the next micro-batch page-faults the same memory in again,
+  // zeroed. Serve blocks up to 32 MiB (glibc's maximum) from the heap and never trim it: the
+  // heap stays at the step's peak, which the next step needs anyway.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 16 << 20);
   return threads;
 }
 
