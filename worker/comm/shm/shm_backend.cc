@@ -116,7 +116,7 @@ absl::StatusOr<std::shared_ptr<Group>> TryShmGroup(const RendezvousConfig& confi
     }
   }
   if (seg != nullptr) {
-    if (absl::Status st = seg->Attach(req.rank); !st.ok()) {
+    if (absl::Status st = seg->Attach(req.rank, config.rank); !st.ok()) {
       mapped = "0 " + std::string(st.message());
       seg.reset();
     }

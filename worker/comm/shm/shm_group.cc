@@ -70,8 +70,9 @@ void ShmGroup::SetAbort(uint32_t kind, int rank) {
 absl::Status ShmGroup::Aborted(uint32_t word) const {
   const uint32_t kind = word >> 16;
   const int r = static_cast<int>(word & 0xffff) - 1;
-  const std::string who =
-      "rank " + std::to_string(r) + " (pid " + std::to_string(seg_->control(r).pid) + ")";
+  const std::string who = "rank " + std::to_string(r) + " (job rank " +
+                          std::to_string(seg_->control(r).job_rank) + ", pid " +
+                          std::to_string(seg_->control(r).pid) + ")";
   switch (kind) {
     case shm::kAbortDied:
       return absl::UnavailableError(who + " died");

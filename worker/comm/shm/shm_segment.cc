@@ -121,9 +121,10 @@ void Segment::Unlink(const std::string& dir, const std::string& name) {
   unlink((dir + "/" + name).c_str());  // ENOENT: a peer unlinked it first
 }
 
-absl::Status Segment::Attach(int rank) {
+absl::Status Segment::Attach(int rank, int job_rank) {
   RankControl& c = control(rank);
   c.pid = static_cast<int32_t>(getpid());
+  c.job_rank = static_cast<int32_t>(job_rank);
   pthread_mutexattr_t attr;
   pthread_mutexattr_init(&attr);
   pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);

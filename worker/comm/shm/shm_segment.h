@@ -2,7 +2,7 @@
 // (/dev/shm), mapped by every rank of the group, laid out as
 //
 //   [header: magic, version, ranks, slot size, nonce, the abort word]          4 KiB
-//   [one control block per rank: arrival word, sleeper count, state, pid,
+//   [one control block per rank: arrival word, sleeper count, state, pid, job rank,
 //    a robust process-shared mutex the rank holds while it is attached]        64 B... per rank
 //   [data: 2 buffers x ranks x slot_bytes]
 //
@@ -71,8 +71,10 @@ struct alignas(64) RankControl {
   std::atomic<uint32_t> sleepers;
   std::atomic<uint32_t> state;  // RankState
   int32_t pid;
+  int32_t job_rank;       // the rank's rank in the job (RANK), for messages
   pthread_mutex_t alive;  // robust, process-shared; held while attached
 };
+static_assert(sizeof(RankControl) == 64, "one cache line per rank");
 
 class Segment {
  public:
@@ -90,9 +92,10 @@ class Segment {
   static void Unlink(const std::string& dir, const std::string& name);
   static size_t TotalBytes(int ranks, size_t slot_bytes);
 
-  // Makes this rank a member: records its pid, initialises and takes its liveness mutex, state
-  // kAttached. REQUIRES: called once, before any peer may look at this rank's block.
-  absl::Status Attach(int rank);
+  // Makes this rank (`job_rank` in the job) a member: records its pid, initialises and takes its
+  // liveness mutex, state kAttached. REQUIRES: called once, before any peer may look at this
+  // rank's block.
+  absl::Status Attach(int rank, int job_rank);
   // Detaches (state kLeft, every sleeper woken, the liveness mutex released) and unmaps.
   ~Segment();
   Segment(const Segment&) = delete;

@@ -504,7 +504,8 @@ TEST(ShmProcesses, PeerKilledMidCollectiveIsUnavailableAndLeavesNoSegment) {
     EXPECT_EQ(testing::WaitProcess(ranks.pids[r], std::chrono::seconds(60)), 5);
     const std::string text = testing::ReadText(ranks.logs[r]);
     EXPECT_NE(text.find("failed UNAVAILABLE"), std::string::npos) << text;
-    EXPECT_NE(text.find("rank 1 (pid " + std::to_string(ranks.pids[1]) + ")"), std::string::npos)
+    EXPECT_NE(text.find("rank 1 (job rank 1, pid " + std::to_string(ranks.pids[1]) + ")"),
+              std::string::npos)
         << text;
   }
   // Well within the collective's 30 s timeout.
