@@ -10,6 +10,8 @@
 #include <cstring>
 #include <string>
 
+#include "worker/train/flat_ops_device.h"
+
 namespace latchkey {
 namespace {
 
@@ -194,8 +196,7 @@ class CpuFlatOps final : public FlatOps {
 
 absl::StatusOr<std::unique_ptr<FlatOps>> MakeFlatOps(const c10::Device& device) {
   if (device.is_cpu()) return std::make_unique<CpuFlatOps>();
-  return absl::UnimplementedError("no training kernels for device " + device.str() +
-                                  " in this build (cpu only)");
+  return MakeDeviceFlatOps(device);
 }
 
 }  // namespace latchkey
