@@ -3,6 +3,10 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#if LATCHKEY_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -132,6 +136,11 @@ absl::Status ConnectNcclGroups(const RendezvousConfig& config, std::shared_ptr<S
                           "group '" + p.name + "': " + std::string(comm.status().message()));
     }
     auto group = std::make_shared<NcclGroup>(p.name, p.rank, p.size, *comm, device, g->stats);
+#if LATCHKEY_TORCH_CUDA
+    // The stream the model's kernels run on: torch's current stream of the device.
+    group->set_stream(
+        c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
+#endif
     if (p.name == "world") {
       g->world = group;
     } else if (p.name == "tp") {

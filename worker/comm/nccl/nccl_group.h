@@ -43,6 +43,7 @@ class NcclGroup final : public Group {
   ~NcclGroup() override;
 
   // The stream every collective is enqueued on and waited for (null: the legacy default stream).
+  // The backend sets torch's current stream of the device when the libtorch has CUDA.
   void set_stream(cudaStream_t stream) { stream_ = stream; }
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
