@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Every overlay of deploy/k8s renders with `kubectl kustomize`, every rendered object validates
+against the Kubernetes schemas offline (kubernetes-validate, strict: unknown fields refused),
+and the objects say what the deployment relies on: the workers are an Indexed Job of the spec's
+world size whose failure policy ignores exit 75 and disruptions and fails the job on the
+worker's own verdicts, checkpoints on a ReadWriteMany volume at an absolute path, the job id
+shared by the submit and the workers, the coordinator's database on a PVC, GPU limits and NCCL
+in the gpu overlay.
+
+Usage: k8s_render_test.py --deploy-dir deploy/k8s --venv DIR --requirements FILE
+The venv is made (Debian's python3, --system-site-packages) and the pinned requirements
+installed when missing; without network to do so, or without kubectl, the test skips (77)
+saying why."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import k8s_common as k  # noqa: E402
+
+K8S_VERSION = "1.32.0"  # the kubectl these machines have
+
+
+def ensure_venv(venv, requirements):
+    python = os.path.join(venv, "bin", "python")
+    stamp = os.path.join(venv, ".latchkey-requirements")
+    want = open(requirements).read()
+    if os.path.exists(stamp) and open(stamp).read() == want:
+        return python
+    if not os.path.exists(python):
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", venv],
+                       check=True)
+    r = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        "--no-input", "-r", requirements], capture_output=True, text=True,
+                       timeout=300)
+    if r.returncode != 0:
+        k.skip("cannot install kubernetes-validate into " + venv + " (no network to PyPI?): " +
+               r.stderr.strip()[-300:])
+    with open(stamp, "w") as f:
+        f.write(want)
+    return python
+
+
+def validate(python, objects, name):
+    """kubernetes-validate --strict on every object; returns the failures' lines."""
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"latchkey-k8s-{os.getpid()}-{name}.yaml")
+    with open(path, "w") as f:
+        f.write(k.yaml.safe_dump_all(objects))
+    r = subprocess.run([python, "-m", "kubernetes_validate", "-k", K8S_VERSION, "--strict",
+                        path], capture_output=True, text=True, timeout=300)
+    os.unlink(path)
+    passed = [line for line in r.stdout.splitlines() if " passed for resource " in line]
+    if r.returncode != 0 or len(passed) != len(objects):
+        return [f"{name}: kubernetes-validate exit {r.returncode}, {len(passed)} of "
+                f"{len(objects)} objects passed", r.stdout[-2000:], r.stderr[-2000:]]
+    return []
+
+
+def container(pod_spec, name, init=False):
+    for c in pod_spec.get("initContainers" if init else "containers", []):
+        if c["name"] == name:
+            return c
+    raise AssertionError(f"no container {name}")
+
+
+def check_objects(objects, overlay):
+    errors = []
+
+    def expect(cond, what):
+        if not cond:
+            errors.append(f"{overlay}: {what}")
+
+    cm = k.find(objects, "ConfigMap", "latchkey-job")
+    spec = json.loads(cm["data"]["spec.json"])
+    job_id = cm["data"]["job-id"]
+    lk = spec["latchkey"]
+    workers = k.find(objects, "Job", "latchkey-workers")["spec"]
+    expect(workers["completionMode"] == "Indexed", "workers are an Indexed Job")
+    expect(workers["completions"] == workers["parallelism"] == lk["world_size"],
+           "completions = parallelism = latchkey.world_size")
+    rules = workers["podFailurePolicy"]["rules"]
+    by_code = {}
+    for rule in rules:
+        for code in rule.get("onExitCodes", {}).get("values", []):
+            by_code[code] = rule["action"]
+    expect(by_code.get(75) == "Ignore", "exit 75 (restart me) is Ignore")
+    expect(by_code.get(1) == "FailJob" and by_code.get(2) == "FailJob",
+           "exits 1 and 2 fail the job")
+    expect(any(c.get("type") == "DisruptionTarget" and r["action"] == "Ignore"
+               for r in rules for c in r.get("onPodConditions", [])),
+           "disruptions are Ignore")
+    pod = workers["template"]["spec"]
+    expect(pod["restartPolicy"] == "Never", "podFailurePolicy needs restartPolicy Never")
+    worker = container(pod, "worker")
+    env = {e["name"]: e for e in worker["env"]}
+    expect(env["LATCHKEY_JOB_ID"]["valueFrom"]["configMapKeyRef"]["name"] == "latchkey-job",
+           "workers read the job id from the ConfigMap")
+    expect(env["LATCHKEY_JOIN_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "latchkey-join",
+           "workers read the join token from the Secret")
+    expect("RANK" not in env, "the rank is the completion index (no RANK)")
+    ckpt = lk["checkpoint"]["dir"]
+    expect(os.path.isabs(ckpt), "latchkey.checkpoint.dir is absolute")
+    expect(ckpt.endswith("/" + job_id), "the checkpoint folder is named after the job id")
+    mounts = {m["mountPath"]: m["name"] for m in worker["volumeMounts"]}
+    mount = next((p for p in mounts if ckpt.startswith(p.rstrip("/") + "/")), None)
+    expect(mount is not None, "the checkpoint folder lies on a worker volume")
+    if mount:
+        vol = next(v for v in pod["volumes"] if v["name"] == mounts[mount])
+        claim = k.find(objects, "PersistentVolumeClaim",
+                       vol["persistentVolumeClaim"]["claimName"])
+        expect(claim["spec"]["accessModes"] == ["ReadWriteMany"],
+               "checkpoints are on a ReadWriteMany claim")
+    probe = worker.get("readinessProbe", {}).get("httpGet", {})
+    expect(probe.get("path") == "/metrics", "the worker's readiness is its /metrics")
+    submit = container(pod, "submit", init=True)
+    expect(any("latchkey submit" in a for a in submit["args"]), "the init container submits")
+    sj = k.find(objects, "Job", "latchkey-submit")["spec"]["template"]["spec"]
+    sargs = " ".join(container(sj, "submit")["args"])
+    expect("--join-token-file" in sargs and "--watch" in sargs,
+           "the submit Job sends the token's hash and follows the job")
+    sts = k.find(objects, "StatefulSet", "latchkey-coordinator")["spec"]
+    expect([t["metadata"]["name"] for t in sts["volumeClaimTemplates"]] == ["data"],
+           "the coordinator's database is on its own claim")
+    coord = container(sts["template"]["spec"], "coordinator")
+    expect("--db=/var/lib/latchkey/coordinator.db" in coord["args"], "the db lies on the claim")
+    expect(all(p in coord for p in ("startupProbe", "readinessProbe", "livenessProbe")),
+           "the coordinator has startup, readiness and liveness probes")
+    svc = k.find(objects, "Service", "latchkey-coordinator")
+    expect(sorted(p["name"] for p in svc["spec"]["ports"]) == ["grpc", "http"],
+           "the Service has the gRPC and HTTP ports")
+    for name in ("latchkey-auth", "latchkey-join", "latchkey-tls"):
+        k.find(objects, "Secret", name)
+    gpu = worker["resources"].get("limits", {}).get("nvidia.com/gpu")
+    if overlay == "gpu":
+        expect(gpu == 1, "one nvidia.com/gpu per worker")
+        expect(lk.get("backend") == "nccl" and lk.get("device") == "cuda", "the spec is on NCCL")
+        expect(worker["image"].endswith(":cuda"), "the CUDA image")
+        expect("NCCL_SOCKET_IFNAME" in env, "NCCL settings in the environment")
+    else:
+        expect(gpu is None, "no GPU on the cpu overlay")
+        expect(lk.get("backend") == "gloo", "the cpu overlay trains on Gloo")
+        expect(worker["image"].endswith(":cpu"), "the CPU image")
+    return errors
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--deploy-dir", required=True)
+    ap.add_argument("--venv", required=True)
+    ap.add_argument("--requirements", required=True)
+    a = ap.parse_args()
+    k.kubectl()
+    overlays_dir = os.path.join(a.deploy_dir, "overlays")
+    overlays = sorted(os.listdir(overlays_dir))
+    if sorted(overlays) != ["cpu", "gpu"]:
+        print(f"FAIL: overlays are {overlays}, expected cpu and gpu")
+        return 1
+    python = ensure_venv(a.venv, a.requirements)
+    errors = []
+    for overlay in overlays:
+        objects = k.render(os.path.join(overlays_dir, overlay))
+        kinds = sorted(o["kind"] for o in objects)
+        print(f"{overlay}: rendered {len(objects)} objects: {', '.join(kinds)}")
+        errors += validate(python, objects, overlay)
+        errors += check_objects(objects, overlay)
+    for e in errors:
+        print("FAIL:", e)
+    if not errors:
+        print(f"every overlay renders and validates against Kubernetes {K8S_VERSION}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
