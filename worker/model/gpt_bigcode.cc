@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <mutex>
@@ -107,7 +108,10 @@ void GptBigCode::set_generator_states(const at::Tensor& replicated, const at::Te
 
 at::Tensor GptBigCode::Dropout(const at::Tensor& x, double p, at::Generator& gen) {
   if (!training_ || p <= 0.0) return x;
-  at::Tensor keep = at::empty_like(x).bernoulli_(1.0 - p, gen);
+  // The mask is drawn on the host from the CPU generator on every device (the same masks as
+  // on the CPU, one RNG rule), then copied to x's device.
+  at::Tensor keep = at::empty_like(x, x.options().device(at::kCPU)).bernoulli_(1.0 - p, gen);
+  if (!x.is_cpu()) keep = keep.to(x.device());
   return x * keep / (1.0 - p);
 }
 
@@ -135,6 +139,15 @@ at::Tensor GptBigCode::Attention(const at::Tensor& qkv, int64_t B, int64_t S) {
     v = blocks.narrow(-1, 2 * D, D);
   }
   const double scale = cfg_.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  // On cuda in bf16 without attention dropout: the fused scaled-dot-product attention (flash or
+  // memory-efficient kernels). The CPU and fp32 paths keep the explicit form below.
+  if (qkv.is_cuda() && qkv.scalar_type() == at::kBFloat16 && cfg_.attn_pdrop == 0.0) {
+    at::Tensor out = at::scaled_dot_product_attention(
+        q, k.expand({B, Hl, S, D}), v.expand({B, Hl, S, D}), {}, 0.0, /*is_causal=*/true, scale);
+    return out.transpose(1, 2).reshape({B, S, Hl * D});
+  }
+#endif
   // The scaled scores are a fresh fp32 tensor that nothing saved for backward: masked in place.
   at::Tensor scores = (at::matmul(q, k.transpose(-1, -2)) * scale).to(at::kFloat);  // [B,Hl,S,S]
   scores.masked_fill_(future_mask(S), -std::numeric_limits<float>::infinity());
