@@ -109,6 +109,11 @@ elif [ "$dry" = 1 ]; then
 else
   build="$out/build"
   torch_dir=$("$py" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+  # A pip CUDA PyTorch brings NCCL as site-packages/nvidia/nccl (headers and libnccl.so.2).
+  if [ -z "${NCCL_ROOT:-}" ]; then
+    NCCL_ROOT=$("$py" -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+    export NCCL_ROOT
+  fi
   secs=$(run_stage build 240 bash -c "
     cmake -S '$root' -B '$build' -G \$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles') \
       -DCMAKE_BUILD_TYPE=Release -DLATCHKEY_CORE_ONLY=ON -DLATCHKEY_CUDA=ON \
