@@ -5,12 +5,13 @@
 # `latchkey submit --job-id --join-token-file` run a job with checkpoints to success, and the
 # image's HEALTHCHECK command passes against the coordinator and a worker.
 #
-# Usage: scripts/image.sh [--fast] [--ref GIT_REF] [--tag TAG] [--no-smoke]
+# Usage: scripts/image.sh [--fast] [--ref GIT_REF] [--tag TAG] [--no-smoke | --smoke-only]
 #   (default)  the full multi-stage build: the project is compiled inside the build stage
 #   --fast     copy this checkout's binaries (LATCHKEY_BUILD_DIR, default build/; built without
 #              CUDA) into the runtime stage instead (target runtime-prebuilt)
 #   --ref REF  build from the files of a git commit instead of the working tree
 #   --tag TAG  the image's name (default localhost/latchkey:cpu)
+#   --smoke-only  no build: smoke-test the image TAG as it is
 # Needs root (podman, buildah and debootstrap are installed with apt when missing; the Debian 12
 # base is bootstrapped once and tagged docker.io/library/debian:bookworm-slim, so the
 # Dockerfile's FROM resolves without a registry).
@@ -27,13 +28,16 @@ fast=0
 ref=""
 tag=localhost/latchkey:cpu
 smoke=1
+build_image=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --fast) fast=1 ;;
     --ref) ref=$2; shift ;;
     --tag) tag=$2; shift ;;
     --no-smoke) smoke=0 ;;
-    *) echo "usage: scripts/image.sh [--fast] [--ref GIT_REF] [--tag TAG] [--no-smoke]" >&2; exit 2 ;;
+    --smoke-only) build_image=0 ;;
+    *) echo "usage: scripts/image.sh [--fast] [--ref GIT_REF] [--tag TAG] [--no-smoke | --smoke-only]" >&2
+       exit 2 ;;
   esac
   shift
 done
@@ -63,7 +67,6 @@ if ! podman image exists "$base"; then
   say "base image ready in $(( $(now) - t0 )) s"
 fi
 
-# --- the build context --------------------------------------------------------------------
 context=$root
 tmp_context=""
 ctr=""
@@ -72,6 +75,10 @@ finish() {
   if [ -n "$tmp_context" ]; then rm -rf "$tmp_context"; fi
 }
 trap finish EXIT
+target=runtime
+build_s=0
+if [ "$build_image" = 1 ]; then
+# --- the build context --------------------------------------------------------------------
 if [ -n "$ref" ]; then
   context=$(mktemp -d /tmp/latchkey-context.XXXXXX)
   tmp_context=$context
@@ -81,7 +88,6 @@ fi
 prebuilt=$context/docker/.prebuilt
 rm -rf "$prebuilt"
 mkdir -p "$prebuilt/bin"
-target=runtime
 if [ "$fast" = 1 ]; then
   build=${LATCHKEY_BUILD_DIR:-$root/build}
   bins=("$build/server/latchkey-coordinator" "$build/worker/latchkey-worker" "$build/client/latchkey")
@@ -105,6 +111,7 @@ podman build --pull=never --isolation chroot --network host --format docker \
   --target "$target" --build-arg JOBS="${LATCHKEY_IMAGE_JOBS:-2}" -t "$tag" "$context"
 build_s=$(( $(now) - t0 ))
 rm -rf "$prebuilt"
+fi
 size=$(podman image inspect --format '{{.Size}}' "$tag")
 health=$(podman image inspect --format '{{json .Config.Healthcheck}}' "$tag")
 case "$health" in *healthcheck.sh*) ;; *) say "the image has no HEALTHCHECK: $health"; exit 1 ;; esac
@@ -151,6 +158,7 @@ for r in 0 1; do
 done
 for i in \$(seq 1 300); do [ -s /run/latchkey/worker-1.json ] && break; sleep 0.2; done
 LATCHKEY_PORT_FILE=/run/latchkey/worker-1.json healthcheck.sh
+grep -Eq '\"rank\":1[,}]' /run/latchkey/worker-1.json || { echo 'smoke: worker 1 is not rank 1'; exit 1; }
 echo 'smoke: the health check passes for the coordinator and a worker'
 # The same submit again: the same job, followed to its end (exit 0 when it succeeded).
 latchkey submit spec.json --join-token-file join-token --watch --watch-timeout 300 | tail -3
