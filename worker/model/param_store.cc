@@ -1,6 +1,7 @@
 #include "worker/model/param_store.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not via ATen.h in torch 2.x)
 
 #include <cmath>
 #include <cstdlib>

@@ -1,6 +1,7 @@
 #include "worker/train/engine.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not via ATen.h in torch 2.x)
 
 #include <algorithm>
 #include <chrono>

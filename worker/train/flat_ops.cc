@@ -1,6 +1,7 @@
 #include "worker/train/flat_ops.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not via ATen.h in torch 2.x)
 
 #ifdef __SSE2__
 #include <immintrin.h>

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not via ATen.h in torch 2.x)
 
 #include <string>
 
