@@ -16,12 +16,16 @@
 # base is bootstrapped once and tagged docker.io/library/debian:bookworm-slim, so the
 # Dockerfile's FROM resolves without a registry).
 #
-# Measured on a 2-core machine shared with other builds (Debian 12, podman 4.3):
-#   base bootstrap (once)      ~3 min
-#   --fast build + smoke test  ~2-3 min (apt installs the runtime packages; binaries copied)
-#   full build + smoke test    ~35-50 min (apt installs the dev packages, then the compile on 2
-#                              cores); CI does not run this script
-#   image size                 ~1.2 GB (libtorch and its dependencies are most of it)
+# Measured on a 2-core machine shared with other builds and tests (Debian 12, podman 4.3):
+#   base bootstrap (once)             3 min (debootstrap minbase + podman import)
+#   --fast, new binaries              2.5 min build (package list, apt of ~250 runtime packages)
+#                                     + 25 s smoke test; 35 s in all when the layers are cached
+#   full multi-stage build            51 min (apt of the dev packages, then the compile on 2
+#                                     cores under load, niced) + 10 s smoke test
+#   image size                        1.18 GB both ways (Debian's libtorch 1.13 and the OpenCV,
+#                                     FFmpeg and GDAL libraries it links are most of it); the
+#                                     build stage 2.2 GB
+# CI does not run this script.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 fast=0
