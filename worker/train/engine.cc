@@ -90,8 +90,7 @@ class EngineImpl final : public Engine {
     auto layout = BuildTpLayout(spec_.model, g_->tp, g_->tp_rank);
     if (!layout.ok()) return layout.status();
     device_ = TorchDevice(opts_.device);
-    if (device_.is_cuda()) {
-      // TF32 off unless latchkey.tf32: fp32 matmuls and convolutions stay exact fp32.
+    if (device_.is_cuda()) {  // TF32 only with latchkey.tf32: fp32 stays exact fp32 otherwise
       at::globalContext().setAllowTF32CuBLAS(spec_.tf32);
       at::globalContext().setAllowTF32CuDNN(spec_.tf32);
     }
