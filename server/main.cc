@@ -81,8 +81,11 @@ int main(int argc, char** argv) {
   int max_message_mib = 1;
   app.add_option("--listen", listen, "gRPC address HOST:PORT (port 0: any free port)")
       ->check(latchkey::cli::HostPort())
+      ->envname("LATCHKEY_LISTEN")
       ->capture_default_str();
-  app.add_option("--db", db, "SQLite database file (created if missing)")->required();
+  app.add_option("--db", db, "SQLite database file (created if missing)")
+      ->envname("LATCHKEY_DB")
+      ->required();
   app.add_option("--db-sync", db_sync,
                  "normal: survives a process crash; full: also power loss (fsync per commit)")
       ->check(CLI::IsMember({"normal", "full"}))
@@ -90,8 +93,10 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-port", metrics_port,
                  "Prometheus /metrics port (0: any free port, -1: off)")
       ->check(latchkey::cli::Port(-1))
+      ->envname("LATCHKEY_METRICS_PORT")
       ->capture_default_str();
   app.add_option("--metrics-host", metrics_host, "address the metrics endpoint binds")
+      ->envname("LATCHKEY_METRICS_HOST")
       ->capture_default_str();
   app.add_option("--latch-lookahead", lookahead,
                  "windows published beyond the slowest rank's current one")
@@ -112,12 +117,16 @@ int main(int argc, char** argv) {
   app.add_option("--shutdown-grace", grace_s, "seconds in-flight calls get on SIGTERM")
       ->check(latchkey::cli::NonNegative())
       ->capture_default_str();
-  app.add_option("--tls-cert", tls_cert, "PEM certificate (chain) the gRPC port serves TLS with");
-  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
+  app.add_option("--tls-cert", tls_cert, "PEM certificate (chain) the gRPC port serves TLS with")
+      ->envname("LATCHKEY_SERVER_TLS_CERT");
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert")
+      ->envname("LATCHKEY_SERVER_TLS_KEY");
   app.add_option("--tls-client-ca", tls_client_ca,
-                 "PEM CA: require and verify a client certificate signed by it (mTLS)");
+                 "PEM CA: require and verify a client certificate signed by it (mTLS)")
+      ->envname("LATCHKEY_SERVER_TLS_CLIENT_CA");
   app.add_option("--auth-tokens", auth_tokens,
-                 "role tokens, lines `ROLE NAME SHA256HEX` (docs/protocol.md, Security)");
+                 "role tokens, lines `ROLE NAME SHA256HEX` (docs/protocol.md, Security)")
+      ->envname("LATCHKEY_AUTH_TOKENS");
   app.add_flag("--allow-unauthenticated", allow_unauthenticated,
                "serve a non-loopback --listen without --auth-tokens");
   app.add_option("--max-calls-per-peer", max_calls_per_peer,

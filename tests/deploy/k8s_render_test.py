@@ -124,7 +124,11 @@ def check_objects(objects, overlay):
     expect([t["metadata"]["name"] for t in sts["volumeClaimTemplates"]] == ["data"],
            "the coordinator's database is on its own claim")
     coord = container(sts["template"]["spec"], "coordinator")
-    expect("--db=/var/lib/latchkey/coordinator.db" in coord["args"], "the db lies on the claim")
+    cenv = {e["name"]: e.get("value") for e in coord.get("env", [])}
+    expect(cenv.get("LATCHKEY_DB") == "/var/lib/latchkey/coordinator.db",
+           "the db lies on the claim")
+    expect(cenv.get("LATCHKEY_AUTH_TOKENS", "").startswith("/etc/latchkey/auth/"),
+           "the coordinator reads the auth tokens Secret")
     expect(all(p in coord for p in ("startupProbe", "readinessProbe", "livenessProbe")),
            "the coordinator has startup, readiness and liveness probes")
     svc = k.find(objects, "Service", "latchkey-coordinator")
