@@ -1,7 +1,6 @@
 #include "client/credentials.h"
 
 #include <fcntl.h>
-#include <openssl/sha.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -109,12 +108,6 @@ absl::StatusOr<std::string> RandomHexToken(int bytes) {
     return absl::InternalError("cannot read /dev/urandom");
   }
   return Hex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
-}
-
-std::string Sha256HexOf(const std::string& data) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
-  return Hex(digest, sizeof(digest));
 }
 
 absl::Status WritePrivateFile(const std::string& path, const std::string& text) {

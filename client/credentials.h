@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/sha256.h"
 
 namespace latchkey {
 
@@ -37,9 +38,6 @@ absl::Status SaveCredentials(const std::string& path, const std::string& address
 
 // `bytes` random bytes from /dev/urandom, in lowercase hex.
 absl::StatusOr<std::string> RandomHexToken(int bytes = 32);
-
-// SHA-256 of `data`, lowercase hex.
-std::string Sha256HexOf(const std::string& data);
 
 // Writes `text` to `path` with mode 0600 (created so, never readable by others in between).
 absl::Status WritePrivateFile(const std::string& path, const std::string& text);

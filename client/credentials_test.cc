@@ -92,7 +92,7 @@ TEST(Credentials, TokensAreRandomHexAndHashesAreSha256) {
   EXPECT_EQ(a->size(), 64u);
   EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos);
   EXPECT_NE(*a, *b);
-  EXPECT_EQ(Sha256HexOf("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 TEST(Credentials, WritePrivateFileTightensAnExistingFile) {

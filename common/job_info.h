@@ -90,10 +90,10 @@ struct JobSubmission {
   std::string spec_json;
   // Folder that relative paths in the spec resolve against on the workers; empty: their cwd.
   std::string base_dir;
-  std::string rendezvous_host;    // empty: the host rank 0 advertises
-  int rendezvous_port = 0;        // 0: one from the coordinator's range
-  std::string job_id;             // empty: the coordinator assigns one (job-NNNNNN)
-  std::string join_token_sha256;  // empty: the coordinator draws the token and returns it
+  std::string rendezvous_host;      // empty: the host rank 0 advertises
+  int rendezvous_port = 0;          // 0: one from the coordinator's range
+  std::string job_id{};             // empty: the coordinator assigns one (job-NNNNNN)
+  std::string join_token_sha256{};  // empty: the coordinator draws the token and returns it
 };
 
 // SubmitJob's answer.

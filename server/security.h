@@ -17,11 +17,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/sha256.h"
 
 namespace latchkey {
-
-// Lower-case hex SHA-256 of `data`.
-std::string Sha256Hex(absl::string_view data);
 
 // Equal without an early exit, so the time taken does not reveal a matching prefix.
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);

@@ -146,7 +146,7 @@ void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
         *exit_code = kUsage;
         return;
       }
-      submission.join_token_sha256 = Sha256HexOf(*token);
+      submission.join_token_sha256 = Sha256Hex(*token);
     }
     JobClient client(ctx.client_options());
     auto resp = client.SubmitJob(submission);

@@ -167,7 +167,7 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   if (!admin_token.ok()) return Fail(admin_token.status());
   if (absl::Status st = WritePrivateFile(
           run + "/auth-tokens", "# written by latchkey up: ROLE NAME SHA256HEX\nadmin up " +
-                                    Sha256HexOf(*admin_token) + "\n");
+                                    Sha256Hex(*admin_token) + "\n");
       !st.ok()) {
     return Fail(st);
   }
@@ -241,8 +241,9 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   }
   // The watch waits out a restart of the coordinator.
   ctx.watch_reconnect_s = 60;
-  std::printf("coordinator  %s  (metrics http://127.0.0.1:%d/metrics, db %s/coordinator.db)\n",
-              ctx.coordinator.c_str(), metrics_port, run.c_str());
+  // Under --tls the coordinator's HTTP port serves HTTPS with the same certificate.
+  std::printf("coordinator  %s  (metrics %s://127.0.0.1:%d/metrics, db %s/coordinator.db)\n",
+              ctx.coordinator.c_str(), o.tls ? "https" : "http", metrics_port, run.c_str());
   std::printf("auth         admin token in %s/credentials.json (and the credentials file)\n",
               run.c_str());
 

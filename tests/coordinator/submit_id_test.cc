@@ -38,7 +38,7 @@ class SubmitIdTest : public CoordinatorRpcTest {
 };
 
 TEST_F(SubmitIdTest, ChosenIdAndTokenHashAreIdempotentForTheSameSpec) {
-  const std::string hash = Sha256HexOf(kToken);
+  const std::string hash = Sha256Hex(kToken);
   v1::SubmitJobResponse first;
   ASSERT_TRUE(SubmitAs("train-7b", hash, &first).ok());
   EXPECT_EQ(first.job_id(), "train-7b");
@@ -77,7 +77,7 @@ TEST_F(SubmitIdTest, ChosenIdAndTokenHashAreIdempotentForTheSameSpec) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_NE(st.error_message().find("job_id: 'train-7b'"), std::string::npos) << st.error_message();
   EXPECT_NE(st.error_message().find("spec_json"), std::string::npos) << st.error_message();
-  st = SubmitAs("train-7b", Sha256HexOf("another-token"), &again);
+  st = SubmitAs("train-7b", Sha256Hex("another-token"), &again);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_NE(st.error_message().find("join_token_sha256"), std::string::npos) << st.error_message();
   EXPECT_EQ(JobCount(), 1);
@@ -97,7 +97,7 @@ TEST_F(SubmitIdTest, ChosenIdAndTokenHashAreIdempotentForTheSameSpec) {
 }
 
 TEST_F(SubmitIdTest, BadIdsAndHashesAreRefusedNamingTheField) {
-  const std::string hash = Sha256HexOf(kToken);
+  const std::string hash = Sha256Hex(kToken);
   v1::SubmitJobResponse resp;
   for (const std::string& id : std::vector<std::string>{
            "Train", "-train", "train-", "train_7b", "a.b", "job-000001", std::string(64, 'a')}) {
@@ -143,12 +143,12 @@ TEST(SubmitIdCliTest, SubmitWithJobIdAndTokenFileSurvivesARestart) {
     EXPECT_EQ(r.output.find("join_token:"), std::string::npos) << r.output;  // never shown
     // --join-token-sha256 names the same token; --json shows already_submitted.
     r = cli(proc, {"--json", "submit", spec, "--job-id", "deploy-1", "--join-token-sha256",
-                   Sha256HexOf(kToken)});
+                   Sha256Hex(kToken)});
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("\"already_submitted\":true"), std::string::npos) << r.output;
     // Both token flags at once: a usage error.
     r = cli(proc, {"submit", spec, "--job-id", "deploy-1", "--join-token-file", token_file,
-                   "--join-token-sha256", Sha256HexOf(kToken)});
+                   "--join-token-sha256", Sha256Hex(kToken)});
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_EQ(proc.Terminate(), 0);
   }

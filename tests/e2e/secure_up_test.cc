@@ -39,8 +39,8 @@ int Mode(const std::string& path) {
 class SecureCoordinator {
  public:
   SecureCoordinator(const std::string& dir, const std::vector<std::string>& extra) {
-    std::ofstream(dir + "/auth-tokens") << "# test tokens\nadmin ops " << Sha256HexOf(kAdminToken)
-                                        << "\nread viewer " << Sha256HexOf(kReadToken) << "\n";
+    std::ofstream(dir + "/auth-tokens") << "# test tokens\nadmin ops " << Sha256Hex(kAdminToken)
+                                        << "\nread viewer " << Sha256Hex(kReadToken) << "\n";
     std::vector<std::string> args = {LATCHKEY_COORDINATOR_BIN,
                                      "--listen",
                                      "127.0.0.1:0",
@@ -291,7 +291,7 @@ void RunSecureUp(bool tls) {
   EXPECT_EQ(Mode(dir + "/run/auth-tokens"), 0600);
   EXPECT_EQ(Mode(dir + "/run/credentials.json"), 0600);
   const std::string tokens = ReadText(dir + "/run/auth-tokens");
-  EXPECT_NE(tokens.find("admin up " + Sha256HexOf(token)), std::string::npos) << tokens;
+  EXPECT_NE(tokens.find("admin up " + Sha256Hex(token)), std::string::npos) << tokens;
   EXPECT_EQ(tokens.find(token), std::string::npos) << "raw token in auth-tokens";
   EXPECT_NE(ReadText(dir + "/run/credentials.json").find(token), std::string::npos);
   EXPECT_EQ((*entry)->tls_ca, tls ? dir + "/run/tls/ca.pem" : "");

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/job_spec.h"
+#include "common/sha256.h"
 #include "worker/checkpoint/safetensors.h"
 
 namespace latchkey {
@@ -63,7 +64,6 @@ struct CheckpointCommit {
   double blocked_seconds = 0;   // training time it blocked on this rank
 };
 
-std::string Sha256Hex(absl::string_view data);
 std::string CheckpointStepDirName(int64_t step);                   // "step-00000011"
 std::string CheckpointTempDirName(int64_t step, int64_t attempt);  // ".step-00000011.a2.tmp"
 std::string CheckpointRankFileName(int rank);                      // "rank-00001.safetensors"
