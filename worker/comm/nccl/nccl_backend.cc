@@ -119,6 +119,19 @@ absl::Status ConnectNcclGroups(const RendezvousConfig& config, std::shared_ptr<S
     p.id = *std::move(id);
     digests += (digests.empty() ? "" : ", ") + p.name + " sha256 " + Sha256Hex(p.id).substr(0, 16);
   }
+  // Rank 0 hosts the TCP store: it goes on (and may fail and take the store with it) only once
+  // every rank has read every id it needs.
+  {
+    PrefixStore world(config.prefix + "/world", store);
+    if (absl::Status st = world.Set("nccl/exchanged/" + std::to_string(g->rank), {1}); !st.ok()) {
+      return st;
+    }
+    if (g->rank == 0) {
+      std::vector<std::string> keys;
+      for (int r = 0; r < g->world_size; ++r) keys.push_back("nccl/exchanged/" + std::to_string(r));
+      if (absl::Status st = world.Wait(keys, config.rendezvous_timeout); !st.ok()) return st;
+    }
+  }
   int device = -1;
   absl::StatusOr<int> count = CudaDeviceCount();
   if (count.ok() && cudaGetDevice(&device) != cudaSuccess) {

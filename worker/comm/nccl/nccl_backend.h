@@ -7,9 +7,10 @@
 // store under the group's key prefix (standalone: the TCP store rank 0 hosts; under a
 // coordinator: the attempt's rendezvous, JOB/aN, that the coordinator hands out); every rank
 // reads it and publishes the SHA-256 of what it got, and checks that every rank's digest is its
-// own. Only then is the CUDA device checked (FAILED_PRECONDITION naming it and the CUDA
-// runtime's error, the ids' digests included) and the communicators initialized (nonblocking,
-// within the rendezvous timeout, aborted past it).
+// own; rank 0, which hosts the TCP store, waits until every rank has. Only then is the CUDA
+// device checked (FAILED_PRECONDITION naming it and the CUDA runtime's error, the ids' digests
+// included) and the communicators initialized (nonblocking, within the rendezvous timeout,
+// aborted past it).
 // Without LATCHKEY_CUDA, ConnectNcclGroups is UNIMPLEMENTED naming the build option.
 #ifndef LATCHKEY_WORKER_COMM_NCCL_NCCL_BACKEND_H_
 #define LATCHKEY_WORKER_COMM_NCCL_NCCL_BACKEND_H_
