@@ -20,8 +20,9 @@
 #   base bootstrap (once)             3 min (debootstrap minbase + podman import)
 #   --fast, new binaries              2.5 min build (package list, apt of ~250 runtime packages)
 #                                     + 25 s smoke test; 35 s in all when the layers are cached
-#   full multi-stage build            51 min (apt of the dev packages, then the compile on 2
-#                                     cores under load, niced) + 10 s smoke test
+#   full multi-stage build            51 min cold (apt of the dev packages, then the compile
+#                                     on 2 cores under heavy load, niced), 23 min with the
+#                                     dev-package layer cached (--ref HEAD); + 10 s smoke test
 #   image size                        1.18 GB both ways (Debian's libtorch 1.13 and the OpenCV,
 #                                     FFmpeg and GDAL libraries it links are most of it); the
 #                                     build stage 2.2 GB
