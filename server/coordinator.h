@@ -256,8 +256,10 @@ class Coordinator {
   // `position`: where the rank is (the hang detector's input); none from an older client.
   absl::StatusOr<WorkerStatus> Heartbeat(const WorkerCall& call,
                                          const std::optional<RankPosition>& position = {});
-  // The job recovers (up to max_restarts) or fails, naming the rank and `message`.
-  absl::StatusOr<WorkerStatus> ReportFailure(const WorkerCall& call, const std::string& message);
+  // The job recovers (up to max_restarts) or fails, naming the rank and `message`; a
+  // `permanent` failure (a configuration error) fails it at once.
+  absl::StatusOr<WorkerStatus> ReportFailure(const WorkerCall& call, const std::string& message,
+                                             bool permanent = false);
   // A committed checkpoint after `report.step`: persisted with a "checkpoint" event; the job's
   // last_checkpoint_step is the newest one. Repeating a report changes nothing.
   absl::StatusOr<WorkerStatus> ReportCheckpoint(const WorkerCall& call,

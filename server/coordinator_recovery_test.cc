@@ -230,6 +230,22 @@ TEST(CoordinatorRecoveryTest, NoRestartsFailsAtOnce) {
   EXPECT_EQ(end->reason, "rank 0 (worker w0): oom");
 }
 
+TEST(CoordinatorRecoveryTest, APermanentFailureFailsAtOnceWithRestartsLeft) {
+  auto c = Make();
+  auto job = *c->SubmitJob({Spec(), "", "", 0});  // max_restarts 3
+  auto calls = JoinAll(*c, job, 2);
+  auto end = c->ReportFailure(calls[1], "latchkey.device: \"cuda\": no CUDA device cuda:1",
+                              /*permanent=*/true);
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->state, JobState::kFailed);
+  EXPECT_EQ(end->attempt, 1);
+  EXPECT_EQ(end->reason,
+            "rank 1 (worker w1): latchkey.device: \"cuda\": no CUDA device cuda:1 (a "
+            "configuration error: not retried)");
+  const JobView view = *c->GetJob(job.job.record.job_id, false);
+  EXPECT_EQ(view.record.restarts, 0);
+}
+
 // Heartbeats with positions every second; rank `silent` stops after its first one.
 TEST(CoordinatorRecoveryTest, StallVerdictNamesTheSilentRankAndStartsARecovery) {
   ManualClock clock;

@@ -252,13 +252,21 @@ absl::StatusOr<WorkerStatus> Coordinator::Heartbeat(const WorkerCall& call,
 }
 
 absl::StatusOr<WorkerStatus> Coordinator::ReportFailure(const WorkerCall& call,
-                                                        const std::string& message) {
+                                                        const std::string& message,
+                                                        bool permanent) {
   absl::MutexLock lock(&mu_);
   LK_ASSIGN_OR_RETURN(Job * j, FindForWorker(call, /*check_rank=*/true));
   if (!IsTerminal(j->rec.state)) {
-    LK_RETURN_IF_ERROR(FailOrRecover(*j, call.rank, WorkerState::kFailed,
-                                     absl::StrCat("rank ", call.rank, " (worker ", call.worker_id,
-                                                  "): ", message.empty() ? "failed" : message)));
+    const std::string cause = absl::StrCat("rank ", call.rank, " (worker ", call.worker_id,
+                                           "): ", message.empty() ? "failed" : message);
+    if (permanent) {
+      LK_RETURN_IF_ERROR(SetWorkerState(*j, call.rank, WorkerState::kFailed));
+      LK_RETURN_IF_ERROR(EndJob(*j, JobState::kFailed,
+                                cause + " (a configuration error: not retried)",
+                                WorkerState::kDone));
+    } else {
+      LK_RETURN_IF_ERROR(FailOrRecover(*j, call.rank, WorkerState::kFailed, cause));
+    }
   }
   return WorkerStatus{j->rec.state, j->rec.failure_reason, false, j->rec.attempt};
 }

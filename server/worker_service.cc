@@ -323,7 +323,8 @@ grpc::Status WorkerServiceImpl::DoReportFailure(const v1::ReportFailureRequest& 
   WorkerCall call;
   grpc::Status st = ToCall(req->identity(), req->rank(), &call);
   if (!st.ok()) return st;
-  auto out = core_->ReportFailure(call, req->message().substr(0, kMaxFailureBytes));
+  auto out =
+      core_->ReportFailure(call, req->message().substr(0, kMaxFailureBytes), req->permanent());
   if (!out.ok()) return ToGrpcStatus(out.status());
   resp->set_state(ToProto(out->state));
   resp->set_attempt(out->attempt);

@@ -32,7 +32,7 @@ nlohmann::json CudaSpec(int tp) {
   p.tp = tp;
   p.world_size = kWorld;
   p.steps = 2;
-  p.extra_latchkey = {{"device", "cuda"}, {"max_restarts", 0}};
+  p.extra_latchkey = {{"device", "cuda"}};  // the default latchkey.max_restarts (3)
   return SpecObject(p);
 }
 
@@ -85,12 +85,14 @@ TEST_F(NoGpu, StandaloneUniqueIdTravelsThroughTheStoreToEveryRank) {
   }
 }
 
-// `latchkey up` of CudaSpec in `dir`; returns its exit code, `log` gets its output.
-int Up(const std::string& dir, std::string* log) {
+// `latchkey up` of CudaSpec in `dir` (`no_restarts`: with --max-restarts 0); returns its exit
+// code, `log` gets its output.
+int Up(const std::string& dir, std::string* log, bool no_restarts) {
   std::ofstream(dir + "/spec.json") << CudaSpec(2).dump(2);
-  const int pid = StartProcess({LATCHKEY_CLI_BIN, "up", "--spec", dir + "/spec.json", "--run-dir",
-                                dir + "/run", "--max-restarts", "0"},
-                               {}, dir + "/up.log");
+  std::vector<std::string> args = {LATCHKEY_CLI_BIN,   "up",        "--spec",
+                                   dir + "/spec.json", "--run-dir", dir + "/run"};
+  if (no_restarts) args.insert(args.end(), {"--max-restarts", "0"});
+  const int pid = StartProcess(args, {}, dir + "/up.log");
   const int code = WaitProcess(pid, std::chrono::seconds(120));
   *log = ReadText(dir + "/up.log");
   return code;
@@ -106,12 +108,15 @@ TEST_F(NoGpu, CoordinatorJobFailsWithTheMissingDevice) {
   const ScopedTempDir dir("no-gpu-up");
   const auto start = Clock::now();
   std::string log;
-  const int code = Up(dir.path(), &log);
+  // The spec allows 3 restarts: a missing device is a configuration error, never retried.
+  const int code = Up(dir.path(), &log, /*no_restarts=*/false);
   EXPECT_EQ(code, 10) << "expected exit 10 (job failed)\n" << log;
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(30)) << log;
   const std::string reason = FailedReason(log);
   EXPECT_NE(reason.find("latchkey.device: \"cuda\": no CUDA device cuda:"), std::string::npos)
       << log;
+  EXPECT_NE(reason.find("(a configuration error: not retried)"), std::string::npos) << log;
+  EXPECT_EQ(log.find("recovery attempt"), std::string::npos) << log;
   // Each rank names its own device, or (joining after the job already failed) the one that
   // failed it.
   for (int r = 0; r < kWorld; ++r) {
@@ -128,7 +133,7 @@ TEST_F(NoGpu, CoordinatorRendezvousCarriesTheSameUniqueIdToEveryRank) {
   setenv("LATCHKEY_TEST_SKIP_DEVICE_CHECK", "1", 1);
   const ScopedTempDir dir("no-gpu-up-id");
   std::string log;
-  const int code = Up(dir.path(), &log);
+  const int code = Up(dir.path(), &log, /*no_restarts=*/true);
   EXPECT_EQ(code, 10) << log;
   EXPECT_NE(FailedReason(log).find("no CUDA device for this rank"), std::string::npos) << log;
   std::string digest;

@@ -70,10 +70,28 @@ absl::Status CoordinatorLatchSource::StepDone(const StepReport& report) {
   return session_->ReportStep(report);
 }
 
+namespace {
+
+// Errors that say the job itself is wrong for this machine or this spec (a missing CUDA device,
+// a refused field, a checkpoint of another layout): every restart would meet them again.
+bool IsConfigurationError(const absl::Status& error) {
+  switch (error.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kPermissionDenied:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 absl::Status CoordinatorLatchSource::Report(absl::Status error) {
   std::string msg(error.message());
   if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-  (void)session_->ReportFailure(msg);
+  (void)session_->ReportFailure(msg, IsConfigurationError(error));
   return error;
 }
 

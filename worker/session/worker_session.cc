@@ -457,11 +457,12 @@ absl::Status WorkerSession::ReportStep(const StepMetrics& m) {
   return s;
 }
 
-absl::Status WorkerSession::ReportFailure(const std::string& message) {
+absl::Status WorkerSession::ReportFailure(const std::string& message, bool permanent) {
   v1::ReportFailureRequest req;
   *req.mutable_identity() = impl_->Identity();
   req.set_rank(impl_->Rank());
   req.set_message(message);
+  req.set_permanent(permanent);
   v1::ReportFailureResponse resp;
   absl::Status s = impl_->Retry(
       [&](grpc::ClientContext* ctx) { return impl_->stub->ReportFailure(ctx, req, &resp); });

@@ -125,7 +125,8 @@ class WorkerSession {
   // Unary calls retry while the coordinator is unreachable; ABORTED once the session is closed
   // (ReportStep also once it is fenced).
   absl::Status ReportStep(const StepMetrics& metrics);
-  absl::Status ReportFailure(const std::string& message);
+  // `permanent`: a configuration error no restart can fix; the job fails at once.
+  absl::Status ReportFailure(const std::string& message, bool permanent = false);
   // A checkpoint after `step` was committed (rank 0 reports it). Idempotent.
   absl::Status ReportCheckpoint(int64_t step, const std::string& manifest_sha256, int64_t bytes,
                                 double blocked_seconds);
