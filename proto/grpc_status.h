@@ -1,4 +1,4 @@
-// The one place absl::Status and grpc::Status meet (STYLE.md: conversion in exactly one file).
+// The one place absl::Status and grpc::Status meet: conversions live in exactly this file.
 //
 // Codes map one to one (both follow google.rpc.Code); messages pass through unchanged.
 #ifndef LATCHKEY_PROTO_GRPC_STATUS_H_
