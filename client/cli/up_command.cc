@@ -375,7 +375,7 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
 void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   auto opts = std::make_shared<UpOptions>();
   CLI::App* up = app.add_subcommand(
-      "up", "Run a job locally: embedded coordinator + one worker process per rank (Gloo, CPU)");
+      "up", "Run a job locally: embedded coordinator + one worker process per rank");
   up->add_option("--spec", opts->spec,
                  "job spec JSON (default: the built-in job: the demo model on synthetic data)");
   up->add_option("--run-dir", opts->run_dir, "folder for the database, logs, JSONL, weights");
