@@ -99,7 +99,9 @@ class Coordinator {
 
 TEST(EndToEnd, PolicyUpdateMidJobAndMetrics) {
   const std::string dir = NewDir("update");
-  const int steps = 10;
+  // Enough steps that the update (a CLI process started once two steps are in) lands while
+  // windows are still unpublished, however fast the steps run.
+  const int steps = 40;
   std::ofstream(dir + "/spec.json") << E2eSpec(steps, "deferred").dump(2);
   Coordinator coord(dir);
   ASSERT_FALSE(coord.address().empty()) << ReadText(dir + "/coordinator.log");
@@ -172,9 +174,12 @@ TEST(EndToEnd, PolicyUpdateMidJobAndMetrics) {
   }
 
   // The same spec standalone: the K/V mode changes the number of collectives, not the numbers.
+  // The two runs sum the K/V gradient in float32 in different orders (per micro-batch from the
+  // update on, deferred throughout), which drifts apart slowly: the first 10 steps stay within
+  // 1e-6 (beyond ~25 steps the drift exceeds it).
   WorkerRun standalone = RunWorkers(E2eSpec(steps, "deferred"), 2);
   ASSERT_TRUE(standalone.ok()) << standalone.Describe();
-  for (int s = 0; s < steps; ++s) {
+  for (int s = 0; s < 10; ++s) {
     EXPECT_NEAR(rows[0][s]["loss"].get<double>(), standalone.steps[0][s]["loss"].get<double>(),
                 1e-6)
         << "step " << s;
