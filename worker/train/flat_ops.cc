@@ -29,7 +29,7 @@ class CpuFlatOps final : public FlatOps {
 
   double SumSquares(const at::Tensor& x, const std::vector<FlatRange>& ranges) const override {
     const float* g = F32(x, "x");
-    CheckRanges(x, ranges);
+    CheckFlatRanges(x, ranges);
     double total = 0.0;
     for (const FlatRange& r : ranges) {
       double acc = 0.0;
@@ -45,7 +45,7 @@ class CpuFlatOps final : public FlatOps {
             const at::Tensor& packed) const override {
     const float* g = F32(x, "x");
     float* out = F32(packed, "packed");
-    TORCH_CHECK(CheckRanges(x, ranges) == packed.numel(), "packed size does not match ranges");
+    TORCH_CHECK(CheckFlatRanges(x, ranges) == packed.numel(), "packed size does not match ranges");
     for (const FlatRange& r : ranges) {
       std::memcpy(out, g + r.offset, r.length * sizeof(float));
       out += r.length;
@@ -57,7 +57,7 @@ class CpuFlatOps final : public FlatOps {
     const float* g = F32(x, "x");
     const float* snap = F32(snapshot, "snapshot");
     float* st = F32(delta, "delta");
-    const int64_t total = CheckRanges(x, ranges);
+    const int64_t total = CheckFlatRanges(x, ranges);
     TORCH_CHECK(total == snapshot.numel() && total == delta.numel(),
                 "snapshot/delta size does not match ranges");
     for (const FlatRange& r : ranges) {
@@ -74,7 +74,7 @@ class CpuFlatOps final : public FlatOps {
     float* g = F32(x, "x");
     const float* st = F32(delta, "delta");
     float* snap = F32(snapshot, "snapshot");
-    const int64_t total = CheckRanges(x, ranges);
+    const int64_t total = CheckFlatRanges(x, ranges);
     TORCH_CHECK(total == snapshot.numel() && total == delta.numel(),
                 "snapshot/delta size does not match ranges");
     for (const FlatRange& r : ranges) {
@@ -93,7 +93,7 @@ class CpuFlatOps final : public FlatOps {
   void SgdStep(const at::Tensor& p, const at::Tensor& g, float lr) const override {
     float* w = F32(p, "p");
     const float* d = F32(g, "g");
-    SameSize(p, g);
+    CheckSameSize(p, g);
     const int64_t n = p.numel();
     for (int64_t i = 0; i < n; ++i) w[i] -= lr * d[i];
   }
@@ -104,9 +104,9 @@ class CpuFlatOps final : public FlatOps {
     const float* g = F32(g_t, "g");
     float* m = F32(m_t, "m");
     float* v = F32(v_t, "v");
-    SameSize(p_t, g_t);
-    SameSize(p_t, m_t);
-    SameSize(p_t, v_t);
+    CheckSameSize(p_t, g_t);
+    CheckSameSize(p_t, m_t);
+    CheckSameSize(p_t, v_t);
     const float b1 = s.beta1;
     const float b2 = s.beta2;
     const int64_t n = p_t.numel();
@@ -143,7 +143,7 @@ class CpuFlatOps final : public FlatOps {
   void AddTo(const at::Tensor& dst, const at::Tensor& src) const override {
     F32(dst, "dst");
     OnCpu(src, "src");
-    SameSize(dst, src);
+    CheckSameSize(dst, src);
     at::NoGradGuard no_grad;
     dst.add_(src.to(at::kFloat));  // the widening is exact; one fp32 add per element
   }
@@ -151,7 +151,7 @@ class CpuFlatOps final : public FlatOps {
   void Copy(const at::Tensor& dst, const at::Tensor& src) const override {
     OnCpu(dst, "dst");
     OnCpu(src, "src");
-    SameSize(dst, src);
+    CheckSameSize(dst, src);
     at::NoGradGuard no_grad;
     dst.copy_(src);
   }
@@ -178,22 +178,23 @@ class CpuFlatOps final : public FlatOps {
     TORCH_CHECK(t.scalar_type() == at::kFloat, what, ": expected float32, got ", t.scalar_type());
     return t.data_ptr<float>();
   }
-  static void SameSize(const at::Tensor& a, const at::Tensor& b) {
-    TORCH_CHECK(a.numel() == b.numel(), "sizes differ: ", a.numel(), " vs ", b.numel());
-  }
-  // Returns the ranges' total length.
-  static int64_t CheckRanges(const at::Tensor& x, const std::vector<FlatRange>& ranges) {
-    int64_t total = 0;
-    for (const FlatRange& r : ranges) {
-      TORCH_CHECK(r.offset >= 0 && r.length >= 0 && r.offset + r.length <= x.numel(), "range [",
-                  r.offset, ", ", r.offset + r.length, ") outside ", x.numel());
-      total += r.length;
-    }
-    return total;
-  }
 };
 
 }  // namespace
+
+void CheckSameSize(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.numel() == b.numel(), "sizes differ: ", a.numel(), " vs ", b.numel());
+}
+
+int64_t CheckFlatRanges(const at::Tensor& x, const std::vector<FlatRange>& ranges) {
+  int64_t total = 0;
+  for (const FlatRange& r : ranges) {
+    TORCH_CHECK(r.offset >= 0 && r.length >= 0 && r.offset + r.length <= x.numel(), "range [",
+                r.offset, ", ", r.offset + r.length, ") outside ", x.numel());
+    total += r.length;
+  }
+  return total;
+}
 
 absl::StatusOr<std::unique_ptr<FlatOps>> MakeFlatOps(const c10::Device& device) {
   if (device.is_cpu()) return std::make_unique<CpuFlatOps>();

@@ -91,6 +91,11 @@ class FlatOps {
   virtual float Get(const at::Tensor& x, int64_t i) const = 0;
 };
 
+// Argument checks every implementation makes (TORCH_CHECK: they throw c10::Error, as the
+// FlatOps methods do): equal element counts; ranges inside `x`, returning their total length.
+void CheckSameSize(const at::Tensor& a, const at::Tensor& b);
+int64_t CheckFlatRanges(const at::Tensor& x, const std::vector<FlatRange>& ranges);
+
 // The implementation for `device`: the CPU's; UNIMPLEMENTED for a device this build has no
 // kernels for (naming it).
 absl::StatusOr<std::unique_ptr<FlatOps>> MakeFlatOps(const c10::Device& device);

@@ -21,7 +21,7 @@ class AtenFlatOps final : public FlatOps {
 
   double SumSquares(const at::Tensor& x, const std::vector<FlatRange>& ranges) const override {
     F32(x, "x");
-    CheckRanges(x, ranges);
+    CheckFlatRanges(x, ranges);
     if (ranges.empty()) return 0.0;
     at::NoGradGuard no_grad;
     std::vector<at::Tensor> sums;
@@ -41,7 +41,7 @@ class AtenFlatOps final : public FlatOps {
             const at::Tensor& packed) const override {
     F32(x, "x");
     F32(packed, "packed");
-    TORCH_CHECK(CheckRanges(x, ranges) == packed.numel(), "packed size does not match ranges");
+    TORCH_CHECK(CheckFlatRanges(x, ranges) == packed.numel(), "packed size does not match ranges");
     at::NoGradGuard no_grad;
     int64_t at_ = 0;
     for (const FlatRange& r : ranges) {
@@ -55,7 +55,7 @@ class AtenFlatOps final : public FlatOps {
     F32(x, "x");
     F32(snapshot, "snapshot");
     F32(delta, "delta");
-    const int64_t total = CheckRanges(x, ranges);
+    const int64_t total = CheckFlatRanges(x, ranges);
     TORCH_CHECK(total == snapshot.numel() && total == delta.numel(),
                 "snapshot/delta size does not match ranges");
     at::NoGradGuard no_grad;
@@ -73,7 +73,7 @@ class AtenFlatOps final : public FlatOps {
     F32(x, "x");
     F32(delta, "delta");
     F32(snapshot, "snapshot");
-    const int64_t total = CheckRanges(x, ranges);
+    const int64_t total = CheckFlatRanges(x, ranges);
     TORCH_CHECK(total == snapshot.numel() && total == delta.numel(),
                 "snapshot/delta size does not match ranges");
     at::NoGradGuard no_grad;
@@ -95,7 +95,7 @@ class AtenFlatOps final : public FlatOps {
   void SgdStep(const at::Tensor& p, const at::Tensor& g, float lr) const override {
     F32(p, "p");
     F32(g, "g");
-    SameSize(p, g);
+    CheckSameSize(p, g);
     at::NoGradGuard no_grad;
     p.sub_(g.mul(lr));  // w -= lr * d: the product rounded, then the difference
   }
@@ -106,9 +106,9 @@ class AtenFlatOps final : public FlatOps {
     F32(g, "g");
     F32(m, "m");
     F32(v, "v");
-    SameSize(p, g);
-    SameSize(p, m);
-    SameSize(p, v);
+    CheckSameSize(p, g);
+    CheckSameSize(p, m);
+    CheckSameSize(p, v);
     at::NoGradGuard no_grad;
     p.mul_(s.decay);
     m.mul_(s.beta1).add_(g.mul(1.0f - s.beta1));
@@ -120,7 +120,7 @@ class AtenFlatOps final : public FlatOps {
   void AddTo(const at::Tensor& dst, const at::Tensor& src) const override {
     F32(dst, "dst");
     OnDevice(src, "src");
-    SameSize(dst, src);
+    CheckSameSize(dst, src);
     at::NoGradGuard no_grad;
     dst.add_(src.to(at::kFloat));
   }
@@ -128,7 +128,7 @@ class AtenFlatOps final : public FlatOps {
   void Copy(const at::Tensor& dst, const at::Tensor& src) const override {
     OnDevice(dst, "dst");
     OnDevice(src, "src");
-    SameSize(dst, src);
+    CheckSameSize(dst, src);
     at::NoGradGuard no_grad;
     dst.copy_(src);
   }
@@ -155,18 +155,6 @@ class AtenFlatOps final : public FlatOps {
     OnDevice(t, what);
     TORCH_CHECK(t.scalar_type() == at::kFloat, what, ": expected float32, got ", t.scalar_type());
     return t;
-  }
-  static void SameSize(const at::Tensor& a, const at::Tensor& b) {
-    TORCH_CHECK(a.numel() == b.numel(), "sizes differ: ", a.numel(), " vs ", b.numel());
-  }
-  static int64_t CheckRanges(const at::Tensor& x, const std::vector<FlatRange>& ranges) {
-    int64_t total = 0;
-    for (const FlatRange& r : ranges) {
-      TORCH_CHECK(r.offset >= 0 && r.length >= 0 && r.offset + r.length <= x.numel(), "range [",
-                  r.offset, ", ", r.offset + r.length, ") outside ", x.numel());
-      total += r.length;
-    }
-    return total;
   }
 
   c10::Device device_;
