@@ -6,8 +6,9 @@
 #              -DLATCHKEY_CUDA=ON, Torch_DIR from torch.utils.cmake_prefix_path, no -Werror)
 #   nccl       the NCCL backend for real on a one-rank communicator (latchkey-nccl-check
 #              --self-test: every collective issued and checked on device buffers)
-#   numerics   the fixture's 6-step TP 1 run on cuda against the CPU numbers of the same binary
-#              (fp32, TF32 off): every step's loss and grad norm within 1e-4
+#   numerics   every one-rank fixture run and a 6-step TP 1 run on cuda against the CPU numbers
+#              of the same binary (fp32, TF32 off): every step's loss and grad norm within
+#              1e-4; each device's distance to the fixture (an independent float64 run) printed
 #   latchkey   tokens/s and MFU of a ~350M-parameter GPTBigCode MQA, seq 1024, bf16, TP 1
 #   peer       the same model and step in plain PyTorch eager (bench/peer/gpu_peer.py)
 # Each stage writes OUT/stage-NAME.json as it finishes (a cut-off run still reports what it got)
@@ -144,29 +145,36 @@ else
   stage nccl $st "$secs" "$(tail -1 "$out/nccl.log")" "$out/nccl.log"
 fi
 
-# --- numerics: the fixture, cpu and cuda, from the same binary --------------------------------
+# --- numerics: the fixture runs and the 6-step run, cpu and cuda, from the same binary ---------
 if [ -z "$worker" ] || [ ! -x "$worker" ]; then
   stage numerics skipped 0 "no latchkey-worker"
 else
-  secs=$(run_stage numerics-cpu 120 "$py" "$helper" run-fixture "$worker" "$root" cpu "$out/numerics-cpu")
+  secs=$(run_stage numerics-cpu 120 "$py" "$helper" run-numerics "$worker" "$root" cpu \
+    "$out/numerics-cpu")
   rc=$?
   if [ $rc != 0 ]; then
     stage numerics failed "$secs" "cpu run: $(tail -1 "$out/numerics-cpu.log")"
   elif [ "$have_gpu" = 0 ]; then
-    stage numerics skipped "$secs" "cpu half only: $("$py" "$helper" summarize-steps \
-      "$out/numerics-cpu/steps-0.jsonl")"
+    # The CPU half alone: its fixture runs within the CPU parity tests' 1e-5 of the fixture.
+    gap=$("$py" "$helper" fixture-gap "$root" "$out/numerics-cpu/fixture" 1e-5)
+    st=skipped; [ $? = 0 ] || st=failed
+    stage numerics $st "$secs" "cpu half only: $("$py" "$helper" summarize-steps \
+      "$out/numerics-cpu/steps-0.jsonl"); $gap"
   else
-    secs2=$(run_stage numerics-cuda 120 "$py" "$helper" run-fixture "$worker" "$root" cuda \
+    secs2=$(run_stage numerics-cuda 120 "$py" "$helper" run-numerics "$worker" "$root" cuda \
       "$out/numerics-cuda")
     rc=$?
     if [ $rc != 0 ]; then
       stage numerics failed "$((secs + secs2))" "cuda run: $(tail -1 "$out/numerics-cuda.log")"
     else
-      verdict=$("$py" "$helper" compare-steps "$out/numerics-cpu/steps-0.jsonl" \
+      six=$("$py" "$helper" compare-steps "$out/numerics-cpu/steps-0.jsonl" \
         "$out/numerics-cuda/steps-0.jsonl" 1e-4)
-      rc=$?
-      st=failed; [ $rc = 0 ] && st=ok
-      stage numerics $st "$((secs + secs2))" "$verdict"
+      rc6=$?
+      runs=$("$py" "$helper" compare-fixture-runs "$root" "$out/numerics-cpu/fixture" \
+        "$out/numerics-cuda/fixture" 1e-4)
+      rcf=$?
+      st=failed; [ $rc6 = 0 ] && [ $rcf = 0 ] && st=ok
+      stage numerics $st "$((secs + secs2))" "$six; $runs"
     fi
   fi
 fi

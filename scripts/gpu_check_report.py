@@ -3,6 +3,15 @@
 
     record OUT NAME STATUS SECONDS SUMMARY [DETAIL_FILE]   OUT/stage-NAME.json
     run-fixture WORKER ROOT DEVICE DIR     the fixture's 6-step TP 1 fp32 run (DIR/steps-0.jsonl)
+    run-numerics WORKER ROOT DEVICE DIR    that run, then every one-rank run of
+                                           testdata/gptbigcode-tiny/expected.json
+                                           (DIR/fixture/VARIANT-runI/steps-0.jsonl)
+    fixture-gap ROOT DIR TOL               "4 fixture runs, max |cpu - fixture| ..." of DIR;
+                                           exit 0 when within TOL
+    compare-fixture-runs ROOT CPU_DIR CUDA_DIR TOL
+                                           exit 0 when every step of every such run agrees
+                                           between CPU_DIR and CUDA_DIR within TOL; prints
+                                           both devices' distance to the fixture too
     run-throughput WORKER DEVICE DIR       the ~350M GPTBigCode MQA bf16 run (DIR/steps-0.jsonl)
     summarize-steps JSONL                  "6 steps, last loss ..."
     compare-steps A B TOL                  exit 0 when every step's loss and grad_norm agree
@@ -76,6 +85,45 @@ def fixture_spec(root, device):
                                   "dtype": "uint16"}}}
 
 
+def fixture_runs(root):
+    """(name, spec-maker) of every one-rank run of the fixture (an independent float64 run)."""
+    fx = os.path.join(root, "testdata", "gptbigcode-tiny")
+    with open(os.path.join(fx, "expected.json")) as f:
+        e = json.load(f)
+    out = []
+    for variant, v in e["variants"].items():
+        for i, run in enumerate(v["runs"]):
+            if run["DP"] != 1:
+                continue  # NCCL refuses two ranks on one GPU
+            out.append((f"{variant}-run{i}", variant, run))
+    return out
+
+
+def fixture_run_spec(root, variant, run, device):
+    spec = fixture_spec(root, device)
+    fx = os.path.join(root, "testdata", "gptbigcode-tiny")
+    with open(os.path.join(fx, variant, "config.json")) as f:
+        c = json.load(f)
+    for k in ("n_layer", "n_embd", "n_head", "vocab_size", "n_positions", "multi_query"):
+        spec["model"][k] = c[k]
+    spec["train_micro_batch_size_per_gpu"] = run["MB"]
+    spec["gradient_accumulation_steps"] = run["GAS"]
+    spec["optimizer"] = {"type": run["optimizer"], "params": {"lr": run["lr"]}}
+    spec["gradient_clipping"] = run["clip"]
+    spec["latchkey"]["steps"] = run["steps"]
+    spec["latchkey"]["kv_reduce"] = "auto"
+    spec["latchkey"]["init_from"] = os.path.join(fx, variant)
+    return spec
+
+
+def worst_step_gap(a, b):
+    """max |a - b| over every step's loss and grad_norm (None when the step counts differ)."""
+    if len(a) != len(b) or not a:
+        return None
+    return max(max(abs(x["loss"] - y["loss"]), abs(x["grad_norm"] - y["grad_norm"]))
+               for x, y in zip(a, b))
+
+
 def throughput_spec(device):
     return {"model": MODEL, "train_micro_batch_size_per_gpu": MB, "gradient_accumulation_steps": 1,
             "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.01}},
@@ -109,6 +157,49 @@ def main(argv):
     elif cmd == "run-fixture":
         worker, root, device, out_dir = argv[1:5]
         return run_worker(worker, fixture_spec(root, device), out_dir)
+    elif cmd == "run-numerics":
+        worker, root, device, out_dir = argv[1:5]
+        rc = run_worker(worker, fixture_spec(root, device), out_dir)
+        if rc != 0:
+            print(f"the 6-step run on {device}: latchkey-worker exited {rc}")
+            return 1
+        for name, variant, run in fixture_runs(root):
+            rc = run_worker(worker, fixture_run_spec(root, variant, run, device),
+                            os.path.join(out_dir, "fixture", name))
+            if rc != 0:
+                print(f"{name} on {device}: latchkey-worker exited {rc}")
+                return 1
+        return 0
+    elif cmd == "fixture-gap":
+        root, d, tol = argv[1], argv[2], float(argv[3])
+        worst = 0.0
+        for name, _, run in fixture_runs(root):
+            gap = worst_step_gap(jsonl(os.path.join(d, name, "steps-0.jsonl")), run["per_step"])
+            if gap is None:
+                print(f"{name}: step counts differ from the fixture")
+                return 1
+            worst = max(worst, gap)
+        print(f"{len(fixture_runs(root))} fixture runs, max |cpu - fixture| {worst:.2e} "
+              f"(tol {tol:g})")
+        return 0 if worst <= tol else 1
+    elif cmd == "compare-fixture-runs":
+        root, cpu_dir, cuda_dir, tol = argv[1], argv[2], argv[3], float(argv[4])
+        worst = {"cpu-cuda": 0.0, "cpu-fixture": 0.0, "cuda-fixture": 0.0}
+        for name, _, run in fixture_runs(root):
+            want = run["per_step"]
+            cpu = jsonl(os.path.join(cpu_dir, name, "steps-0.jsonl"))
+            cuda = jsonl(os.path.join(cuda_dir, name, "steps-0.jsonl"))
+            for key, a, b in (("cpu-cuda", cpu, cuda), ("cpu-fixture", cpu, want),
+                              ("cuda-fixture", cuda, want)):
+                gap = worst_step_gap(a, b)
+                if gap is None:
+                    print(f"{name}: {key}: step counts differ ({len(a)} and {len(b)})")
+                    return 1
+                worst[key] = max(worst[key], gap)
+        n = len(fixture_runs(root))
+        print(f"{n} fixture runs: max |cpu - cuda| {worst['cpu-cuda']:.2e} (tol {tol:g}); "
+              f"to the fixture: cpu {worst['cpu-fixture']:.2e}, cuda {worst['cuda-fixture']:.2e}")
+        return 0 if worst["cpu-cuda"] <= tol else 1
     elif cmd == "run-throughput":
         worker, device, out_dir = argv[1:4]
         return run_worker(worker, throughput_spec(device), out_dir)
@@ -117,11 +208,10 @@ def main(argv):
         print(f"{len(rows)} steps, last loss {rows[-1]['loss']:.6f}" if rows else "no steps")
     elif cmd == "compare-steps":
         a, b, tol = jsonl(argv[1]), jsonl(argv[2]), float(argv[3])
-        if len(a) != len(b) or not a:
+        worst = worst_step_gap(a, b)
+        if worst is None:
             print(f"steps differ: cpu {len(a)}, cuda {len(b)}")
             return 1
-        worst = max(max(abs(x["loss"] - y["loss"]), abs(x["grad_norm"] - y["grad_norm"]))
-                    for x, y in zip(a, b))
         print(f"{len(a)} steps, max |cpu - cuda| of loss and grad_norm {worst:.2e} (tol {tol:g})")
         return 0 if worst <= tol else 1
     elif cmd == "throughput":

@@ -10,6 +10,7 @@
 
 #include "tests/support/free_port.h"
 #include "tests/support/rank_threads.h"
+#include "worker/comm/gloo/gloo_backend.h"
 #include "worker/comm/process_groups.h"
 #include "worker/comm/shm/shm_group.h"
 
@@ -18,11 +19,14 @@ namespace {
 
 // These are gloo's tests (the shm backend's are in shm/shm_test.cc): named explicitly, since
 // auto picks shm for ranks on one host.
+constexpr char kNoGloo[] = "this latchkey-worker is built without libgloo";
+
 void RunRanks(int world, int tp, const std::function<void(ProcessGroups&)>& fn) {
   testing::RunRankThreads(world, tp, fn, Backend::kGloo);
 }
 
 TEST(GlooGroups, GridCoordinatesAndCollectives) {
+  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
   RunRanks(4, 2, [](ProcessGroups& g) {
     EXPECT_EQ(g.tp_rank, g.rank % 2);
     EXPECT_EQ(g.dp_rank, g.rank / 2);
@@ -77,6 +81,7 @@ TEST(GlooGroups, GridCoordinatesAndCollectives) {
 }
 
 TEST(GlooGroups, InPlaceAllGatherAndReduceScatter) {
+  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
   RunRanks(3, 1, [](ProcessGroups& g) {
     // Reduce-scatter in place: `out` is this rank's chunk of `in`.
     std::vector<double> buf(6);
@@ -100,6 +105,7 @@ TEST(GlooGroups, InPlaceAllGatherAndReduceScatter) {
 }
 
 TEST(GlooGroups, TaggedCallsCountedSeparately) {
+  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
   RunRanks(2, 2, [](ProcessGroups& g) {
     float x = 1.0f;
     CollectiveOptions kv;
@@ -125,6 +131,7 @@ TEST(GlooGroups, SingleRankGroupsIssueAndCountNothing) {
 }
 
 TEST(GlooGroups, CollectiveTimesOutInsteadOfHanging) {
+  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
   RunRanks(2, 2, [](ProcessGroups& g) {
     if (g.rank == 0) {
       float x = 1.0f;
@@ -145,6 +152,7 @@ TEST(GlooGroups, CollectiveTimesOutInsteadOfHanging) {
 }
 
 TEST(GlooGroups, VanishedPeerIsUnavailableBeforeTheTimeout) {
+  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
   RunRanks(2, 2, [](ProcessGroups& g) {
     if (g.rank == 1) {
       // Rank 1 goes away (its connections close) while rank 0 waits in an all-reduce.
@@ -166,6 +174,7 @@ TEST(GlooGroups, VanishedPeerIsUnavailableBeforeTheTimeout) {
 }
 
 TEST(GlooGroups, FormsGroupsThroughTheTcpStore) {
+  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
   const int port = testing::FreePort();
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
@@ -224,6 +233,7 @@ TEST(Backends, NamesRoundTrip) {
 }
 
 TEST(Backends, AutoOnOneHostIsShmAndGivesTheSameSums) {
+  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
   // The default the runners use: ranks of one host share segments; results match gloo's.
   for (Backend b : {Backend::kAuto, Backend::kGloo}) {
     testing::RunRankThreads(
@@ -257,6 +267,7 @@ Buffer FakeCudaBuffer(float* data, size_t count) {
 }
 
 TEST(Buffers, GlooRefusesDeviceBuffersBeforeIssuing) {
+  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
   RunRanks(2, 2, [](ProcessGroups& g) {
     std::vector<float> x(4, 1.0f);
     absl::Status st = g.tp_group->AllReduceSum(FakeCudaBuffer(x.data(), 2));

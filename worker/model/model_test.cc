@@ -1,5 +1,6 @@
 // The unsharded model against the independent float64 fixture (testdata/gptbigcode-tiny).
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not via ATen.h in torch 2.x)
 #include <gtest/gtest.h>
 
 #include <fstream>

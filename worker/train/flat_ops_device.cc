@@ -170,7 +170,8 @@ absl::StatusOr<std::unique_ptr<FlatOps>> MakeDeviceFlatOps(const c10::Device& de
   if (device.is_cuda() && at::hasCUDA()) return MakeAtenFlatOps(device);
   if (device.is_cuda()) {
     return absl::UnimplementedError("no training kernels for device " + device.str() +
-                                    ": the libtorch this latchkey-worker links has no CUDA");
+                                    ": the libtorch this latchkey-worker links has no CUDA, or it "
+                                    "sees no CUDA device");
   }
   return absl::UnimplementedError("no training kernels for device " + device.str() +
                                   " in this build (cpu, cuda)");

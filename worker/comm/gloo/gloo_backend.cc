@@ -62,6 +62,8 @@ std::string LocalAddress(const RendezvousConfig& config) {
 
 }  // namespace
 
+bool GlooBuiltIn() { return true; }
+
 absl::Status ConnectGlooGroups(const RendezvousConfig& config, std::shared_ptr<Store> store,
                                ProcessGroups* g, GlooGroupMask mask) {
   try {

@@ -15,6 +15,10 @@ struct GlooGroupMask {
   bool dp = true;
 };
 
+// Whether this latchkey-worker has libgloo (the core-only CUDA build may have none; then
+// ConnectGlooGroups refuses by name).
+bool GlooBuiltIn();
+
 absl::Status ConnectGlooGroups(const RendezvousConfig& config, std::shared_ptr<Store> store,
                                ProcessGroups* groups, GlooGroupMask mask = {});
 

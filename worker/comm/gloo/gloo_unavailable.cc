@@ -4,6 +4,8 @@
 
 namespace latchkey::comm {
 
+bool GlooBuiltIn() { return false; }
+
 absl::Status ConnectGlooGroups(const RendezvousConfig&, std::shared_ptr<Store>, ProcessGroups*,
                                GlooGroupMask) {
   return absl::UnimplementedError(
