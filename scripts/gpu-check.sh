@@ -20,6 +20,8 @@
 #       the stages that need no GPU (probe, the CPU half of the numerics with BIN, the peer on
 #       a tiny model on the CPU, the table); the GPU stages are reported as skipped. BIN: an
 #       already built latchkey-worker (the build stage is skipped).
+# LATCHKEY_CMAKE_ARGS: extra arguments for the build stage's cmake (e.g.
+# -DLATCHKEY_USE_CARRIED_DEPS=ON to build with .deps/ on a machine that has the packages).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$PWD/gpu-check-out}
@@ -88,6 +90,12 @@ PY
       -path "*/$h" -print -quit 2>/dev/null)
     echo "header $h: ${found:-absent}"
   done
+  # What scripts/gpu-deps.sh carried (used by the build where nothing is installed).
+  if [ -f "$root/.deps/MANIFEST" ]; then
+    sed 's/^/carried: /' "$root/.deps/MANIFEST"
+  else
+    echo "carried: none (.deps/ absent: run scripts/gpu-deps.sh where there is network)"
+  fi
   for l in libnccl.so libcudart.so libabsl_status.so libgloo.so libssl.so libcrypto.so; do
     found=$(ldconfig -p 2>/dev/null | awk -v l="$l" '$1 ~ l {print $NF; exit}')
     [ -z "$found" ] && found=$(find /usr/local/cuda /usr/lib /opt \
@@ -110,6 +118,8 @@ elif [ "$dry" = 1 ]; then
 else
   build="$out/build"
   torch_dir=$("$py" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+  # The torch folder itself too, so its lib/ is searched before any system libtorch.
+  torch_root=$("$py" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
   # A pip CUDA PyTorch brings NCCL as site-packages/nvidia/nccl (headers and libnccl.so.2).
   if [ -z "${NCCL_ROOT:-}" ]; then
     NCCL_ROOT=$("$py" -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
@@ -119,7 +129,7 @@ else
     cmake -S '$root' -B '$build' -G \$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles') \
       -DCMAKE_BUILD_TYPE=Release -DLATCHKEY_CORE_ONLY=ON -DLATCHKEY_CUDA=ON \
       -DLATCHKEY_WERROR=OFF -DLATCHKEY_BUILD_TESTS=OFF -DLATCHKEY_BUILD_BENCH=OFF \
-      -DCMAKE_PREFIX_PATH='$torch_dir' &&
+      -DCMAKE_PREFIX_PATH='$torch_dir;$torch_root' ${LATCHKEY_CMAKE_ARGS:-} &&
     cmake --build '$build' -j$(nproc) --target latchkey-worker latchkey-nccl-check")
   rc=$?
   if [ $rc = 0 ]; then
