@@ -19,7 +19,8 @@ at::Tensor Randn(int64_t n, uint64_t seed) {
   return at::randn({n}, gen);
 }
 
-// cuda's kernels depend on the libtorch linked (flat_ops_device_test.cc); any other device has none.
+// cuda's kernels depend on the libtorch linked (flat_ops_device_test.cc); any other device has
+// none.
 TEST(FlatOps, CpuHasKernelsAndOtherDevicesAreRefusedByName) {
   EXPECT_EQ(Cpu()->device(), c10::Device(c10::kCPU));
   auto meta = MakeFlatOps(c10::Device(c10::kMeta));
