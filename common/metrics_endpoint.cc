@@ -7,6 +7,9 @@
 #endif
 
 namespace latchkey {
+namespace {
+constexpr size_t kHttpThreads = 32;
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     const std::string& host, int port, std::function<std::string()> render,
@@ -40,6 +43,13 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
   }
   // Every route is a GET: no request needs a body, so a large one is refused (413) at once.
   e->server_->set_payload_max_length(64 * 1024);
+  // cpp-httplib gives each connection a pool thread until it closes or goes quiet for the read
+  // (keep-alive) timeout; its default of 8 threads and 5 s let a few idle sockets (a browser's
+  // spare keep-alive connections, a stalled client) hold every thread and delay scrapes by
+  // seconds. 32 threads, and 2 s before a quiet connection is closed.
+  e->server_->new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
+  e->server_->set_read_timeout(2, 0);
+  e->server_->set_keep_alive_timeout(2);
   auto render = options.render;
   e->server_->Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
     res.set_content(render ? render() : std::string(), "text/plain; version=0.0.4; charset=utf-8");

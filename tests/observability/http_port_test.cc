@@ -3,10 +3,15 @@
 // non-loopback port with auth on, none on loopback, never for /metrics), HTTPS with a CA made
 // here and plaintext refused; and the page's pieces (escaping, charts, the token check) and the
 // worker's planned K/V count.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -107,6 +112,32 @@ TEST(HttpPort, CoordinatorSeriesExistAtZeroFromTheStart) {
     EXPECT_TRUE(Has(text, series)) << series << "\n" << text;
   }
   EXPECT_EQ(Promtool(dir.path(), text), "");
+}
+
+// Connections that send nothing (a stalled client, a browser's spare keep-alive sockets) hold
+// a server thread each until the read timeout; a scrape behind 16 of them still answers at once.
+TEST(HttpPort, IdleConnectionsDoNotDelayAScrape) {
+  ScopedTempDir dir("obs-idle-conns");
+  CoordinatorProcess c(dir.path(), "127.0.0.1", {});
+  ASSERT_GT(c.port(), 0) << c.log();
+  std::vector<int> idle;
+  for (int i = 0; i < 16; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(c.port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    idle.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // every one accepted
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto [status, text] = Get(c.port(), "/metrics");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int fd : idle) close(fd);
+  EXPECT_EQ(status, 200);
+  EXPECT_LT(secs, 1.0) << "a scrape behind 16 idle connections took " << secs << " s";
 }
 
 TEST(HttpPort, WorkerSeriesExistAtZeroFromTheStart) {
