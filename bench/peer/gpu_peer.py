@@ -26,25 +26,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-MASK64 = (1 << 64) - 1
+from synthetic_data import synthetic_sample  # bench/peer/, the script's own folder
 
 # Dense (no sparsity) bf16 tensor-core peaks, TFLOPS, by device-name substring.
 PEAKS = [("H200", 989.0), ("H100", 989.0), ("A100", 312.0), ("L40S", 362.0), ("A10", 125.0)]
-
-
-def split_mix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
-    return x ^ (x >> 31)
-
-
-def synthetic_sample(seed, k, seq, vocab):
-    """Sample k of latchkey's synthetic source: seq + 1 tokens (docs/data.md)."""
-    h = split_mix64((seed * 0x100000001B3 + k) & MASK64)
-    start = h % vocab
-    stride = 1 + ((h >> 32) % 7)
-    return [(start + stride * i) % vocab for i in range(seq + 1)]
 
 
 class Block(torch.nn.Module):
