@@ -32,6 +32,8 @@ RUN python3 -m venv /opt/torch \
  && /opt/torch/bin/pip install --no-cache-dir "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX}"
 WORKDIR /src
 COPY CMakeLists.txt ./
+COPY cmake cmake
+COPY third_party third_party
 COPY common common
 COPY proto proto
 COPY worker worker
