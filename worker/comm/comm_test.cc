@@ -17,10 +17,10 @@
 namespace latchkey::comm {
 namespace {
 
-// These are gloo's tests (the shm backend's are in shm/shm_test.cc): named explicitly, since
-// auto picks shm for ranks on one host.
 constexpr char kNoGloo[] = "this latchkey-worker is built without libgloo";
 
+// These are gloo's tests (the shm backend's are in shm/shm_test.cc): named explicitly, since
+// auto picks shm for ranks on one host.
 void RunRanks(int world, int tp, const std::function<void(ProcessGroups&)>& fn) {
   testing::RunRankThreads(world, tp, fn, Backend::kGloo);
 }
