@@ -68,9 +68,10 @@ def run_worker(worker, spec, out_dir):
                            env=env)
 
 
-def fixture_spec(root, device):
+def fixture_spec(root, device, variant="mqa"):
+    """The 6-step TP 1 fp32 run from the fixture's `variant` checkpoint."""
     fx = os.path.join(root, "testdata", "gptbigcode-tiny")
-    with open(os.path.join(fx, "mqa", "config.json")) as f:
+    with open(os.path.join(fx, variant, "config.json")) as f:
         c = json.load(f)
     model = {k: c[k] for k in ("n_layer", "n_embd", "n_head", "vocab_size", "n_positions",
                                "multi_query")}
@@ -80,13 +81,13 @@ def fixture_spec(root, device):
             "zero_optimization": {"stage": 0}, "tensor_parallel": {"autotp_size": 1},
             "latchkey": {"seq_len": 32, "steps": 6, "seed": 1, "world_size": 1,
                          "kv_reduce": "per_micro_batch", "device": device, "tf32": False,
-                         "init_from": os.path.join(fx, "mqa"),
+                         "init_from": os.path.join(fx, variant),
                          "data": {"tokens_file": os.path.join(fx, "tokens.bin"),
                                   "dtype": "uint16"}}}
 
 
 def fixture_runs(root):
-    """(name, spec-maker) of every one-rank run of the fixture (an independent float64 run)."""
+    """(name, variant, run) of every one-rank run of the fixture (an independent float64 run)."""
     fx = os.path.join(root, "testdata", "gptbigcode-tiny")
     with open(os.path.join(fx, "expected.json")) as f:
         e = json.load(f)
@@ -100,19 +101,14 @@ def fixture_runs(root):
 
 
 def fixture_run_spec(root, variant, run, device):
-    spec = fixture_spec(root, device)
-    fx = os.path.join(root, "testdata", "gptbigcode-tiny")
-    with open(os.path.join(fx, variant, "config.json")) as f:
-        c = json.load(f)
-    for k in ("n_layer", "n_embd", "n_head", "vocab_size", "n_positions", "multi_query"):
-        spec["model"][k] = c[k]
+    """fixture_spec with the shape, optimizer and length of one fixture run."""
+    spec = fixture_spec(root, device, variant)
     spec["train_micro_batch_size_per_gpu"] = run["MB"]
     spec["gradient_accumulation_steps"] = run["GAS"]
     spec["optimizer"] = {"type": run["optimizer"], "params": {"lr": run["lr"]}}
     spec["gradient_clipping"] = run["clip"]
     spec["latchkey"]["steps"] = run["steps"]
     spec["latchkey"]["kv_reduce"] = "auto"
-    spec["latchkey"]["init_from"] = os.path.join(fx, variant)
     return spec
 
 
@@ -122,6 +118,26 @@ def worst_step_gap(a, b):
         return None
     return max(max(abs(x["loss"] - y["loss"]), abs(x["grad_norm"] - y["grad_norm"]))
                for x, y in zip(a, b))
+
+
+def fixture_gaps(root, sides):
+    """Over every fixture run: the largest step gap of each side (name -> folder of
+    run-numerics' fixture/) to the fixture ("NAME-fixture") and between sides ("A-B").
+    (number of runs, {pair: gap}), or (None, the reason) when step counts differ."""
+    runs = fixture_runs(root)
+    names = list(sides)
+    worst = {}
+    for name, _, run in runs:
+        steps = {s: jsonl(os.path.join(d, name, "steps-0.jsonl")) for s, d in sides.items()}
+        pairs = [(f"{s}-fixture", steps[s], run["per_step"]) for s in names]
+        pairs += [(f"{a}-{b}", steps[a], steps[b])
+                  for i, a in enumerate(names) for b in names[i + 1:]]
+        for key, x, y in pairs:
+            gap = worst_step_gap(x, y)
+            if gap is None:
+                return None, f"{name}: {key}: step counts differ ({len(x)} and {len(y)})"
+            worst[key] = max(worst.get(key, 0.0), gap)
+    return len(runs), worst
 
 
 def throughput_spec(device):
@@ -172,31 +188,18 @@ def main(argv):
         return 0
     elif cmd == "fixture-gap":
         root, d, tol = argv[1], argv[2], float(argv[3])
-        worst = 0.0
-        for name, _, run in fixture_runs(root):
-            gap = worst_step_gap(jsonl(os.path.join(d, name, "steps-0.jsonl")), run["per_step"])
-            if gap is None:
-                print(f"{name}: step counts differ from the fixture")
-                return 1
-            worst = max(worst, gap)
-        print(f"{len(fixture_runs(root))} fixture runs, max |cpu - fixture| {worst:.2e} "
-              f"(tol {tol:g})")
-        return 0 if worst <= tol else 1
+        n, worst = fixture_gaps(root, {"cpu": d})
+        if n is None:
+            print(worst)
+            return 1
+        print(f"{n} fixture runs, max |cpu - fixture| {worst['cpu-fixture']:.2e} (tol {tol:g})")
+        return 0 if worst["cpu-fixture"] <= tol else 1
     elif cmd == "compare-fixture-runs":
         root, cpu_dir, cuda_dir, tol = argv[1], argv[2], argv[3], float(argv[4])
-        worst = {"cpu-cuda": 0.0, "cpu-fixture": 0.0, "cuda-fixture": 0.0}
-        for name, _, run in fixture_runs(root):
-            want = run["per_step"]
-            cpu = jsonl(os.path.join(cpu_dir, name, "steps-0.jsonl"))
-            cuda = jsonl(os.path.join(cuda_dir, name, "steps-0.jsonl"))
-            for key, a, b in (("cpu-cuda", cpu, cuda), ("cpu-fixture", cpu, want),
-                              ("cuda-fixture", cuda, want)):
-                gap = worst_step_gap(a, b)
-                if gap is None:
-                    print(f"{name}: {key}: step counts differ ({len(a)} and {len(b)})")
-                    return 1
-                worst[key] = max(worst[key], gap)
-        n = len(fixture_runs(root))
+        n, worst = fixture_gaps(root, {"cpu": cpu_dir, "cuda": cuda_dir})
+        if n is None:
+            print(worst)
+            return 1
         print(f"{n} fixture runs: max |cpu - cuda| {worst['cpu-cuda']:.2e} (tol {tol:g}); "
               f"to the fixture: cpu {worst['cpu-fixture']:.2e}, cuda {worst['cuda-fixture']:.2e}")
         return 0 if worst["cpu-cuda"] <= tol else 1
