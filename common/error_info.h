@@ -1,0 +1,65 @@
+// Machine-readable details on an error, in the shape of google.rpc.ErrorInfo: a domain, a
+// reason (an UPPER_SNAKE constant) and string metadata. Callers decide on the Status code and
+// these details, never on message text; the message is for people.
+//
+// The details ride on the absl::Status as a payload (type URL kErrorInfoTypeUrl), so they
+// survive being returned through any number of layers; proto/grpc_status.cc turns them into a
+// google.rpc.Status detail on the wire and back, in exactly one place.
+//
+// Thread-safety: free functions on values.
+#ifndef LATCHKEY_COMMON_ERROR_INFO_H_
+#define LATCHKEY_COMMON_ERROR_INFO_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace latchkey {
+
+inline constexpr char kErrorDomain[] = "latchkey.v1";
+inline constexpr char kErrorInfoTypeUrl[] = "type.googleapis.com/google.rpc.ErrorInfo";
+
+// The reasons latchkey gives (domain kErrorDomain). Metadata keys are listed with each.
+namespace error_reason {
+// ABORTED: the call named an attempt of the job that is not the job's current one.
+// Metadata: job_attempt (the job's current attempt), worker_attempt (the one the call named).
+inline constexpr char kAttemptFenced[] = "ATTEMPT_FENCED";
+// FAILED_PRECONDITION: the worker's session was closed; its calls end with this.
+inline constexpr char kSessionClosed[] = "SESSION_CLOSED";
+}  // namespace error_reason
+
+struct ErrorInfo {
+  std::string reason;
+  std::string domain = kErrorDomain;
+  std::map<std::string, std::string> metadata;
+
+  // The metadata value `key` as an integer; nullopt when absent or not an integer.
+  std::optional<int64_t> IntMetadata(const std::string& key) const;
+  friend bool operator==(const ErrorInfo& a, const ErrorInfo& b) {
+    return a.reason == b.reason && a.domain == b.domain && a.metadata == b.metadata;
+  }
+};
+
+// `status` with `info` attached (replacing any earlier ErrorInfo). An OK status stays OK.
+absl::Status WithErrorInfo(absl::Status status, const ErrorInfo& info);
+// The ErrorInfo attached to `status`, if any (and well formed).
+std::optional<ErrorInfo> GetErrorInfo(const absl::Status& status);
+// True when `status` carries an ErrorInfo of domain kErrorDomain with `reason`.
+bool HasErrorReason(const absl::Status& status, absl::string_view reason);
+
+// The payload's bytes: a JSON object {"reason","domain","metadata"}. Exposed for the wire
+// conversion (proto/grpc_status.cc) only.
+std::string EncodeErrorInfo(const ErrorInfo& info);
+std::optional<ErrorInfo> DecodeErrorInfo(absl::string_view bytes);
+
+// The refusal of a call of a fenced attempt (ABORTED, reason ATTEMPT_FENCED).
+absl::Status AttemptFencedError(absl::string_view message, int64_t job_attempt,
+                                int64_t worker_attempt);
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_COMMON_ERROR_INFO_H_
