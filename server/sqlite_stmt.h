@@ -1,4 +1,4 @@
-// SqliteStore's prepared statements: private to sqlite_store*.cc.
+// SqliteStore's prepared statements: private to sqlite_*.cc.
 #ifndef LATCHKEY_SERVER_SQLITE_STMT_H_
 #define LATCHKEY_SERVER_SQLITE_STMT_H_
 

@@ -1,6 +1,7 @@
 // JobStore on SQLite (WAL journal). One connection, owned by the store.
 //
-// Schema (version kSchemaVersion, in PRAGMA user_version) — see sqlite_store.cc for the DDL:
+// Schema (version kSchemaVersion, in PRAGMA user_version) — the DDL and every migration, in
+// order, are in sqlite_schema.cc:
 //   jobs, workers, latches (append-only: triggers refuse UPDATE and DELETE),
 //   policy_changes (append-only), step_reports (primary key (job_id, rank, step)),
 //   checkpoints (primary key (job_id, step)), job_events (append-only).
@@ -75,13 +76,14 @@ class SqliteStore : public JobStore {
   class Stmt;
   explicit SqliteStore(sqlite3* db);
   absl::StatusOr<int> SchemaVersion();
-  // Creates or migrates the schema to kSchemaVersion; `path` names the file in errors.
-  absl::Status Upgrade(const std::string& path);
+  // Creates or migrates the schema to kSchemaVersion (sqlite_schema.cc); Open names the file in
+  // its errors.
+  absl::Status Upgrade();
   absl::Status Migrate(int from);  // from -> from + 1, inside the caller's transaction
   absl::Status MigrateV1ToV2();
   absl::Status MigrateV2ToV3();
-  absl::Status MigrateV3ToV4();  // sqlite_store_faults.cc
-  absl::Status MigrateV4ToV5();  // sqlite_store_security.cc
+  absl::Status MigrateV3ToV4();
+  absl::Status MigrateV4ToV5();
   // Step reports with step in [from_step, to_step] of every rank (rank < 0) or one.
   absl::StatusOr<std::vector<StepReportRecord>> QueryStepReports(const std::string& job_id,
                                                                  int64_t from_step, int64_t to_step,

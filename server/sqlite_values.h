@@ -1,5 +1,6 @@
 // Text and integer forms of the values the SQLite store keeps, and their checked inverses.
-// Private to sqlite_store.cc. A stored value that does not parse is DATA_LOSS naming the row
+// Private to the SqliteStore (sqlite_*.cc). A stored value that does not parse is DATA_LOSS naming
+// the row
 // (`row`, e.g. "latch(3) of job job-000001"), never a default.
 #ifndef LATCHKEY_SERVER_SQLITE_VALUES_H_
 #define LATCHKEY_SERVER_SQLITE_VALUES_H_

@@ -1,0 +1,241 @@
+// SqliteStore's schema, version by version: v1 as the first release created it, then one
+// migration per version, in order, each run in one transaction by Upgrade() (PRAGMA
+// user_version names the version a file is at). Never edit a version here: a change of the
+// schema is a new migration at the end and a new SqliteStore::kSchemaVersion.
+#include <sqlite3.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/security.h"
+#include "server/sqlite_stmt.h"
+#include "server/sqlite_store.h"
+#include "server/sqlite_values.h"
+
+namespace latchkey {
+namespace {
+
+// Version 1, as the first release created it. v1 kept its version in the table `meta`, not in
+// PRAGMA user_version (0 there). Never edit: later versions are migrations below.
+constexpr const char* kSchemaV1 = R"sql(
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT OR IGNORE INTO meta VALUES ('schema_version', '1');
+CREATE TABLE IF NOT EXISTS jobs (
+  job_id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, state INTEGER NOT NULL,
+  spec_json TEXT NOT NULL, base_dir TEXT NOT NULL, join_token TEXT NOT NULL,
+  rendezvous_host TEXT NOT NULL, rendezvous_port INTEGER NOT NULL,
+  rendezvous_host_fixed INTEGER NOT NULL,
+  kv_reduce TEXT NOT NULL, gas INTEGER NOT NULL, generation INTEGER NOT NULL,
+  next_window INTEGER NOT NULL, next_first_micro_batch INTEGER NOT NULL,
+  failure_reason TEXT NOT NULL, warnings_json TEXT NOT NULL,
+  create_us INTEGER NOT NULL, update_us INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS workers (
+  job_id TEXT NOT NULL, rank INTEGER NOT NULL, worker_id TEXT NOT NULL, host TEXT NOT NULL,
+  state INTEGER NOT NULL, join_us INTEGER NOT NULL, PRIMARY KEY (job_id, rank));
+CREATE TABLE IF NOT EXISTS latches (
+  job_id TEXT NOT NULL, window INTEGER NOT NULL, generation INTEGER NOT NULL,
+  first_micro_batch INTEGER NOT NULL, n INTEGER NOT NULL, kv_mode TEXT NOT NULL,
+  no_sync TEXT NOT NULL, reason TEXT NOT NULL, publish_us INTEGER NOT NULL,
+  PRIMARY KEY (job_id, window));
+CREATE TRIGGER IF NOT EXISTS latches_no_update BEFORE UPDATE ON latches
+  BEGIN SELECT RAISE(ABORT, 'latches are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS latches_no_delete BEFORE DELETE ON latches
+  BEGIN SELECT RAISE(ABORT, 'latches are append-only'); END;
+CREATE TABLE IF NOT EXISTS policy_changes (
+  job_id TEXT NOT NULL, generation INTEGER NOT NULL, kv_reduce TEXT NOT NULL,
+  gas INTEGER NOT NULL, first_window INTEGER NOT NULL, change_us INTEGER NOT NULL,
+  PRIMARY KEY (job_id, generation));
+CREATE TRIGGER IF NOT EXISTS policy_changes_no_update BEFORE UPDATE ON policy_changes
+  BEGIN SELECT RAISE(ABORT, 'policy_changes are append-only'); END;
+CREATE TABLE IF NOT EXISTS step_reports (
+  job_id TEXT NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL,
+  micro_batches INTEGER NOT NULL, loss REAL NOT NULL, grad_norm REAL NOT NULL,
+  kv_mode TEXT NOT NULL, kv_allreduce_calls INTEGER NOT NULL, collective_calls_json TEXT NOT NULL,
+  step_seconds REAL NOT NULL, tokens INTEGER NOT NULL, latch_generation INTEGER NOT NULL,
+  report_us INTEGER NOT NULL, PRIMARY KEY (job_id, rank, step));
+)sql";
+
+// v1 -> v2: the policy's no_sync mask is stored with the job and with every policy change (v1
+// lost it on a restart); the version moves to PRAGMA user_version. The masks of existing jobs
+// are filled in from their specs by MigrateV1ToV2.
+constexpr const char* kMigrateV1ToV2 = R"sql(
+ALTER TABLE jobs ADD COLUMN no_sync TEXT NOT NULL DEFAULT '';
+ALTER TABLE policy_changes ADD COLUMN no_sync TEXT NOT NULL DEFAULT '';
+DROP TABLE IF EXISTS meta;
+)sql";
+
+// v2 -> v3: every step report keeps the learning rate of its update and, on the steps where
+// evaluation ran, the evaluation loss (NULL otherwise). Reports stored before v3 ran at the
+// constant learning rate of their job's spec, which MigrateV2ToV3 fills in.
+constexpr const char* kMigrateV2ToV3 = R"sql(
+ALTER TABLE step_reports ADD COLUMN lr REAL NOT NULL DEFAULT 0;
+ALTER TABLE step_reports ADD COLUMN eval_loss REAL;
+)sql";
+
+// v3 -> v4: attempts. A job keeps its attempt, restarts, the checkpoint it resumed from, its
+// newest committed checkpoint, the cause of its latest recovery, the stall verdicts still
+// listed and its determinism violations; a worker the attempt it joined. Every existing job and
+// worker is at attempt 1 with no checkpoint (the defaults). A step report keeps its boundary
+// wait (NULL in the reports stored before). New tables: checkpoints (one row per committed step)
+// and job_events (append-only audit of recoveries, stalls, ...).
+constexpr const char* kMigrateV3ToV4 = R"sql(
+ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN resume_step INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE jobs ADD COLUMN resume_sha256 TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN last_checkpoint_step INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE jobs ADD COLUMN last_checkpoint_sha256 TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN last_recovery_reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN stalled_json TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE jobs ADD COLUMN determinism_violations INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE workers ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE step_reports ADD COLUMN boundary_wait_seconds REAL;
+CREATE TABLE checkpoints (
+  job_id TEXT NOT NULL, step INTEGER NOT NULL, manifest_sha256 TEXT NOT NULL,
+  bytes INTEGER NOT NULL, attempt INTEGER NOT NULL, report_us INTEGER NOT NULL,
+  PRIMARY KEY (job_id, step));
+CREATE TABLE job_events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, event_us INTEGER NOT NULL,
+  attempt INTEGER NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL);
+CREATE INDEX job_events_by_job ON job_events (job_id, id);
+CREATE TRIGGER job_events_no_update BEFORE UPDATE ON job_events
+  BEGIN SELECT RAISE(ABORT, 'job_events are append-only'); END;
+CREATE TRIGGER job_events_no_delete BEFORE DELETE ON job_events
+  BEGIN SELECT RAISE(ABORT, 'job_events are append-only'); END;
+)sql";
+
+// v4 -> v5 (docs/protocol.md "Security"): the submitter of each job (the NAME of the role token
+// that submitted it; '' for the jobs before), and join tokens replaced by their SHA-256, so the
+// file holds no secret a worker could present. MigrateV4ToV5 hashes the stored tokens.
+constexpr const char* kMigrateV4ToV5 = R"sql(
+ALTER TABLE jobs ADD COLUMN submitter TEXT NOT NULL DEFAULT '';
+)sql";
+
+}  // namespace
+
+absl::StatusOr<int> SqliteStore::SchemaVersion() {
+  LK_ASSIGN_STMT(st, "PRAGMA user_version");
+  LK_ASSIGN_OR_RETURN(bool row, st.Step());
+  const int version = row ? static_cast<int>(st.Int(0)) : 0;
+  st.Reset();
+  return version;
+}
+
+absl::Status SqliteStore::Upgrade() {
+  LK_ASSIGN_OR_RETURN(int version, SchemaVersion());
+  if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "schema version ", version, " is newer than this coordinator's (", kSchemaVersion,
+        "); open it with the latchkey-coordinator that wrote it, or a newer one"));
+  }
+  if (version == 0) {
+    // A new file, or a v1 one (v1 left user_version at 0): the DDL is idempotent on both.
+    LK_RETURN_IF_ERROR(Exec(kSchemaV1));
+    version = 1;
+  }
+  while (version < kSchemaVersion) {
+    LK_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    absl::Status s = Migrate(version);
+    if (s.ok()) s = Exec(absl::StrCat("PRAGMA user_version = ", version + 1).c_str());
+    if (s.ok()) s = Exec("COMMIT");
+    if (!s.ok()) {
+      Exec("ROLLBACK").IgnoreError();
+      return absl::Status(s.code(), absl::StrCat("migrating schema v", version, " -> v",
+                                                 version + 1, ": ", s.message()));
+    }
+    version++;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::Migrate(int from) {
+  switch (from) {
+    case 1:
+      return MigrateV1ToV2();
+    case 2:
+      return MigrateV2ToV3();
+    case 3:
+      return MigrateV3ToV4();
+    case 4:
+      return MigrateV4ToV5();
+  }
+  return absl::InternalError(absl::StrCat("no migration from schema v", from));
+}
+
+absl::Status SqliteStore::MigrateV1ToV2() {
+  LK_RETURN_IF_ERROR(Exec(kMigrateV1ToV2));
+  std::vector<std::pair<std::string, std::string>> masks;  // job_id, no_sync
+  {
+    LK_ASSIGN_STMT(st, "SELECT job_id, spec_json FROM jobs");
+    while (true) {
+      LK_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      // The mask a v1 job ran with: its spec's (v1 never let it change).
+      masks.emplace_back(st.Text(0), SpecNoSync(st.Text(1)));
+    }
+    st.Reset();
+  }
+  // policy_changes are append-only; the trigger steps aside for the backfill only.
+  LK_RETURN_IF_ERROR(Exec("DROP TRIGGER policy_changes_no_update"));
+  for (const auto& [job_id, mask] : masks) {
+    if (mask.empty()) continue;
+    LK_ASSIGN_STMT(job, "UPDATE jobs SET no_sync=?2 WHERE job_id=?1");
+    job.Bind(1, job_id).Bind(2, mask);
+    LK_RETURN_IF_ERROR(job.Run());
+    LK_ASSIGN_STMT(change, "UPDATE policy_changes SET no_sync=?2 WHERE job_id=?1");
+    change.Bind(1, job_id).Bind(2, mask);
+    LK_RETURN_IF_ERROR(change.Run());
+  }
+  return Exec(
+      "CREATE TRIGGER policy_changes_no_update BEFORE UPDATE ON policy_changes "
+      "BEGIN SELECT RAISE(ABORT, 'policy_changes are append-only'); END;");
+}
+
+absl::Status SqliteStore::MigrateV2ToV3() {
+  LK_RETURN_IF_ERROR(Exec(kMigrateV2ToV3));
+  std::vector<std::pair<std::string, double>> rates;  // job_id, lr
+  {
+    LK_ASSIGN_STMT(st, "SELECT job_id, spec_json FROM jobs");
+    while (true) {
+      LK_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      // Before v3 there were no schedules: every step ran at the optimizer's lr.
+      if (std::optional<double> lr = SpecLr(st.Text(1))) rates.emplace_back(st.Text(0), *lr);
+    }
+    st.Reset();
+  }
+  for (const auto& [job_id, lr] : rates) {
+    LK_ASSIGN_STMT(st, "UPDATE step_reports SET lr=?2 WHERE job_id=?1");
+    st.Bind(1, job_id).Bind(2, lr);
+    LK_RETURN_IF_ERROR(st.Run());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::MigrateV3ToV4() { return Exec(kMigrateV3ToV4); }
+
+absl::Status SqliteStore::MigrateV4ToV5() {
+  LK_RETURN_IF_ERROR(Exec(kMigrateV4ToV5));
+  std::vector<std::pair<std::string, std::string>> hashed;  // job_id, SHA-256 of its token
+  {
+    LK_ASSIGN_STMT(st, "SELECT job_id, join_token FROM jobs");
+    while (true) {
+      LK_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      hashed.emplace_back(st.Text(0), Sha256Hex(st.Text(1)));
+    }
+    st.Reset();
+  }
+  for (const auto& [job_id, hash] : hashed) {
+    LK_ASSIGN_STMT(st, "UPDATE jobs SET join_token = ?1 WHERE job_id = ?2");
+    st.Bind(1, hash).Bind(2, job_id);
+    LK_RETURN_IF_ERROR(st.Run());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace latchkey

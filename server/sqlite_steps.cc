@@ -1,0 +1,146 @@
+// SqliteStore: a job's progress. Step reports (the first report of each (job, rank, step) kept)
+// and committed checkpoints (one per (job, step), the latest report kept).
+#include <sqlite3.h>
+
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "server/sqlite_stmt.h"
+#include "server/sqlite_store.h"
+#include "server/sqlite_values.h"
+
+namespace latchkey {
+absl::StatusOr<bool> SqliteStore::InsertStepReport(const StepReportRecord& record) {
+  static constexpr const char* kSql =
+      "INSERT OR IGNORE INTO step_reports (job_id, rank, step, micro_batches, loss, grad_norm, "
+      "kv_mode, kv_allreduce_calls, collective_calls_json, step_seconds, tokens, "
+      "latch_generation, report_us, lr, eval_loss, boundary_wait_seconds) "
+      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)";
+  LK_ASSIGN_STMT(st, kSql);
+  const StepReport& r = record.report;
+  st.Bind(1, record.job_id).Bind(2, record.rank).Bind(3, r.step).Bind(4, r.micro_batches);
+  st.Bind(5, r.loss).Bind(6, r.grad_norm).Bind(7, std::string(KvModeName(r.kv_mode)));
+  st.Bind(8, r.kv_allreduce_calls).Bind(9, nlohmann::json(r.collective_calls).dump());
+  st.Bind(10, r.step_seconds).Bind(11, r.tokens).Bind(12, r.latch_generation);
+  st.Bind(13, Us(record.report_time)).Bind(14, r.lr);
+  if (r.eval_loss) st.Bind(15, *r.eval_loss);  // unbound: NULL, no evaluation in this step
+  st.Bind(16, r.boundary_wait_seconds);
+  LK_RETURN_IF_ERROR(st.Run());
+  return sqlite3_changes(db_) > 0;
+}
+
+absl::StatusOr<std::vector<RankProgress>> SqliteStore::LoadProgress() {
+  LK_ASSIGN_STMT(st, "SELECT job_id, rank, MAX(step) FROM step_reports GROUP BY job_id, rank");
+  std::vector<RankProgress> out;
+  while (true) {
+    LK_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.push_back({st.Text(0), static_cast<int>(st.Int(1)), st.Int(2)});
+  }
+  st.Reset();
+  return out;
+}
+
+absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::LoadStepReports(
+    const std::string& job_id, int64_t from_step) {
+  return QueryStepReports(job_id, from_step, std::numeric_limits<int64_t>::max(), -1);
+}
+
+absl::StatusOr<StepReportRecord> SqliteStore::LoadStepReport(const std::string& job_id, int rank,
+                                                             int64_t step) {
+  LK_ASSIGN_OR_RETURN(std::vector<StepReportRecord> found,
+                      QueryStepReports(job_id, step, step, rank));
+  if (found.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("step report ", step, " of job ", job_id, " rank ", rank, ": not stored"));
+  }
+  return std::move(found.front());
+}
+
+absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::QueryStepReports(
+    const std::string& job_id, int64_t from_step, int64_t to_step, int rank) {
+  LK_ASSIGN_STMT(
+      st,
+      "SELECT job_id, rank, step, micro_batches, loss, grad_norm, kv_mode, "
+      "kv_allreduce_calls, collective_calls_json, step_seconds, tokens, "
+      "latch_generation, report_us, lr, eval_loss, boundary_wait_seconds "
+      "FROM step_reports WHERE job_id=?1 AND step>=?2 AND step<=?3 AND (?4<0 OR rank=?4) "
+      "ORDER BY step, rank");
+  st.Bind(1, job_id).Bind(2, from_step).Bind(3, to_step).Bind(4, rank);
+  std::vector<StepReportRecord> out;
+  while (true) {
+    LK_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    StepReportRecord record;
+    StepReport& r = record.report;
+    record.job_id = st.Text(0);
+    record.rank = static_cast<int>(st.Int(1));
+    r.step = st.Int(2);
+    const std::string where =
+        absl::StrCat("step report ", r.step, " of job ", record.job_id, " rank ", record.rank);
+    r.micro_batches = static_cast<int>(st.Int(3));
+    r.loss = st.Real(4);
+    r.grad_norm = st.Real(5);
+    LK_ASSIGN_OR_RETURN(r.kv_mode, KvModeFromText(where, st.Text(6)));
+    r.kv_allreduce_calls = st.Int(7);
+    auto calls = nlohmann::json::parse(st.Text(8), nullptr, false);
+    if (calls.is_object()) r.collective_calls = calls.get<std::map<std::string, int64_t>>();
+    r.step_seconds = st.Real(9);
+    r.tokens = st.Int(10);
+    r.latch_generation = st.Int(11);
+    record.report_time = FromUs(st.Int(12));
+    r.lr = st.Real(13);
+    if (!st.Null(14)) r.eval_loss = st.Real(14);
+    record.boundary_wait_stored = !st.Null(15);
+    if (record.boundary_wait_stored) r.boundary_wait_seconds = st.Real(15);
+    out.push_back(std::move(record));
+  }
+  st.Reset();
+  return out;
+}
+
+absl::Status SqliteStore::PutCheckpoint(const CheckpointRecord& c, const JobRecord& job,
+                                        const JobEventRecord& event) {
+  static constexpr const char* kSql =
+      "INSERT OR REPLACE INTO checkpoints (job_id, step, manifest_sha256, bytes, attempt, "
+      "report_us) VALUES (?1,?2,?3,?4,?5,?6)";
+  return InTransaction([&]() -> absl::Status {
+    LK_ASSIGN_STMT(st, kSql);
+    st.Bind(1, c.job_id).Bind(2, c.step).Bind(3, c.manifest_sha256).Bind(4, c.bytes);
+    st.Bind(5, c.attempt).Bind(6, Us(c.report_time));
+    LK_RETURN_IF_ERROR(st.Run());
+    LK_RETURN_IF_ERROR(UpdateJob(job));
+    return AppendEvent(event);
+  });
+}
+
+absl::StatusOr<std::vector<CheckpointRecord>> SqliteStore::LoadCheckpoints(
+    const std::string& job_id) {
+  LK_ASSIGN_STMT(st,
+                 "SELECT job_id, step, manifest_sha256, bytes, attempt, report_us "
+                 "FROM checkpoints WHERE job_id=?1 ORDER BY step");
+  st.Bind(1, job_id);
+  std::vector<CheckpointRecord> out;
+  while (true) {
+    LK_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    CheckpointRecord c;
+    c.job_id = st.Text(0);
+    c.step = st.Int(1);
+    c.manifest_sha256 = st.Text(2);
+    c.bytes = st.Int(3);
+    c.attempt = st.Int(4);
+    c.report_time = FromUs(st.Int(5));
+    out.push_back(std::move(c));
+  }
+  st.Reset();
+  return out;
+}
+
+}  // namespace latchkey
