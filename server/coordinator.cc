@@ -1,7 +1,9 @@
-// Coordinator: construction, the notifier and liveness threads, the job registry and the
-// JobService calls. The WorkerService calls are in coordinator_workers.cc, recovery in
-// coordinator_recovery.cc; what each call changes is owned by the components of
-// coordinator_internal.h.
+// Coordinator: construction, the notifier thread, the job registry, the state changes every
+// call shares (start, end, publication, progress) and the JobService calls. The other files
+// are one per concern: a rank's calls (coordinator_workers.cc) and progress reports
+// (coordinator_reports.cc), recovery decisions (coordinator_attempts.cc), liveness and hang
+// verdicts (coordinator_liveness.cc), restoring jobs on load (coordinator_load.cc). What each
+// call changes is owned by the components of coordinator_internal.h.
 #include "server/coordinator.h"
 
 #include <algorithm>
@@ -153,41 +155,6 @@ void Coordinator::NotifierLoop() {
   }
 }
 
-void Coordinator::StartLivenessChecker() {
-  if (liveness_thread_.joinable()) return;
-  // The period is real time: it paces the checks; the verdict reads the coordinator's clock.
-  // A quarter second keeps a hang verdict close to hang_timeout; a check is a pass over the
-  // live jobs' rank tables under the lock.
-  const absl::Duration period = std::min(
-      absl::Milliseconds(250), std::max(absl::Milliseconds(10), options_.liveness_timeout / 4));
-  liveness_thread_ = std::thread([this, period] {
-    absl::MutexLock lock(&liveness_mu_);
-    while (!liveness_stop_) {
-      liveness_cv_.WaitWithTimeout(&liveness_mu_, period);
-      if (liveness_stop_) break;
-      liveness_mu_.Unlock();
-      CheckLiveness();
-      liveness_mu_.Lock();
-    }
-  });
-}
-
-void Coordinator::CheckLiveness() {
-  absl::MutexLock lock(&mu_);
-  if (shutdown_) return;
-  const absl::Time now = clock_->Now();
-  for (auto& [id, job] : jobs_) {
-    if (IsTerminal(job->rec.state)) continue;
-    const std::vector<int> late = job->ranks.Late(now, options_.liveness_timeout);
-    if (!late.empty()) {
-      LivenessVerdict(*job, late, now);
-      continue;
-    }
-    if (CheckRejoin(*job, now)) continue;
-    CheckHang(*job, now);
-  }
-}
-
 absl::StatusOr<Coordinator::Job*> Coordinator::FindJob(const std::string& job_id) {
   if (shutdown_) return Unavailable();
   if (job_id.empty()) return absl::InvalidArgumentError("job_id: required");
@@ -206,20 +173,32 @@ void Coordinator::Touch(Job& job) {
   }
 }
 
+JobEventRecord Coordinator::Event(const Job& job, const std::string& kind,
+                                  const std::string& message) const {
+  JobEventRecord e;
+  e.job_id = job.rec.job_id;
+  e.time = clock_->Now();
+  e.attempt = job.attempts.attempt();
+  e.kind = kind;
+  e.message = message;
+  return e;
+}
+
 JobView Coordinator::View(const Job& job, bool with_workers) const {
   const RankGrid& grid = job.ranks.grid();
+  const AttemptLayout& layout = job.attempts.layout();
   JobView v;
   v.record = job.rec;
   v.record.join_token.clear();
-  v.world_size = grid.world_size;
-  v.tp = job.spec.tp;
-  v.dp = job.spec.tp > 0 ? grid.dp() : 0;
+  v.world_size = layout.world_size;
+  v.tp = layout.tp;
+  v.dp = layout.dp;
   v.steps = job.spec.steps;
   v.workers_joined = job.ranks.joined();
   v.steps_completed = job.steps_completed;
   v.last_step = job.steps.Last();
   v.max_restarts = job.spec.max_restarts;
-  v.slowest.assign(job.slowest.begin(), job.slowest.end());
+  v.slowest.assign(job.arrivals.slowest().begin(), job.arrivals.slowest().end());
   if (with_workers) {
     for (int i = 0; i < grid.world_size; ++i) {
       const RankTable::Rank& r = job.ranks.at(i);
@@ -376,8 +355,8 @@ absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const JobSubmission& args,
   if (observer_) observer_->AddJobs(JobState::kPending, 1);
   Log(absl::StrCat(rec.job_id, ": submitted (world ", spec.world_size, ", tp ", spec.tp, ", steps ",
                    spec.steps, ", rendezvous port ", rec.rendezvous_port, ")"));
-  const RankGrid grid{spec.world_size, spec.tp};
-  auto job = std::make_unique<Job>(std::move(rec), std::move(spec), grid, options_.recent_steps);
+  const AttemptLayout layout = SpecLayout(spec);
+  auto job = std::make_unique<Job>(std::move(rec), std::move(spec), layout, options_.recent_steps);
   SubmitResult out;
   out.join_token = join_token;
   out.job = View(*job, false);
@@ -390,6 +369,12 @@ absl::StatusOr<JobView> Coordinator::GetJob(const std::string& job_id, bool with
   absl::MutexLock lock(&mu_);
   LK_ASSIGN_OR_RETURN(Job * job, FindJob(job_id));
   return View(*job, with_workers);
+}
+
+absl::StatusOr<JobSnapshot> Coordinator::Snapshot(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  LK_ASSIGN_OR_RETURN(Job * job, FindJob(job_id));
+  return JobSnapshot{View(*job, /*with_workers=*/true), job->steps.After(-1)};
 }
 
 int Coordinator::LiveRanks() const {

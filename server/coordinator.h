@@ -10,11 +10,13 @@
 // order.
 //
 // Inside, each concern has one owner (private headers, not part of this interface): LatchLog
-// (publication, lookahead position, the latch cache), JobStateMachine (job and worker states),
-// StepAggregator (per-step summaries), RankTable (who holds which rank, liveness), and the
-// recovery on load (coordinator_recovery.cc).
+// (publication, lookahead position, the latch cache), AttemptLog (the attempts, their layouts,
+// the fence), JobStateMachine (job and worker states), StepAggregator (per-step summaries),
+// RankTable (who holds which rank, liveness), BoundaryArrivals (arrival lag); the coordinator's
+// .cc files are one per concern (coordinator.cc names them).
 //
-// Attempts (docs/fault-tolerance.md; coordinator_attempts.cc): a job runs in attempts, from 1.
+// Attempts (docs/fault-tolerance.md; attempt_log.h, coordinator_attempts.cc): a job runs in
+// attempts, from 1.
 // A failure of a running or recovering job (ReportFailure, a missed liveness deadline, a stall
 // verdict of the hang detector) starts a recovery while restarts < the spec's
 // latchkey.max_restarts: attempt + 1, restarts + 1, resume step = the newest committed checkpoint
@@ -28,8 +30,10 @@
 // Fencing: every worker call but Join names the attempt the worker joined (WorkerCall::attempt).
 // A call of another attempt than the job's is ABORTED
 //   "worker W is at attempt A; job J is at attempt B (fenced)"
-// and changes nothing. Attempt 0 stands for the attempt the worker holds (or last held) its
-// rank in: a supervisor reporting a dead process, or a client that predates attempts.
+// with the ErrorInfo {reason ATTEMPT_FENCED, metadata job_attempt B, worker_attempt A}
+// (common/error_info.h), and changes nothing. Attempt 0 stands for the attempt the worker holds (or
+// last held) its rank in: a supervisor reporting a dead process, or a client that predates
+// attempts.
 //
 // Errors: unknown job NOT_FOUND; bad join token UNAUTHENTICATED; wrong state
 // FAILED_PRECONDITION; stale generation or rank conflict ABORTED; bad input INVALID_ARGUMENT
@@ -120,6 +124,12 @@ struct JobView {
   std::optional<CompletedStep> last_step;
   int max_restarts = 0;                // the spec's latchkey.max_restarts
   std::vector<WindowArrival> slowest;  // the last windows' slowest ranks, newest last
+};
+
+// One job as the status page shows it, copied under one short lock (no wait, no store read).
+struct JobSnapshot {
+  JobView job;                       // with its workers
+  std::vector<CompletedStep> steps;  // the completed steps kept in memory, in order
 };
 
 struct SubmitResult {
@@ -218,6 +228,8 @@ class Coordinator {
   absl::StatusOr<SubmitResult> SubmitJob(const JobSubmission& args,
                                          const std::string& submitter = "");
   absl::StatusOr<JobView> GetJob(const std::string& job_id, bool with_workers);
+  // Non-blocking: the job with its workers and its completed steps in memory.
+  absl::StatusOr<JobSnapshot> Snapshot(const std::string& job_id);
   // The world sizes of every job not yet ended, summed (the per-peer call cap follows it).
   int LiveRanks() const;
   absl::StatusOr<std::vector<JobView>> ListJobs(const std::vector<JobState>& states, int limit);
@@ -277,7 +289,7 @@ class Coordinator {
 
   Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions options,
               CoordinatorObserver* observer);
-  // Recovery (coordinator_recovery.cc): rebuilds every job from the store and finishes what a
+  // Restoring (coordinator_load.cc): rebuilds every job from the store and finishes what a
   // crash interrupted.
   absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -287,13 +299,19 @@ class Coordinator {
   absl::StatusOr<Job*> FindForWorker(const WorkerCall& call, bool check_rank, bool fence = true)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Attempts (coordinator_attempts.cc). A failure of `rank` (-1: none in particular; it becomes
-  // `worker_state`) with `cause`: a recovery while restarts remain, else the job fails.
+  // Joining (coordinator_workers.cc): a new worker claims a rank of the current attempt (persisted,
+  // and the job starts once every rank is held); what Join answers for `rank`.
+  absl::StatusOr<int> ClaimRank(Job& job, const JoinArgs& args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JoinResult JoinResultFor(const Job& job, int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Recovery decisions (coordinator_attempts.cc). A failure of `rank` (-1: none in particular; it
+  // becomes `worker_state`) with `cause`: a recovery while restarts remain, else the job fails.
   absl::Status FailOrRecover(Job& job, int rank, WorkerState worker_state, const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status BeginAttempt(Job& job, const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees every rank for the job's (new) attempt, fencing the old holders.
   void ResetRanks(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Liveness and hang verdicts (coordinator_liveness.cc).
   // The hang detector over a running job; true when it started a recovery or failed the job.
   bool CheckHang(Job& job, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Liveness verdict for the ranks in `late`.
@@ -302,17 +320,12 @@ class Coordinator {
   // A recovering job whose ranks have not all joined within the liveness timeout of the
   // recovery's start: a failure of the missing ranks. true when it gave a verdict.
   bool CheckRejoin(Job& job, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Boundary arrival of one rank's window; the window's lag once every rank reported it.
-  void NoteArrival(Job& job, int rank, const StepReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // On load: the last windows' slowest ranks from the stored (first) reports `reports` (step
-  // order), and (attempt 1) the waits of the windows not every rank has reported yet.
-  void RestoreArrivals(Job& job, const std::vector<StepReportRecord>& reports)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A re-run's report against the stored first one.
-  absl::Status CheckDeterminism(Job& job, const StepReportRecord& record)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops stall verdicts once the attempt they caused completed a step.
   absl::Status ClearStalled(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Progress reports (coordinator_reports.cc): a re-run's report against the stored first one.
+  absl::Status CheckDeterminism(Job& job, const StepReportRecord& record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An event of the job's current attempt, stamped now.
   JobEventRecord Event(const Job& job, const std::string& kind, const std::string& message) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobView View(const Job& job, bool with_workers) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

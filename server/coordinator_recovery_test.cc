@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/error_info.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
 #include "server/hang_detector.h"
@@ -121,6 +122,13 @@ TEST(CoordinatorRecoveryTest, FailureBumpsTheAttemptAndFencesTheOldWorkers) {
   auto step = Report(*c, calls[0], 2, 2.0);
   ASSERT_EQ(step.status().code(), absl::StatusCode::kAborted) << step.status();
   EXPECT_EQ(step.status().message(), fenced);
+  // The attempts travel as data: a worker decides on the code and these, never on the text.
+  const std::optional<ErrorInfo> info = GetErrorInfo(step.status());
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->domain, kErrorDomain);
+  EXPECT_EQ(info->reason, error_reason::kAttemptFenced);
+  EXPECT_EQ(info->IntMetadata("job_attempt"), 2);
+  EXPECT_EQ(info->IntMetadata("worker_attempt"), 1);
   WorkerCall legacy = calls[0];
   legacy.attempt = 0;  // a client that names no attempt is judged by the rank it held
   EXPECT_EQ(c->Heartbeat(legacy).status().message(), fenced);

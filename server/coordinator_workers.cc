@@ -1,5 +1,6 @@
-// Coordinator: the calls a rank makes (join, latch streams, step reports, heartbeats, failure
-// reports). Each checks the caller against the RankTable, then hands the change to its owner.
+// Coordinator: the calls a rank makes to take part (join, latch streams, heartbeats, failure
+// reports); its progress reports are in coordinator_reports.cc. Each checks the caller (token,
+// the attempt fence of the AttemptLog, the RankTable), then hands the change to its owner.
 #include <algorithm>
 #include <utility>
 
@@ -21,19 +22,8 @@ absl::StatusOr<Coordinator::Job*> Coordinator::FindForWorker(const WorkerCall& c
   if (call.worker_id.empty()) return absl::InvalidArgumentError("identity.worker_id: required");
   if (call.attempt < 0) return absl::InvalidArgumentError("identity.attempt: must be >= 0");
   if (fence) {
-    int64_t attempt = call.attempt;
-    if (attempt == 0) {  // the attempt this worker holds (or last held) its rank in
-      if (j->ranks.RankOf(call.worker_id)) {
-        attempt = j->rec.attempt;
-      } else if (auto it = j->fenced.find(call.worker_id); it != j->fenced.end()) {
-        attempt = it->second;
-      }
-    }
-    if (attempt != 0 && attempt != j->rec.attempt) {
-      return absl::AbortedError(absl::StrCat("worker ", call.worker_id, " is at attempt ", attempt,
-                                             "; job ", j->rec.job_id, " is at attempt ",
-                                             j->rec.attempt, " (fenced)"));
-    }
+    LK_RETURN_IF_ERROR(j->attempts.CheckFence(j->rec.job_id, call.worker_id, call.attempt,
+                                              j->ranks.RankOf(call.worker_id).has_value()));
   }
   if (check_rank) LK_RETURN_IF_ERROR(j->ranks.CheckHolder(call.job_id, call.rank, call.worker_id));
   return j;
@@ -55,61 +45,71 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
                                              *rank, ", not ", *args.requested_rank));
     }
   } else {
-    LK_ASSIGN_OR_RETURN(rank, j.ranks.Claim(j.rec.job_id, args.requested_rank));
-    WorkerRecord w;
-    w.job_id = j.rec.job_id;
-    w.rank = *rank;
-    w.worker_id = args.call.worker_id;
-    w.host = !args.advertise_host.empty() ? args.advertise_host : args.peer_host;
-    w.state = WorkerState::kJoined;
-    w.join_time = clock_->Now();
-    w.attempt = j.rec.attempt;
-    LK_RETURN_IF_ERROR(store_->PutWorker(w));
-    j.ranks.Place(w, w.join_time);
-    j.fenced.erase(w.worker_id);  // it is of the current attempt now
-    if (observer_) observer_->AddWorkers(WorkerState::kJoined, 1);
-    Log(absl::StrCat(j.rec.job_id, ": rank ", *rank, " joined (worker ", w.worker_id, " at ",
-                     w.host.empty() ? "?" : w.host, "), ", j.ranks.joined(), "/", j.world_size(),
-                     j.rec.attempt > 1 ? absl::StrCat(" of attempt ", j.rec.attempt) : ""));
-    if (*rank == 0 && !j.rec.rendezvous_host_fixed) {
-      // Rank 0 hosts the TCP store, so its address is the rendezvous host.
-      JobRecord rec = j.rec;
-      rec.rendezvous_host = w.host.empty() ? "127.0.0.1" : w.host;
-      rec.update_time = clock_->Now();
-      LK_RETURN_IF_ERROR(store_->UpdateJob(rec));
-      j.rec = std::move(rec);
-    }
-    if (j.ranks.all_joined() &&
-        (j.rec.state == JobState::kPending || j.rec.state == JobState::kRecovering)) {
-      LK_RETURN_IF_ERROR(StartJob(j));
-    }
-    Touch(j);
+    LK_ASSIGN_OR_RETURN(rank, ClaimRank(j, args));
   }
   j.ranks.at(*rank).last_seen = clock_->Now();
+  return JoinResultFor(j, *rank);
+}
 
-  const RankGrid& grid = j.ranks.grid();
+absl::StatusOr<int> Coordinator::ClaimRank(Job& j, const JoinArgs& args) {
+  const int64_t attempt = j.attempts.attempt();
+  LK_ASSIGN_OR_RETURN(int rank, j.ranks.Claim(j.rec.job_id, args.requested_rank));
+  WorkerRecord w;
+  w.job_id = j.rec.job_id;
+  w.rank = rank;
+  w.worker_id = args.call.worker_id;
+  w.host = !args.advertise_host.empty() ? args.advertise_host : args.peer_host;
+  w.state = WorkerState::kJoined;
+  w.join_time = clock_->Now();
+  w.attempt = attempt;
+  LK_RETURN_IF_ERROR(store_->PutWorker(w));
+  j.ranks.Place(w, w.join_time);
+  j.attempts.Unfence(w.worker_id);  // it is of the current attempt now
+  if (observer_) observer_->AddWorkers(WorkerState::kJoined, 1);
+  Log(absl::StrCat(j.rec.job_id, ": rank ", rank, " joined (worker ", w.worker_id, " at ",
+                   w.host.empty() ? "?" : w.host, "), ", j.ranks.joined(), "/", j.world_size(),
+                   attempt > 1 ? absl::StrCat(" of attempt ", attempt) : ""));
+  if (rank == 0 && !j.rec.rendezvous_host_fixed) {
+    // Rank 0 hosts the TCP store, so its address is the rendezvous host.
+    JobRecord rec = j.rec;
+    rec.rendezvous_host = w.host.empty() ? "127.0.0.1" : w.host;
+    rec.update_time = clock_->Now();
+    LK_RETURN_IF_ERROR(store_->UpdateJob(rec));
+    j.rec = std::move(rec);
+  }
+  if (j.ranks.all_joined() &&
+      (j.rec.state == JobState::kPending || j.rec.state == JobState::kRecovering)) {
+    LK_RETURN_IF_ERROR(StartJob(j));
+  }
+  Touch(j);
+  return rank;
+}
+
+JoinResult Coordinator::JoinResultFor(const Job& j, int rank) const {
+  const AttemptLog::Attempt& attempt = j.attempts.current();
+  const RankGrid grid = attempt.layout.grid();
   JoinResult out;
-  out.rank = *rank;
-  out.world_size = grid.world_size;
-  out.tp = j.spec.tp;
-  out.dp = j.spec.dp();
-  out.tp_rank = grid.tp_rank(*rank);
-  out.dp_rank = grid.dp_rank(*rank);
+  out.rank = rank;
+  out.world_size = attempt.layout.world_size;
+  out.tp = attempt.layout.tp;
+  out.dp = attempt.layout.dp;
+  out.tp_rank = grid.tp_rank(rank);
+  out.dp_rank = grid.dp_rank(rank);
   out.spec_json = j.rec.spec_json;
   out.base_dir = j.rec.base_dir;
   out.rendezvous_host = j.rec.rendezvous_host;
   // A new attempt meets at a fresh store: its host once rank 0 of the attempt has joined.
-  if (j.rec.attempt > 1 && j.ranks.at(0).worker_id.empty()) out.rendezvous_host.clear();
+  if (attempt.number > 1 && j.ranks.at(0).worker_id.empty()) out.rendezvous_host.clear();
   out.rendezvous_port = j.rec.rendezvous_port;
   out.state = j.rec.state;
   out.heartbeat_interval = options_.heartbeat_interval;
   out.liveness_timeout = options_.liveness_timeout;
   out.steps = j.spec.steps;
-  out.attempt = j.rec.attempt;
+  out.attempt = attempt.number;
   out.rendezvous_prefix =
-      j.rec.attempt == 1 ? j.rec.job_id : absl::StrCat(j.rec.job_id, "/a", j.rec.attempt);
-  out.resume_step = j.rec.resume_step;
-  out.resume_manifest_sha256 = j.rec.resume_manifest_sha256;
+      attempt.number == 1 ? j.rec.job_id : absl::StrCat(j.rec.job_id, "/a", attempt.number);
+  out.resume_step = attempt.resume_step;
+  out.resume_manifest_sha256 = attempt.resume_manifest_sha256;
   out.hang_timeout = absl::Seconds(j.spec.hang_timeout_seconds);
   return out;
 }
@@ -162,7 +162,7 @@ absl::StatusOr<Subscription> Coordinator::SubscribeLatches(const WorkerCall& cal
   RankTable::Rank& r = j->ranks.at(call.rank);
   r.open_streams++;
   r.last_seen = clock_->Now();
-  Subscription sub{j->rec.job_id, call.rank, ++last_listener_id_, j->rec.attempt};
+  Subscription sub{j->rec.job_id, call.rank, ++last_listener_id_, j->attempts.attempt()};
   j->listeners.emplace(sub.id, std::move(listener));
   return sub;
 }
@@ -172,67 +172,10 @@ void Coordinator::Unsubscribe(const Subscription& sub) {
   auto it = jobs_.find(sub.job_id);  // not FindJob: this also runs during shutdown
   if (it == jobs_.end() || it->second->listeners.erase(sub.id) == 0) return;
   // A stream of an earlier attempt: its rank was freed with the attempt.
-  if (sub.attempt != it->second->rec.attempt) return;
+  if (sub.attempt != it->second->attempts.attempt()) return;
   RankTable::Rank& r = it->second->ranks.at(sub.rank);
   r.open_streams--;
   r.last_seen = clock_->Now();  // the deadline runs from the stream's end
-}
-
-absl::StatusOr<WorkerStatus> Coordinator::ReportStep(const WorkerCall& call,
-                                                     StepReportRecord record) {
-  absl::MutexLock lock(&mu_);
-  LK_ASSIGN_OR_RETURN(Job * found, FindForWorker(call, /*check_rank=*/true));
-  Job& j = *found;
-  RankTable::Rank& rank = j.ranks.at(call.rank);
-  rank.last_seen = clock_->Now();
-  const StepReport& report = record.report;
-  WorkerStatus out;
-  out.state = j.rec.state;
-  out.reason = j.rec.failure_reason;
-  out.attempt = j.rec.attempt;
-  if (report.step < 0 || report.step >= j.spec.steps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step: ", report.step, " is outside [0, ", j.spec.steps, ")"));
-  }
-  if (j.rec.state == JobState::kSucceeded) {  // every report is in already
-    out.duplicate = true;
-    return out;
-  }
-  if (j.rec.state != JobState::kRunning) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(j.rec.job_id, ": job is ", JobStateName(j.rec.state)));
-  }
-  if (report.step >= j.latches.next_window()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("step: latch(", report.step, ") is not published yet"));
-  }
-  LK_ASSIGN_OR_RETURN(std::vector<PublishedLatch> latch, j.latches.Read(*store_, report.step, 1));
-  const int64_t generation = latch.front().latch.generation;
-  if (report.latch_generation != generation) {
-    return absl::AbortedError(absl::StrCat(
-        "latch_generation: step ", report.step, " ran under generation ", report.latch_generation,
-        " but latch(", report.step, ") has generation ", generation));
-  }
-  record.job_id = j.rec.job_id;
-  record.rank = call.rank;
-  record.report_time = clock_->Now();
-  LK_ASSIGN_OR_RETURN(bool inserted, store_->InsertStepReport(record));
-  if (inserted) {
-    j.steps.Add(record);
-  } else {
-    // A re-run of a stored step (or a retry): the first report stays; the rank moves on. A step
-    // this rank has not reported in this attempt yet was stored by an earlier one: a re-run.
-    out.duplicate = true;
-    if (report.step >= rank.steps_reported) LK_RETURN_IF_ERROR(CheckDeterminism(j, record));
-  }
-  if (report.step >= rank.steps_reported) NoteArrival(j, call.rank, report);  // not a retry
-  rank.steps_reported = std::max(rank.steps_reported, report.step + 1);
-  LK_RETURN_IF_ERROR(Advance(j));
-  if (rank.steps_reported >= j.spec.steps) {
-    LK_RETURN_IF_ERROR(SetWorkerState(j, call.rank, WorkerState::kDone));
-  }
-  out.state = j.rec.state;
-  return out;
 }
 
 absl::StatusOr<WorkerStatus> Coordinator::Heartbeat(const WorkerCall& call,
@@ -248,7 +191,7 @@ absl::StatusOr<WorkerStatus> Coordinator::Heartbeat(const WorkerCall& call,
   } else if (!r.position) {
     r.position = RankPosition{};
   }
-  return WorkerStatus{j->rec.state, j->rec.failure_reason, false, j->rec.attempt};
+  return WorkerStatus{j->rec.state, j->rec.failure_reason, false, j->attempts.attempt()};
 }
 
 absl::StatusOr<WorkerStatus> Coordinator::ReportFailure(const WorkerCall& call,
@@ -268,7 +211,7 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportFailure(const WorkerCall& call,
       LK_RETURN_IF_ERROR(FailOrRecover(*j, call.rank, WorkerState::kFailed, cause));
     }
   }
-  return WorkerStatus{j->rec.state, j->rec.failure_reason, false, j->rec.attempt};
+  return WorkerStatus{j->rec.state, j->rec.failure_reason, false, j->attempts.attempt()};
 }
 
 }  // namespace latchkey

@@ -165,6 +165,96 @@ std::string SvgChart(const std::string& title, const std::vector<ChartSeries>& s
   return out;
 }
 
+namespace {
+
+// The job's heading, counters, reasons and warnings.
+std::string JobSummary(const JobView& view) {
+  const JobRecord& rec = view.record;
+  std::string out;
+  absl::StrAppend(&out, "<p><a href=\"/\">all jobs</a></p><h1>job <span id=\"job-id\">",
+                  HtmlEscape(rec.job_id), "</span> ", StateBadge(rec.state), "</h1>");
+  absl::StrAppend(&out, "<p>step ", view.steps_completed, "/", view.steps, ", attempt ",
+                  rec.attempt, ", restarts ", rec.restarts, "/", view.max_restarts, ", world ",
+                  view.world_size, " (tp ", view.tp, " &times; dp ", view.dp,
+                  "), last checkpoint step ", rec.last_checkpoint_step, ", submitted by ",
+                  rec.submitter.empty() ? "-" : HtmlEscape(rec.submitter), ", updated ",
+                  Time(rec.update_time), "</p>");
+  if (!rec.failure_reason.empty()) {
+    absl::StrAppend(&out, "<p class=\"reason\"><b>reason:</b> ", HtmlEscape(rec.failure_reason),
+                    "</p>");
+  }
+  if (!rec.last_recovery_reason.empty()) {
+    absl::StrAppend(&out, "<p><b>last recovery:</b> ", HtmlEscape(rec.last_recovery_reason),
+                    "</p>");
+  }
+  for (const std::string& w : rec.warnings) {
+    absl::StrAppend(&out, "<p><b>warning:</b> ", HtmlEscape(w), "</p>");
+  }
+  return out;
+}
+
+// The loss and K/V charts over `steps`, and the last step's figures.
+std::string StepCharts(const std::vector<CompletedStep>& steps) {
+  ChartSeries loss{"loss", "#1f77b4", {}, {}}, eval{"eval loss", "#d62728", {}, {}};
+  ChartSeries kv{"K/V all-reduces", "#2ca02c", {}, {}};
+  for (const CompletedStep& s : steps) {
+    const double x = static_cast<double>(s.report.step);
+    loss.x.push_back(x);
+    loss.y.push_back(s.report.loss);
+    if (s.report.eval_loss) {
+      eval.x.push_back(x);
+      eval.y.push_back(*s.report.eval_loss);
+    }
+    kv.x.push_back(x);
+    kv.y.push_back(static_cast<double>(s.report.kv_allreduce_calls));
+  }
+  std::string out = "<div id=\"charts\">";
+  // The coordinator keeps the newest completed steps of a job in memory (for watchers): the
+  // charts show those.
+  const std::string span = absl::StrCat(" (newest ", steps.size(), " steps)");
+  out += SvgChart("loss per step" + span, {loss, eval});
+  out += SvgChart("K/V all-reduces per step, rank 0" + span, {kv});
+  out += "</div>";
+  if (!steps.empty()) {
+    const CompletedStep& last = steps.back();
+    absl::StrAppend(&out, "<p>last step ", last.report.step, ": loss ", Num(last.report.loss),
+                    ", lr ", Num(last.report.lr, "%.3e"), ", ", Num(TokensPerSecond(last), "%.0f"),
+                    " tokens/s, ", Num(last.report.step_seconds, "%.3f"), " s, kv ",
+                    KvModeName(last.report.kv_mode), " x", last.report.kv_allreduce_calls, "</p>");
+  }
+  return out;
+}
+
+std::string StalledRanks(const JobRecord& rec) {
+  std::string out = "<h2>stalled ranks</h2>";
+  if (rec.stalled.empty()) return out + "<p id=\"stalled\">none</p>";
+  out +=
+      "<table id=\"stalled\"><tr><th>rank</th><th>window</th><th>micro-batch</th>"
+      "<th>where</th><th>seconds</th><th>attempt</th></tr>";
+  for (const StalledRank& s : rec.stalled) {
+    absl::StrAppend(&out, "<tr><td>", s.rank, "</td><td>", s.window, "</td><td>", s.micro_batch,
+                    "</td><td>", HtmlEscape(s.where), "</td><td>", Num(s.seconds, "%.1f"),
+                    "</td><td>", s.attempt, "</td></tr>");
+  }
+  return out + "</table>";
+}
+
+std::string Workers(const JobView& view) {
+  std::string out =
+      "<h2>workers</h2><table id=\"workers\"><tr><th>rank</th><th>worker</th><th>state</th>"
+      "<th>tp rank</th><th>dp rank</th><th>host</th><th>steps reported</th>"
+      "<th>last seen</th></tr>";
+  for (const JobWorkerInfo& w : view.workers) {
+    absl::StrAppend(&out, "<tr><td>", w.rank, "</td><td>", HtmlEscape(w.worker_id), "</td><td>",
+                    WorkerStateName(w.state), "</td><td>", w.tp_rank, "</td><td>", w.dp_rank,
+                    "</td><td>", HtmlEscape(w.host), "</td><td>", w.steps_reported, "</td><td>",
+                    Time(w.last_seen), "</td></tr>");
+  }
+  return out + "</table>";
+}
+
+}  // namespace
+
 std::vector<HttpRoute> StatusPage::Routes() {
   return {{"/", [this](const HttpRequest& r) { return Index(r); }},
           {"/jobs/([^/]+)", [this](const HttpRequest& r) { return Job(r); }}};
@@ -224,138 +314,68 @@ HttpResponse StatusPage::Job(const HttpRequest& request) {
   HttpResponse denied;
   if (!Allowed(request, &denied)) return denied;
   const std::string job_id = request.captures.empty() ? "" : request.captures[0];
-  auto view = core_->GetJob(job_id, /*with_workers=*/true);
-  if (!view.ok()) {
-    const int code = view.status().code() == absl::StatusCode::kNotFound ? 404 : 503;
+  // One short copy under the coordinator's lock: the page never waits on the job.
+  auto snapshot = core_->Snapshot(job_id);
+  if (!snapshot.ok()) {
+    const int code = snapshot.status().code() == absl::StatusCode::kNotFound ? 404 : 503;
     return Html(code, Header("latchkey: no such job") + "<h1>latchkey</h1><p>job " +
                           HtmlEscape(job_id) + ": " +
-                          HtmlEscape(std::string(view.status().message())) +
+                          HtmlEscape(std::string(snapshot.status().message())) +
                           "</p><p><a href=\"/\">all jobs</a></p></body></html>\n");
   }
-  // Every completed step (the watch's history, without waiting: version 0 answers at once).
-  std::vector<CompletedStep> steps;
-  if (auto history = core_->WaitJobChange(job_id, 0, -1, absl::Now() + absl::Seconds(1));
-      history.ok()) {
-    steps = std::move(history->steps);
-  }
-  const JobRecord& rec = view->record;
-  const std::string id = HtmlEscape(rec.job_id);
-  std::string out = Header("latchkey job " + rec.job_id);
-  absl::StrAppend(&out, "<p><a href=\"/\">all jobs</a></p><h1>job <span id=\"job-id\">", id,
-                  "</span> ", StateBadge(rec.state), "</h1>");
-  absl::StrAppend(&out, "<p>step ", view->steps_completed, "/", view->steps, ", attempt ",
-                  rec.attempt, ", restarts ", rec.restarts, "/", view->max_restarts, ", world ",
-                  view->world_size, " (tp ", view->tp, " &times; dp ", view->dp,
-                  "), last checkpoint step ", rec.last_checkpoint_step, ", submitted by ",
-                  rec.submitter.empty() ? "-" : HtmlEscape(rec.submitter), ", updated ",
-                  Time(rec.update_time), "</p>");
-  if (!rec.failure_reason.empty()) {
-    absl::StrAppend(&out, "<p class=\"reason\"><b>reason:</b> ", HtmlEscape(rec.failure_reason),
-                    "</p>");
-  }
-  if (!rec.last_recovery_reason.empty()) {
-    absl::StrAppend(&out, "<p><b>last recovery:</b> ", HtmlEscape(rec.last_recovery_reason),
-                    "</p>");
-  }
-  for (const std::string& w : rec.warnings) {
-    absl::StrAppend(&out, "<p><b>warning:</b> ", HtmlEscape(w), "</p>");
-  }
-  ChartSeries loss{"loss", "#1f77b4", {}, {}}, eval{"eval loss", "#d62728", {}, {}};
-  ChartSeries kv{"K/V all-reduces", "#2ca02c", {}, {}};
-  for (const CompletedStep& s : steps) {
-    const double x = static_cast<double>(s.report.step);
-    loss.x.push_back(x);
-    loss.y.push_back(s.report.loss);
-    if (s.report.eval_loss) {
-      eval.x.push_back(x);
-      eval.y.push_back(*s.report.eval_loss);
-    }
-    kv.x.push_back(x);
-    kv.y.push_back(static_cast<double>(s.report.kv_allreduce_calls));
-  }
-  out += "<div id=\"charts\">";
-  // The coordinator keeps the newest completed steps of a job in memory (for watchers): the
-  // charts show those.
-  const std::string span = absl::StrCat(" (newest ", steps.size(), " steps)");
-  out += SvgChart("loss per step" + span, {loss, eval});
-  out += SvgChart("K/V all-reduces per step, rank 0" + span, {kv});
-  out += "</div>";
-  if (!steps.empty()) {
-    const CompletedStep& last = steps.back();
-    absl::StrAppend(&out, "<p>last step ", last.report.step, ": loss ", Num(last.report.loss),
-                    ", lr ", Num(last.report.lr, "%.3e"), ", ", Num(TokensPerSecond(last), "%.0f"),
-                    " tokens/s, ", Num(last.report.step_seconds, "%.3f"), " s, kv ",
-                    KvModeName(last.report.kv_mode), " x", last.report.kv_allreduce_calls, "</p>");
-  }
-  // Stalled ranks.
-  out += "<h2>stalled ranks</h2>";
-  if (rec.stalled.empty()) {
-    out += "<p id=\"stalled\">none</p>";
-  } else {
-    out +=
-        "<table id=\"stalled\"><tr><th>rank</th><th>window</th><th>micro-batch</th>"
-        "<th>where</th><th>seconds</th><th>attempt</th></tr>";
-    for (const StalledRank& s : rec.stalled) {
-      absl::StrAppend(&out, "<tr><td>", s.rank, "</td><td>", s.window, "</td><td>", s.micro_batch,
-                      "</td><td>", HtmlEscape(s.where), "</td><td>", Num(s.seconds, "%.1f"),
-                      "</td><td>", s.attempt, "</td></tr>");
-    }
-    out += "</table>";
-  }
-  // Workers.
-  out +=
-      "<h2>workers</h2><table id=\"workers\"><tr><th>rank</th><th>worker</th><th>state</th>"
-      "<th>tp rank</th><th>dp rank</th><th>host</th><th>steps reported</th>"
-      "<th>last seen</th></tr>";
-  for (const JobWorkerInfo& w : view->workers) {
-    absl::StrAppend(&out, "<tr><td>", w.rank, "</td><td>", HtmlEscape(w.worker_id), "</td><td>",
-                    WorkerStateName(w.state), "</td><td>", w.tp_rank, "</td><td>", w.dp_rank,
-                    "</td><td>", HtmlEscape(w.host), "</td><td>", w.steps_reported, "</td><td>",
-                    Time(w.last_seen), "</td></tr>");
-  }
-  out += "</table>";
-  // The latch audit: the newest latches, the policy changes and the events.
-  const int64_t from = std::max<int64_t>(0, rec.next_window - kAuditRows);
-  auto audit = core_->ListLatches(job_id, from, kAuditRows);
-  out += "<h2>latch audit</h2>";
-  if (!audit.ok()) {
-    absl::StrAppend(&out, "<p>", HtmlEscape(std::string(audit.status().message())), "</p>");
-  } else {
-    absl::StrAppend(&out, "<p>", rec.next_window, " latch(es) published; the newest ",
-                    audit->latches.size(), ":</p>");
-    out +=
-        "<table id=\"latches\"><tr><th>window</th><th>generation</th><th>micro-batches</th>"
-        "<th>kv mode</th><th>reason</th><th>published</th></tr>";
-    for (auto it = audit->latches.rbegin(); it != audit->latches.rend(); ++it) {
-      const Latch& l = it->latch;
-      absl::StrAppend(&out, "<tr><td>", l.window, "</td><td>", l.generation, "</td><td>", l.n,
-                      "</td><td>", KvModeName(l.kv_mode), "</td><td>", HtmlEscape(l.reason),
-                      "</td><td>", Time(it->publish_time), "</td></tr>");
-    }
-    out +=
-        "</table><h3>policy changes</h3><table id=\"policy\"><tr><th>generation</th>"
-        "<th>kv_reduce</th><th>gradient accumulation</th><th>first window</th><th>time</th>"
-        "</tr>";
-    for (const PolicyChangeRecord& c : audit->policy_changes) {
-      absl::StrAppend(&out, "<tr><td>", c.policy.generation, "</td><td>",
-                      KvReducePolicyName(c.policy.kv_reduce), "</td><td>",
-                      c.policy.gradient_accumulation_steps, "</td><td>", c.first_window,
-                      "</td><td>", Time(c.change_time), "</td></tr>");
-    }
-    out +=
-        "</table><h3>events</h3><table id=\"events\"><tr><th>time</th><th>attempt</th>"
-        "<th>kind</th><th>message</th></tr>";
-    const size_t first_event =
-        audit->events.size() > kAuditRows ? audit->events.size() - kAuditRows : 0;
-    for (size_t i = audit->events.size(); i-- > first_event;) {
-      const JobEventRecord& e = audit->events[i];
-      absl::StrAppend(&out, "<tr><td>", Time(e.time), "</td><td>", e.attempt, "</td><td>",
-                      HtmlEscape(e.kind), "</td><td>", HtmlEscape(e.message), "</td></tr>");
-    }
-    out += "</table>";
-  }
+  const JobView& view = snapshot->job;
+  std::string out = Header("latchkey job " + view.record.job_id);
+  out += JobSummary(view);
+  out += StepCharts(snapshot->steps);
+  out += StalledRanks(view.record);
+  out += Workers(view);
+  out += LatchAudit(job_id, view.record.next_window);
   out += "</body></html>\n";
   return Html(200, std::move(out));
+}
+
+std::string StatusPage::LatchAudit(const std::string& job_id, int64_t windows_published) const {
+  // The newest latches, the policy changes and the events.
+  const int64_t from = std::max<int64_t>(0, windows_published - kAuditRows);
+  auto audit = core_->ListLatches(job_id, from, kAuditRows);
+  std::string out = "<h2>latch audit</h2>";
+  if (!audit.ok()) {
+    absl::StrAppend(&out, "<p>", HtmlEscape(std::string(audit.status().message())), "</p>");
+    return out;
+  }
+  absl::StrAppend(&out, "<p>", windows_published, " latch(es) published; the newest ",
+                  audit->latches.size(), ":</p>");
+  out +=
+      "<table id=\"latches\"><tr><th>window</th><th>generation</th><th>micro-batches</th>"
+      "<th>kv mode</th><th>reason</th><th>published</th></tr>";
+  for (auto it = audit->latches.rbegin(); it != audit->latches.rend(); ++it) {
+    const Latch& l = it->latch;
+    absl::StrAppend(&out, "<tr><td>", l.window, "</td><td>", l.generation, "</td><td>", l.n,
+                    "</td><td>", KvModeName(l.kv_mode), "</td><td>", HtmlEscape(l.reason),
+                    "</td><td>", Time(it->publish_time), "</td></tr>");
+  }
+  out +=
+      "</table><h3>policy changes</h3><table id=\"policy\"><tr><th>generation</th>"
+      "<th>kv_reduce</th><th>gradient accumulation</th><th>first window</th><th>time</th>"
+      "</tr>";
+  for (const PolicyChangeRecord& c : audit->policy_changes) {
+    absl::StrAppend(&out, "<tr><td>", c.policy.generation, "</td><td>",
+                    KvReducePolicyName(c.policy.kv_reduce), "</td><td>",
+                    c.policy.gradient_accumulation_steps, "</td><td>", c.first_window, "</td><td>",
+                    Time(c.change_time), "</td></tr>");
+  }
+  out +=
+      "</table><h3>events</h3><table id=\"events\"><tr><th>time</th><th>attempt</th>"
+      "<th>kind</th><th>message</th></tr>";
+  const size_t first_event =
+      audit->events.size() > kAuditRows ? audit->events.size() - kAuditRows : 0;
+  for (size_t i = audit->events.size(); i-- > first_event;) {
+    const JobEventRecord& e = audit->events[i];
+    absl::StrAppend(&out, "<tr><td>", Time(e.time), "</td><td>", e.attempt, "</td><td>",
+                    HtmlEscape(e.kind), "</td><td>", HtmlEscape(e.message), "</td></tr>");
+  }
+  out += "</table>";
+  return out;
 }
 
 }  // namespace latchkey

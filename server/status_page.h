@@ -8,11 +8,14 @@
 // Auth: with a token table the pages need a token of any role (every role may read), as a
 // bearer token or the password of HTTP basic auth, checked by TokenTable::Find (constant time);
 // without one (auth off, or the port binds loopback) they are open. /metrics never needs one.
-// Thread-safety: thread-safe (the coordinator locks; the page keeps no state).
+// Thread-safety: thread-safe (the page keeps no state). A job page copies the job under one short
+// lock (Coordinator::Snapshot) and never waits on it; the latch audit is ListLatches, the store
+// read `latchkey audit` makes.
 // Lifetime: `core` and `tokens` outlive the page.
 #ifndef LATCHKEY_SERVER_STATUS_PAGE_H_
 #define LATCHKEY_SERVER_STATUS_PAGE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +59,8 @@ class StatusPage {
   // 401 with a WWW-Authenticate challenge when the request lacks a valid token.
   bool Allowed(const HttpRequest& request, HttpResponse* denied) const;
   std::string Header(const std::string& title) const;
+  // The job page's latch audit section: the newest latches, the policy changes, the events.
+  std::string LatchAudit(const std::string& job_id, int64_t windows_published) const;
 
   Coordinator* core_;
   std::shared_ptr<const TokenTable> tokens_;

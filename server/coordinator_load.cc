@@ -1,6 +1,6 @@
-// Coordinator: recovery on load. Rebuilds every job's components from the store, gives every
-// worker a fresh liveness deadline, and finishes what a crash may have interrupted between two
-// writes (a job whose last rank joined but that never started, a recovery whose ranks all
+// Coordinator: restoring every job on load. Rebuilds every job's components from the store, gives
+// every worker a fresh liveness deadline, and finishes what a crash may have interrupted between
+// two writes (a job whose last rank joined but that never started, a recovery whose ranks all
 // joined). Only the workers of a job's current attempt hold ranks; those of earlier attempts
 // stay fenced. A rank's progress in an attempt after the first is not stored (a re-run's
 // reports are duplicates): it restarts at the attempt's first window and moves on with the
@@ -36,18 +36,19 @@ absl::Status Coordinator::Load() {
       spec.world_size = 1;
       spec.tp = 1;
     }
-    const RankGrid grid{std::max(1, spec.world_size), std::max(1, spec.tp)};
+    const AttemptLayout layout = SpecLayout(spec);
     last_seq_ = std::max(last_seq_, rec.seq);
     if (observer_) observer_->AddJobs(rec.state, 1);
-    auto job = std::make_unique<Job>(std::move(rec), std::move(spec), grid, options_.recent_steps);
+    auto job =
+        std::make_unique<Job>(std::move(rec), std::move(spec), layout, options_.recent_steps);
     if (!invalid.empty()) unparsable.emplace_back(job.get(), std::move(invalid));
     std::string id = job->rec.job_id;
     jobs_.emplace(std::move(id), std::move(job));
   }
   for (auto& [id, job] : jobs_) {
-    if (job->rec.attempt > 1) job->ranks.Reset(job->rec.resume_step + 1);
+    if (job->attempts.attempt() > 1) job->ranks.Reset(job->attempts.resume_step() + 1);
     // A recovery interrupted by the restart: its ranks get a fresh rejoin deadline.
-    if (job->rec.state == JobState::kRecovering) job->recovery_start = now;
+    if (job->rec.state == JobState::kRecovering) job->attempts.set_recovery_start(now);
     if (observer_ && !IsTerminal(job->rec.state) && !job->rec.stalled.empty()) {
       observer_->AddStalledRanks(static_cast<int>(job->rec.stalled.size()));
     }
@@ -56,8 +57,8 @@ absl::Status Coordinator::Load() {
     auto it = jobs_.find(w.job_id);
     if (it == jobs_.end() || !it->second->ranks.grid().contains(w.rank)) continue;
     Job& job = *it->second;
-    if (w.attempt != job.rec.attempt) {
-      job.fenced[w.worker_id] = std::max(job.fenced[w.worker_id], w.attempt);
+    if (w.attempt != job.attempts.attempt()) {
+      job.attempts.Fence(w.worker_id, w.attempt);
       continue;
     }
     job.ranks.Place(w, now);
@@ -73,11 +74,11 @@ absl::Status Coordinator::Load() {
     auto& per_rank = stored[p.job_id];
     per_rank.resize(static_cast<size_t>(job.world_size()), 0);
     per_rank[static_cast<size_t>(p.rank)] = p.max_step + 1;
-    if (job.rec.attempt == 1) job.ranks.SetProgress(p.rank, p.max_step);
+    if (job.attempts.attempt() == 1) job.ranks.SetProgress(p.rank, p.max_step);
   }
   for (auto& [id, per_rank] : stored) {
     Job& job = *jobs_[id];
-    if (!job.ranks.all_joined() && job.rec.attempt == 1) continue;
+    if (!job.ranks.all_joined() && job.attempts.attempt() == 1) continue;
     job.steps_completed = *std::min_element(per_rank.begin(), per_rank.end());
   }
   for (auto& [job, reason] : unparsable) {
@@ -90,14 +91,17 @@ absl::Status Coordinator::Load() {
     // boundary arrivals of the last windows.
     job->steps_completed = std::max(job->steps_completed, job->ranks.StepsCompleted());
     const int64_t summaries_from = std::max<int64_t>(0, job->steps_completed - 1);
-    const int64_t arrivals_from =
-        std::max<int64_t>(0, job->steps_completed - static_cast<int64_t>(Job::kSlowestKept));
+    const int64_t arrivals_from = std::max<int64_t>(
+        0, job->steps_completed - static_cast<int64_t>(BoundaryArrivals::kSlowestKept));
     LK_ASSIGN_OR_RETURN(std::vector<StepReportRecord> reports,
                         store_->LoadStepReports(id, arrivals_from));
     for (const StepReportRecord& r : reports) {
       if (r.report.step >= summaries_from) job->steps.Add(r);
     }
-    RestoreArrivals(*job, reports);
+    // The ranks that reported a window of a live first attempt before the restart will not
+    // report it again: its partial waits stay.
+    job->arrivals.Restore(reports, job->world_size(),
+                          job->attempts.attempt() == 1 && !IsTerminal(job->rec.state));
     if (IsTerminal(job->rec.state)) continue;
     LK_RETURN_IF_ERROR(job->latches.Restore(*store_));
     if ((job->rec.state == JobState::kPending || job->rec.state == JobState::kRecovering) &&

@@ -1,0 +1,144 @@
+// Coordinator: liveness and hang verdicts. The checker thread, and the three verdicts it gives
+// on a live job: a worker past its liveness deadline, a rank that did not rejoin a recovery in
+// time, a running job the hang detector (hang_detector.h) finds stalled. Each verdict is a
+// failure for FailOrRecover (coordinator_attempts.cc). Stall verdicts stay listed on the job
+// until the attempt they caused completed a step.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "server/coordinator.h"
+#include "server/coordinator_internal.h"
+#include "server/hang_detector.h"
+
+namespace latchkey {
+
+void Coordinator::StartLivenessChecker() {
+  if (liveness_thread_.joinable()) return;
+  // The period is real time: it paces the checks; the verdict reads the coordinator's clock.
+  // A quarter second keeps a hang verdict close to hang_timeout; a check is a pass over the
+  // live jobs' rank tables under the lock.
+  const absl::Duration period = std::min(
+      absl::Milliseconds(250), std::max(absl::Milliseconds(10), options_.liveness_timeout / 4));
+  liveness_thread_ = std::thread([this, period] {
+    absl::MutexLock lock(&liveness_mu_);
+    while (!liveness_stop_) {
+      liveness_cv_.WaitWithTimeout(&liveness_mu_, period);
+      if (liveness_stop_) break;
+      liveness_mu_.Unlock();
+      CheckLiveness();
+      liveness_mu_.Lock();
+    }
+  });
+}
+
+void Coordinator::CheckLiveness() {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return;
+  const absl::Time now = clock_->Now();
+  for (auto& [id, job] : jobs_) {
+    if (IsTerminal(job->rec.state)) continue;
+    const std::vector<int> late = job->ranks.Late(now, options_.liveness_timeout);
+    if (!late.empty()) {
+      LivenessVerdict(*job, late, now);
+      continue;
+    }
+    if (CheckRejoin(*job, now)) continue;
+    CheckHang(*job, now);
+  }
+}
+
+void Coordinator::LivenessVerdict(Job& job, const std::vector<int>& late, absl::Time now) {
+  std::vector<std::string> names;
+  for (int i : late) {
+    const RankTable::Rank& r = job.ranks.at(i);
+    std::string name = absl::StrCat(
+        "rank ", i, " (worker ", r.worker_id, ", unseen for ",
+        absl::FormatDuration(absl::Trunc(now - r.last_seen, absl::Milliseconds(100))), ")");
+    if (r.position && r.position->window >= 0) {
+      absl::StrAppend(&name, ", last ", DescribePosition(*r.position), ",");
+    }
+    names.push_back(std::move(name));
+  }
+  for (int i : late) {
+    SetWorkerState(job, i, WorkerState::kLost).IgnoreError();  // the verdict reports store errors
+  }
+  const std::string cause =
+      absl::StrCat(absl::StrJoin(names, ", "), " missed the liveness deadline of ",
+                   absl::FormatDuration(options_.liveness_timeout));
+  absl::Status s = FailOrRecover(job, -1, WorkerState::kLost, cause);
+  (void)s;  // a store failure leaves the job live; the next check tries again
+}
+
+bool Coordinator::CheckRejoin(Job& job, absl::Time now) {
+  if (job.rec.state != JobState::kRecovering || job.ranks.all_joined() ||
+      now - job.attempts.recovery_start() <= options_.liveness_timeout) {
+    return false;
+  }
+  std::vector<int> missing;
+  for (int i = 0; i < job.world_size(); ++i) {
+    if (job.ranks.at(i).worker_id.empty()) missing.push_back(i);
+  }
+  const std::string cause =
+      absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
+                   " did not rejoin attempt ", job.attempts.attempt(), " within ",
+                   absl::FormatDuration(options_.liveness_timeout));
+  Log(absl::StrCat(job.rec.job_id, ": ", cause));
+  absl::Status s = FailOrRecover(job, -1, WorkerState::kLost, cause);
+  (void)s;  // as in LivenessVerdict
+  return true;
+}
+
+bool Coordinator::CheckHang(Job& job, absl::Time now) {
+  if (job.rec.state != JobState::kRunning || !job.ranks.all_joined()) return false;
+  const int64_t attempt = job.attempts.attempt();
+  std::vector<RankWatch> watch;
+  for (int i = 0; i < job.world_size(); ++i) {
+    const RankTable::Rank& r = job.ranks.at(i);
+    if (!r.position || !IsLive(r.state)) continue;
+    if (r.position->attempt != 0 && r.position->attempt != attempt) continue;
+    watch.push_back({i, *r.position, now - r.heartbeat_time});
+  }
+  if (watch.empty()) return false;
+  std::optional<StallVerdict> v = FindStall(watch, absl::Seconds(job.spec.hang_timeout_seconds),
+                                            2 * options_.heartbeat_interval);
+  if (!v) return false;
+  v->stalled.attempt = attempt;
+  JobRecord next = job.rec;
+  next.stalled.push_back(v->stalled);
+  next.update_time = now;
+  if (!store_->UpdateJobWithEvent(next, Event(job, "stalled", v->message)).ok()) return false;
+  job.rec = std::move(next);
+  if (observer_) observer_->AddStalledRanks(1);
+  Log(absl::StrCat(job.rec.job_id, ": ", v->message));
+  absl::Status s = FailOrRecover(job, v->stalled.rank, WorkerState::kLost, v->message);
+  (void)s;  // as in LivenessVerdict
+  return true;
+}
+
+absl::Status Coordinator::ClearStalled(Job& job) {
+  if (job.rec.stalled.empty() || !job.ranks.all_joined() ||
+      job.ranks.StepsCompleted() <= job.attempts.resume_step() + 1) {
+    return absl::OkStatus();
+  }
+  JobRecord next = job.rec;
+  auto& st = next.stalled;
+  const int64_t attempt = job.attempts.attempt();
+  st.erase(std::remove_if(st.begin(), st.end(),
+                          [attempt](const StalledRank& s) { return s.attempt < attempt; }),
+           st.end());
+  const int removed = static_cast<int>(job.rec.stalled.size() - st.size());
+  if (removed == 0) return absl::OkStatus();
+  LK_RETURN_IF_ERROR(store_->UpdateJob(next));
+  job.rec = std::move(next);
+  if (observer_) observer_->AddStalledRanks(-removed);
+  Touch(job);
+  return absl::OkStatus();
+}
+
+}  // namespace latchkey

@@ -1,0 +1,156 @@
+// Coordinator: the progress a rank reports. Step reports (stored once per (rank, step); a re-run
+// after a recovery is a duplicate checked bitwise against the first report, the determinism
+// check), each report's boundary wait (BoundaryArrivals), and committed checkpoints, the resume
+// points of later attempts.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "server/coordinator.h"
+#include "server/coordinator_internal.h"
+
+namespace latchkey {
+namespace {
+
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
+
+}  // namespace
+
+absl::StatusOr<WorkerStatus> Coordinator::ReportStep(const WorkerCall& call,
+                                                     StepReportRecord record) {
+  absl::MutexLock lock(&mu_);
+  LK_ASSIGN_OR_RETURN(Job * found, FindForWorker(call, /*check_rank=*/true));
+  Job& j = *found;
+  RankTable::Rank& rank = j.ranks.at(call.rank);
+  rank.last_seen = clock_->Now();
+  const StepReport& report = record.report;
+  WorkerStatus out;
+  out.state = j.rec.state;
+  out.reason = j.rec.failure_reason;
+  out.attempt = j.attempts.attempt();
+  if (report.step < 0 || report.step >= j.spec.steps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: ", report.step, " is outside [0, ", j.spec.steps, ")"));
+  }
+  if (j.rec.state == JobState::kSucceeded) {  // every report is in already
+    out.duplicate = true;
+    return out;
+  }
+  if (j.rec.state != JobState::kRunning) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(j.rec.job_id, ": job is ", JobStateName(j.rec.state)));
+  }
+  if (report.step >= j.latches.next_window()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step: latch(", report.step, ") is not published yet"));
+  }
+  LK_ASSIGN_OR_RETURN(std::vector<PublishedLatch> latch, j.latches.Read(*store_, report.step, 1));
+  const int64_t generation = latch.front().latch.generation;
+  if (report.latch_generation != generation) {
+    return absl::AbortedError(absl::StrCat(
+        "latch_generation: step ", report.step, " ran under generation ", report.latch_generation,
+        " but latch(", report.step, ") has generation ", generation));
+  }
+  record.job_id = j.rec.job_id;
+  record.rank = call.rank;
+  record.report_time = clock_->Now();
+  LK_ASSIGN_OR_RETURN(bool inserted, store_->InsertStepReport(record));
+  if (inserted) {
+    j.steps.Add(record);
+  } else {
+    // A re-run of a stored step (or a retry): the first report stays; the rank moves on. A step
+    // this rank has not reported in this attempt yet was stored by an earlier one: a re-run.
+    out.duplicate = true;
+    if (report.step >= rank.steps_reported) LK_RETURN_IF_ERROR(CheckDeterminism(j, record));
+  }
+  if (report.step >= rank.steps_reported) {  // not a retry
+    const std::optional<WindowArrival> arrival =
+        j.arrivals.Note(report.step, call.rank, report.boundary_wait_seconds, j.world_size());
+    if (arrival && observer_) observer_->BoundaryArrivalLag(arrival->lag_seconds);
+  }
+  rank.steps_reported = std::max(rank.steps_reported, report.step + 1);
+  LK_RETURN_IF_ERROR(Advance(j));
+  if (rank.steps_reported >= j.spec.steps) {
+    LK_RETURN_IF_ERROR(SetWorkerState(j, call.rank, WorkerState::kDone));
+  }
+  out.state = j.rec.state;
+  return out;
+}
+
+absl::Status Coordinator::CheckDeterminism(Job& job, const StepReportRecord& record) {
+  const StepReport& r = record.report;
+  if (job.attempts.ViolationCounted(r.step)) return absl::OkStatus();
+  LK_ASSIGN_OR_RETURN(StepReportRecord first,
+                      store_->LoadStepReport(job.rec.job_id, record.rank, r.step));
+  if (SameBits(first.report.loss, r.loss)) return absl::OkStatus();
+  JobRecord next = job.rec;
+  next.determinism_violations++;
+  next.update_time = clock_->Now();
+  const std::string message = absl::StrFormat(
+      "step %d re-run by rank %d in attempt %d: loss %.17g differs from the first report's "
+      "%.17g (kept)",
+      r.step, record.rank, job.attempts.attempt(), r.loss, first.report.loss);
+  LK_RETURN_IF_ERROR(
+      store_->UpdateJobWithEvent(next, Event(job, "determinism_violation", message)));
+  job.rec = std::move(next);
+  job.attempts.CountViolation(r.step);
+  Log(absl::StrCat(job.rec.job_id, ": ", message));
+  Touch(job);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkerStatus> Coordinator::ReportCheckpoint(const WorkerCall& call,
+                                                           const CheckpointReport& report) {
+  if (report.manifest_sha256.empty())
+    return absl::InvalidArgumentError("manifest_sha256: required");
+  if (report.bytes < 0) return absl::InvalidArgumentError("bytes: must be >= 0");
+  absl::MutexLock lock(&mu_);
+  LK_ASSIGN_OR_RETURN(Job * found, FindForWorker(call, /*check_rank=*/true));
+  Job& j = *found;
+  j.ranks.at(call.rank).last_seen = clock_->Now();
+  if (report.step < 0 || report.step >= j.spec.steps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: ", report.step, " is outside [0, ", j.spec.steps, ")"));
+  }
+  if (j.rec.state == JobState::kPending || j.rec.state == JobState::kFailed ||
+      j.rec.state == JobState::kCancelled) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(j.rec.job_id, ": job is ", JobStateName(j.rec.state)));
+  }
+  WorkerStatus out{j.rec.state, j.rec.failure_reason, false, j.attempts.attempt()};
+  LK_ASSIGN_OR_RETURN(std::vector<CheckpointRecord> known, store_->LoadCheckpoints(j.rec.job_id));
+  for (const CheckpointRecord& k : known) {
+    if (k.step == report.step && k.manifest_sha256 == report.manifest_sha256) {
+      out.duplicate = true;  // a repeat: already recorded
+      return out;
+    }
+  }
+  CheckpointRecord c;
+  c.job_id = j.rec.job_id;
+  c.step = report.step;
+  c.manifest_sha256 = report.manifest_sha256;
+  c.bytes = report.bytes;
+  c.attempt = j.attempts.attempt();
+  c.report_time = clock_->Now();
+  JobRecord next = j.rec;
+  if (report.step >= next.last_checkpoint_step) {
+    next.last_checkpoint_step = report.step;
+    next.last_checkpoint_sha256 = report.manifest_sha256;
+  }
+  next.update_time = c.report_time;
+  const std::string message =
+      absl::StrCat("checkpoint after step ", report.step, " committed by rank ", call.rank, " (",
+                   report.bytes, " bytes, manifest sha256 ", report.manifest_sha256, ")");
+  LK_RETURN_IF_ERROR(store_->PutCheckpoint(c, next, Event(j, "checkpoint", message)));
+  j.rec = std::move(next);
+  Log(absl::StrCat(j.rec.job_id, ": ", message));
+  Touch(j);
+  return out;
+}
+
+}  // namespace latchkey
