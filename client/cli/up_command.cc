@@ -14,23 +14,23 @@
 // against it. Workers get their join token in the environment, never on the command line.
 // Without --spec it runs the built-in job (builtin_spec.h), which reads no files, and keeps that
 // spec as <run>/spec.json to edit and pass back with --spec.
+// RunUp is five phases, each a function below with the struct it returns: Prepare (run folder,
+// spec, token, --tls certificates: up_tls.cc), StartCoordinator (started, its port file read,
+// credentials kept), Submit, Supervise (workers, restarts, progress, Ctrl-C) and Finish (the
+// summary and the exit code). The coordinator and the workers are this process's children.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
-#include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 #include <vector>
 
