@@ -1,5 +1,6 @@
-// The pieces of `latchkey up` (up_command.cc): its supervisor of the local processes
-// (up_supervisor.cc) and the summary it ends with (up_summary.cc).
+// The pieces of `latchkey up` (up_command.cc, its phases): its supervisor of the local
+// processes (up_supervisor.cc), the certificates of --tls (up_tls.cc) and the summary it ends
+// with (up_summary.cc).
 #ifndef LATCHKEY_CLIENT_CLI_UP_H_
 #define LATCHKEY_CLIENT_CLI_UP_H_
 
@@ -24,6 +25,12 @@
 namespace latchkey::cli {
 
 std::string ReadTextFile(const std::string& path);  // "" when unreadable
+
+// A CA and a certificate for 127.0.0.1/localhost signed by it, made with the openssl CLI in
+// `dir`: ca.pem, ca.key, server.pem, server.key (keys and certificates mode 0600), their
+// output in dir/openssl.log. PERMISSION_DENIED when `dir` cannot be made; FAILED_PRECONDITION
+// naming the log when a step fails. Call it before any thread starts (it sets the umask).
+absl::Status MakeLocalCertificates(const std::string& dir);
 
 // The summary table from rank 0's per-step JSONL (the last record of each step counts: a
 // restarted rank appends), with the job's attempt and restarts when `job` is known.

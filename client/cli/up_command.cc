@@ -14,23 +14,23 @@
 // against it. Workers get their join token in the environment, never on the command line.
 // Without --spec it runs the built-in job (builtin_spec.h), which reads no files, and keeps that
 // spec as <run>/spec.json to edit and pass back with --spec.
+// RunUp is five phases, each a function below with the struct it returns: Prepare (run folder,
+// spec, token, --tls certificates: up_tls.cc), StartCoordinator (started, its port file read,
+// credentials kept), Submit, Supervise (workers, restarts, progress, Ctrl-C) and Finish (the
+// summary and the exit code). The coordinator and the workers are this process's children.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
-#include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -97,226 +97,266 @@ int FreeLocalPort() {
   return port;  // 0: let the coordinator choose
 }
 
-// A CA and a certificate for 127.0.0.1/localhost signed by it, made with the openssl CLI in
-// RUN/tls (keys mode 0600). The coordinator serves server.pem; every client checks ca.pem.
-absl::Status MakeLocalCertificates(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::PermissionDeniedError("--tls: cannot create " + dir + ": " + ec.message());
-  const std::string script =
-      "set -e; umask 077; cd '" + dir +
-      "'; "
-      "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 30 "
-      "-subj /CN=latchkey-up-ca; "
-      "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost; "
-      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > server.ext; "
-      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem "
-      "-days 30 -extfile server.ext";
-  const std::string cmd = "sh -c \"" + script + "\" > '" + dir + "/openssl.log' 2>&1";
-  if (std::system(cmd.c_str()) != 0) {
-    return absl::FailedPreconditionError("--tls: openssl could not make a certificate; see " + dir +
-                                         "/openssl.log");
-  }
-  return absl::OkStatus();
-}
+// --- The phases, modelled on an elastic agent's (initialize the workers, then monitor them):
+// prepare -> coordinator -> submit -> supervise -> finish. Each takes what the ones before it
+// made and returns what it made; a phase that fails has stopped what it started itself.
 
-int RunUp(const CliContext& ctx_in, const UpOptions& o) {
-  // Signals go to one thread (sigwait) so Ctrl-C can stop the children from anywhere.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGUSR1);  // our own wake-up of the signal thread at the end
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+// prepare: what the run is, before anything is started.
+struct PreparedRun {
+  bool built_in = false;
+  std::string spec_text;  // with --max-restarts applied
+  std::string base_dir;   // where the spec's relative paths resolve
+  int world = 0;
+  std::string dir;      // the run folder, absolute
+  std::string token;    // this run's admin token (only its hash is on disk, in auth-tokens)
+  std::string tls_dir;  // RUN/tls
+  std::string tls_ca;   // RUN/tls/ca.pem under --tls, else ""
+};
 
-  const bool built_in = o.spec.empty();
-  if (!built_in && !std::ifstream(o.spec)) {
-    return Fail(absl::InvalidArgumentError("--spec: cannot read '" + o.spec + "'"));
+// The spec read and validated (so a bad spec fails before anything is started, naming the
+// field), the run folder made and cleaned of the last job's files, the admin token and the
+// certificates made. Prints the built-in spec's line.
+absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
+  PreparedRun run;
+  run.built_in = o.spec.empty();
+  if (!run.built_in && !std::ifstream(o.spec)) {
+    return absl::InvalidArgumentError("--spec: cannot read '" + o.spec + "'");
   }
-  std::string spec_text = built_in ? std::string(kBuiltInJobSpec) : ReadTextFile(o.spec);
-  if (o.max_restarts >= 0) spec_text = WithMaxRestarts(spec_text, o.max_restarts);
-  // Validated here too, so a bad spec fails before anything is started (naming the field).
-  const std::string base_dir =
-      built_in ? fs::current_path().string() : fs::absolute(o.spec).parent_path().string();
-  const absl::StatusOr<JobSpec> spec = ParseJobSpec(spec_text, base_dir);
+  run.spec_text = run.built_in ? std::string(kBuiltInJobSpec) : ReadTextFile(o.spec);
+  if (o.max_restarts >= 0) run.spec_text = WithMaxRestarts(run.spec_text, o.max_restarts);
+  // The built-in spec names no files; a spec file's relative paths resolve against its folder.
+  const std::string spec_dir =
+      run.built_in ? fs::current_path().string() : fs::absolute(o.spec).parent_path().string();
+  const absl::StatusOr<JobSpec> spec = ParseJobSpec(run.spec_text, spec_dir);
   if (!spec.ok()) {
-    return Fail(
-        absl::Status(spec.status().code(), (built_in ? std::string() : "--spec " + o.spec + ": ") +
-                                               std::string(spec.status().message())));
+    return absl::Status(spec.status().code(),
+                        (run.built_in ? std::string() : "--spec " + o.spec + ": ") +
+                            std::string(spec.status().message()));
   }
-  const int world = o.workers > 0 ? o.workers : spec->world_size;
-  const std::string run =
+  run.world = o.workers > 0 ? o.workers : spec->world_size;
+  run.dir =
       fs::absolute(o.run_dir.empty() ? "runs/up-" + std::to_string(std::time(nullptr)) : o.run_dir)
           .string();
+  run.base_dir = run.built_in ? run.dir : spec_dir;
   std::error_code mkdir_error;
-  fs::create_directories(run, mkdir_error);
+  fs::create_directories(run.dir, mkdir_error);
   if (mkdir_error) {
-    return Fail(absl::PermissionDeniedError("--run-dir: cannot create '" + run +
-                                            "': " + mkdir_error.message()));
+    return absl::PermissionDeniedError("--run-dir: cannot create '" + run.dir +
+                                       "': " + mkdir_error.message());
   }
-  if (built_in) {
-    std::ofstream(run + "/spec.json") << spec_text;
+  if (run.built_in) {
+    std::ofstream(run.dir + "/spec.json") << run.spec_text;
     std::printf(
         "spec         built-in job (demo model, synthetic data, %lld steps; %s/spec.json, "
         "or pass --spec FILE)\n",
-        static_cast<long long>(spec->steps), run.c_str());
+        static_cast<long long>(spec->steps), run.dir.c_str());
   }
 
   // The admin token of this run's coordinator: only its hash goes into --auth-tokens.
   const absl::StatusOr<std::string> admin_token = RandomHexToken(32);
-  if (!admin_token.ok()) return Fail(admin_token.status());
+  if (!admin_token.ok()) return admin_token.status();
+  run.token = *admin_token;
   if (absl::Status st = WritePrivateFile(
-          run + "/auth-tokens", "# written by latchkey up: ROLE NAME SHA256HEX\nadmin up " +
-                                    Sha256Hex(*admin_token) + "\n");
+          run.dir + "/auth-tokens",
+          "# written by latchkey up: ROLE NAME SHA256HEX\nadmin up " + Sha256Hex(run.token) + "\n");
       !st.ok()) {
-    return Fail(st);
+    return st;
   }
-
-  const std::string coord_log = run + "/coordinator.log";
   // A run folder can be reused (the database keeps earlier jobs): never read a stale port file,
   // and start each job's per-step JSONL afresh (a restarted worker of this job appends to it).
-  fs::remove(run + "/ports.json");
-  for (int r = 0; r < world; ++r) {
-    fs::remove(run + "/worker-" + std::to_string(r) + ".port.json");
-    fs::remove(run + "/steps-" + std::to_string(r) + ".jsonl");
+  fs::remove(run.dir + "/ports.json");
+  for (int r = 0; r < run.world; ++r) {
+    fs::remove(run.dir + "/worker-" + std::to_string(r) + ".port.json");
+    fs::remove(run.dir + "/steps-" + std::to_string(r) + ".jsonl");
   }
-  const std::string tls_dir = run + "/tls";
+  run.tls_dir = run.dir + "/tls";
   if (o.tls) {
-    if (absl::Status st = MakeLocalCertificates(tls_dir); !st.ok()) return Fail(st);
+    if (absl::Status st = MakeLocalCertificates(run.tls_dir); !st.ok()) return st;
+    run.tls_ca = run.tls_dir + "/ca.pem";
   }
+  return run;
+}
+
+// The coordinator's command line: on `listen` and `metrics_port` (its first start: any free
+// ones; a restart: the ones it had), its database, tokens and port file in the run folder.
+SpawnOptions CoordinatorCommand(const UpOptions& o, const PreparedRun& run,
+                                const std::string& listen, const std::string& metrics_port) {
   SpawnOptions coordinator;
-  const auto coordinator_args = [&](const std::string& listen, const std::string& metrics_port) {
-    std::vector<std::string> args{FindBinary("latchkey-coordinator", "server"), "--listen", listen,
-                                  "--db", run + "/coordinator.db", "--metrics-host", "127.0.0.1",
-                                  "--metrics-port", metrics_port, "--port-file",
-                                  run + "/ports.json", "--auth-tokens", run + "/auth-tokens",
-                                  "--liveness-timeout", std::to_string(o.liveness_s),
-                                  // Positions (and stall verdicts) every second.
-                                  "--heartbeat-interval", "1"};
-    if (o.tls) {
-      args.insert(args.end(),
-                  {"--tls-cert", tls_dir + "/server.pem", "--tls-key", tls_dir + "/server.key"});
-    }
-    return args;
-  };
-  coordinator.args = coordinator_args("127.0.0.1:0", "0");
-  coordinator.log_path = coord_log;
-  const absl::StatusOr<pid_t> started = Spawn(coordinator);
-  if (!started.ok()) return Fail(started.status());
-  const pid_t coord = *started;
+  coordinator.args = {FindBinary("latchkey-coordinator", "server"), "--listen", listen, "--db",
+                      run.dir + "/coordinator.db", "--metrics-host", "127.0.0.1", "--metrics-port",
+                      metrics_port, "--port-file", run.dir + "/ports.json", "--auth-tokens",
+                      run.dir + "/auth-tokens", "--liveness-timeout", std::to_string(o.liveness_s),
+                      // Positions (and stall verdicts) every second.
+                      "--heartbeat-interval", "1"};
+  if (o.tls) {
+    coordinator.args.insert(coordinator.args.end(), {"--tls-cert", run.tls_dir + "/server.pem",
+                                                     "--tls-key", run.tls_dir + "/server.key"});
+  }
+  coordinator.log_path = run.dir + "/coordinator.log";
+  return coordinator;
+}
+
+// coordinator: the process up started, where it serves, and how to start it again.
+struct RunningCoordinator {
+  pid_t pid = -1;
+  CliContext ctx;  // the user's context pointed at this coordinator, with this run's token
+  int metrics_port = 0;
+  SpawnOptions restart;  // the same ports and database
+};
+
+// Starts the coordinator and waits for its port file (up to 10 s), then keeps the run's
+// credentials (RUN/credentials.json, and the user's credentials file: a warning if that fails).
+// Prints the coordinator's and the auth lines. On failure the coordinator is stopped.
+absl::StatusOr<RunningCoordinator> StartCoordinator(const CliContext& user_ctx, const UpOptions& o,
+                                                    const PreparedRun& run) {
+  const absl::StatusOr<pid_t> started = Spawn(CoordinatorCommand(o, run, "127.0.0.1:0", "0"));
+  if (!started.ok()) return started.status();
+  RunningCoordinator c;
+  c.pid = *started;
   nlohmann::json ports;
   for (int i = 0; i < 200 && ports.is_null(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const auto parsed = nlohmann::json::parse(ReadTextFile(run + "/ports.json"), nullptr, false);
+    const auto parsed =
+        nlohmann::json::parse(ReadTextFile(run.dir + "/ports.json"), nullptr, false);
     if (!parsed.is_discarded() && parsed.contains("grpc_port")) ports = parsed;
   }
   if (ports.is_null()) {
-    StopAll({coord}, std::chrono::seconds(2));
-    return Fail(absl::UnavailableError("coordinator did not start; see " + coord_log));
+    StopAll({c.pid}, std::chrono::seconds(2));
+    return absl::UnavailableError("coordinator did not start; see " + run.dir + "/coordinator.log");
   }
-  const int grpc_port = ports["grpc_port"].get<int>();
-  const int metrics_port = ports.value("metrics_port", 0);
-  CliContext ctx = ctx_in;
-  ctx.coordinator = "127.0.0.1:" + std::to_string(grpc_port);
+  c.metrics_port = ports.value("metrics_port", 0);
+  c.ctx = user_ctx;
+  c.ctx.coordinator = "127.0.0.1:" + std::to_string(ports["grpc_port"].get<int>());
   // Its own coordinator, plaintext on loopback, with the token made above (not the user's).
-  ctx.credentials = ChannelCredentials{};
-  ctx.credentials.token = *admin_token;
-  const std::string tls_ca = o.tls ? tls_dir + "/ca.pem" : "";
-  ctx.credentials.tls_ca = tls_ca;
-  {
-    nlohmann::json entry = {{ctx.coordinator, {{"token", *admin_token}}}};
-    if (o.tls) entry[ctx.coordinator]["tls_ca"] = tls_ca;
-    if (absl::Status st = WritePrivateFile(run + "/credentials.json", entry.dump(2) + "\n");
-        !st.ok()) {
-      StopAll({coord}, std::chrono::seconds(2));
-      return Fail(st);
-    }
-    const std::string user_file =
-        ctx.credentials_file.empty() ? DefaultCredentialsPath() : ctx.credentials_file;
-    if (absl::Status st = SaveCredentials(user_file, ctx.coordinator, {*admin_token, tls_ca});
-        !st.ok()) {
-      std::fprintf(stderr, "latchkey up: warning: %s (the token is in %s/credentials.json)\n",
-                   std::string(st.message()).c_str(), run.c_str());
-    }
+  c.ctx.credentials = ChannelCredentials{};
+  c.ctx.credentials.token = run.token;
+  c.ctx.credentials.tls_ca = run.tls_ca;
+  nlohmann::json entry = {{c.ctx.coordinator, {{"token", run.token}}}};
+  if (o.tls) entry[c.ctx.coordinator]["tls_ca"] = run.tls_ca;
+  if (absl::Status st = WritePrivateFile(run.dir + "/credentials.json", entry.dump(2) + "\n");
+      !st.ok()) {
+    StopAll({c.pid}, std::chrono::seconds(2));
+    return st;
+  }
+  const std::string user_file =
+      c.ctx.credentials_file.empty() ? DefaultCredentialsPath() : c.ctx.credentials_file;
+  if (absl::Status st = SaveCredentials(user_file, c.ctx.coordinator, {run.token, run.tls_ca});
+      !st.ok()) {
+    std::fprintf(stderr, "latchkey up: warning: %s (the token is in %s/credentials.json)\n",
+                 std::string(st.message()).c_str(), run.dir.c_str());
   }
   // The watch waits out a restart of the coordinator.
-  ctx.watch_reconnect_s = 60;
+  c.ctx.watch_reconnect_s = 60;
+  // Started again on the ports it had, so workers and the watch find it where it was.
+  c.restart = CoordinatorCommand(o, run, c.ctx.coordinator, std::to_string(c.metrics_port));
   // Under --tls the coordinator's HTTP port serves HTTPS with the same certificate.
   std::printf("coordinator  %s  (metrics %s://127.0.0.1:%d/metrics, db %s/coordinator.db)\n",
-              ctx.coordinator.c_str(), o.tls ? "https" : "http", metrics_port, run.c_str());
+              c.ctx.coordinator.c_str(), o.tls ? "https" : "http", c.metrics_port, run.dir.c_str());
   std::printf("auth         admin token in %s/credentials.json (and the credentials file)\n",
-              run.c_str());
+              run.dir.c_str());
+  return c;
+}
 
-  JobClient client(ctx.client_options());
+// submit: the job at the coordinator.
+struct SubmittedJob {
+  std::string id;
+  std::string join_token;
+};
+
+// Submits the spec with a rendezvous on this machine and prints the job line. On failure the
+// coordinator is stopped.
+absl::StatusOr<SubmittedJob> Submit(const PreparedRun& run, const RunningCoordinator& c) {
+  JobClient client(c.ctx.client_options());
   JobSubmission submission;
-  submission.spec_json = spec_text;
-  // The built-in spec names no files; a spec file's relative paths resolve against its folder.
-  submission.base_dir = built_in ? run : fs::absolute(o.spec).parent_path().string();
+  submission.spec_json = run.spec_text;
+  submission.base_dir = run.base_dir;
   submission.rendezvous_host = "127.0.0.1";
   // A port free right now on this machine, rather than the coordinator's range, which other
   // local coordinators (other `up` runs) hand out too.
   submission.rendezvous_port = FreeLocalPort();
   auto submitted = client.SubmitJob(submission);
   if (!submitted.ok()) {
-    StopAll({coord}, std::chrono::seconds(2));
-    return Fail(submitted.status());
+    StopAll({c.pid}, std::chrono::seconds(2));
+    return submitted.status();
   }
-  const std::string job = submitted->job_id;
-  std::printf("job          %s  (%d workers, run folder %s)\n", job.c_str(), world, run.c_str());
+  std::printf("job          %s  (%d workers, run folder %s)\n", submitted->job_id.c_str(),
+              run.world, run.dir.c_str());
   std::fflush(stdout);
+  return SubmittedJob{submitted->job_id, submitted->join_token};
+}
 
+// Rank r's worker command line and environment (the same for every restart of it).
+SpawnOptions WorkerCommand(const UpOptions& o, const PreparedRun& run, const std::string& address,
+                           const SubmittedJob& job, int r) {
+  SpawnOptions worker;
+  worker.args = {FindBinary("latchkey-worker", "worker"),
+                 "--coordinator",
+                 address,
+                 "--job",
+                 job.id,
+                 "--metrics-host",
+                 "127.0.0.1",
+                 "--metrics-port",
+                 "0",
+                 "--metrics-jsonl",
+                 run.dir + "/steps-{rank}.jsonl",
+                 "--port-file",
+                 run.dir + "/worker-{rank}.port.json",
+                 "--save",
+                 run.dir + "/final",
+                 "--collective-timeout-seconds",
+                 std::to_string(o.collective_timeout_s),
+                 "--quiet"};
+  // The join token in the environment (not visible in `ps`); this coordinator's CA (or
+  // plaintext), whatever TLS settings the user's environment holds.
+  // LOCAL_RANK: every rank runs on this machine (latchkey.device "cuda" uses cuda:LOCAL_RANK).
+  worker.extra_env = {"RANK=" + std::to_string(r),
+                      "LOCAL_RANK=" + std::to_string(r),
+                      "LOCAL_WORLD_SIZE=" + std::to_string(run.world),
+                      "LATCHKEY_JOIN_TOKEN=" + job.join_token,
+                      "LATCHKEY_TLS_CA=" + run.tls_ca,
+                      "LATCHKEY_TLS_CERT=",
+                      "LATCHKEY_TLS_KEY="};
+  worker.log_path = run.dir + "/worker-" + std::to_string(r) + ".log";
+  return worker;
+}
+
+// supervise: how the job ended, and what it took.
+struct Supervised {
+  int code = kOk;  // WatchUntilEnd's exit code; kJobCancelled after Ctrl-C
+  bool have_job = false;
+  JobInfo last_job;
+  int worker_restarts = 0;
+  int coordinator_restarts = 0;
+};
+
+// Starts every rank's worker under the supervisor, watches the job to its end (Ctrl-C, taken
+// by a signal thread from `sigs`, cancels it), then stops the workers and the coordinator.
+// Fails only when the workers could not be started (the job is cancelled, everything stopped).
+absl::StatusOr<Supervised> Supervise(const UpOptions& o, const PreparedRun& run,
+                                     const RunningCoordinator& c, const SubmittedJob& job,
+                                     sigset_t sigs) {
+  JobClient client(c.ctx.client_options());
   SupervisorConfig sc;
-  sc.client = ctx.client_options();
-  sc.job_id = job;
-  sc.join_token = submitted->join_token;
-  sc.run_dir = run;
-  sc.world = world;
-  sc.live_progress = LiveProgress(ctx);
-  sc.coordinator_pid = coord;
-  // Started again on the ports it had, so workers and the watch find it where it was.
-  sc.coordinator.args = coordinator_args(ctx.coordinator, std::to_string(metrics_port));
-  sc.coordinator.log_path = coord_log;
-  sc.worker = [&, token = submitted->join_token](int r) {
-    SpawnOptions worker;
-    worker.args = {FindBinary("latchkey-worker", "worker"),
-                   "--coordinator",
-                   ctx.coordinator,
-                   "--job",
-                   job,
-                   "--metrics-host",
-                   "127.0.0.1",
-                   "--metrics-port",
-                   "0",
-                   "--metrics-jsonl",
-                   run + "/steps-{rank}.jsonl",
-                   "--port-file",
-                   run + "/worker-{rank}.port.json",
-                   "--save",
-                   run + "/final",
-                   "--collective-timeout-seconds",
-                   std::to_string(o.collective_timeout_s),
-                   "--quiet"};
-    // The join token in the environment (not visible in `ps`); this coordinator's CA (or
-    // plaintext), whatever TLS settings the user's environment holds.
-    // LOCAL_RANK: every rank runs on this machine (latchkey.device "cuda" uses cuda:LOCAL_RANK).
-    worker.extra_env = {"RANK=" + std::to_string(r),
-                        "LOCAL_RANK=" + std::to_string(r),
-                        "LOCAL_WORLD_SIZE=" + std::to_string(world),
-                        "LATCHKEY_JOIN_TOKEN=" + token,
-                        "LATCHKEY_TLS_CA=" + tls_ca,
-                        "LATCHKEY_TLS_CERT=",
-                        "LATCHKEY_TLS_KEY="};
-    worker.log_path = run + "/worker-" + std::to_string(r) + ".log";
-    return worker;
+  sc.client = c.ctx.client_options();
+  sc.job_id = job.id;
+  sc.join_token = job.join_token;
+  sc.run_dir = run.dir;
+  sc.world = run.world;
+  sc.live_progress = LiveProgress(c.ctx);
+  sc.coordinator_pid = c.pid;
+  sc.coordinator = c.restart;
+  sc.worker = [o, run, address = c.ctx.coordinator, job](int r) {
+    return WorkerCommand(o, run, address, job, r);
   };
   UpSupervisor supervisor(sc);
   if (absl::Status st = supervisor.Start(); !st.ok()) {
-    (void)client.CancelJob(job, "latchkey up could not start its workers");
+    (void)client.CancelJob(job.id, "latchkey up could not start its workers");
     supervisor.Stop();
     std::vector<pid_t> all = supervisor.WorkerPids();
     StopAll(all, std::chrono::seconds(5));
     StopAll({supervisor.CoordinatorPid()}, std::chrono::seconds(5));
-    return Fail(st);
+    return st;
   }
   std::atomic<bool> interrupted{false};
   std::thread signals([&] {
@@ -324,8 +364,8 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
     sigwait(&sigs, &sig);
     if (sig == SIGUSR1) return;
     interrupted = true;
-    std::fprintf(stderr, "\nlatchkey up: interrupted, cancelling job %s\n", job.c_str());
-    (void)client.CancelJob(job, "interrupted by latchkey up");
+    std::fprintf(stderr, "\nlatchkey up: interrupted, cancelling job %s\n", job.id.c_str());
+    (void)client.CancelJob(job.id, "interrupted by latchkey up");
     supervisor.Stop();
     std::vector<pid_t> all = supervisor.WorkerPids();
     all.push_back(supervisor.CoordinatorPid());
@@ -334,20 +374,19 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
   // Where the metrics are: each worker writes its port file once it has formed its groups and
   // serves its metrics (up to a minute: the ranks meet and build their model first).
   supervisor.WaitFirstAnnounced();
-  JobInfo last_job;
-  bool have_job = false;
+  Supervised out;
   WatchHooks hooks;
   hooks.on_job = [&](const JobInfo& j) {
-    have_job = true;
+    out.have_job = true;
     supervisor.OnJob(j);
   };
-  hooks.last_job = &last_job;
-  int code = WatchUntilEnd(ctx, job, o.max_seconds, hooks);
-  if (interrupted) code = kJobCancelled;
-  if (!have_job || !IsTerminal(last_job.state)) {
-    if (auto j = client.GetJob(job); j.ok()) {
-      last_job = *j;
-      have_job = true;
+  hooks.last_job = &out.last_job;
+  out.code = WatchUntilEnd(c.ctx, job.id, o.max_seconds, hooks);
+  if (interrupted) out.code = kJobCancelled;
+  if (!out.have_job || !IsTerminal(out.last_job.state)) {
+    if (auto j = client.GetJob(job.id); j.ok()) {
+      out.last_job = *j;
+      out.have_job = true;
     }
   }
   // Workers leave on their own once the job ended; then the coordinator goes.
@@ -359,15 +398,43 @@ int RunUp(const CliContext& ctx_in, const UpOptions& o) {
     pthread_kill(signals.native_handle(), SIGUSR1);
   }
   signals.join();
-  PrintUpSummary(run + "/steps-0.jsonl", have_job ? &last_job : nullptr,
-                 supervisor.worker_restarts(), supervisor.coordinator_restarts());
-  if (code == kOk) {
-    std::printf("weights      %s/final (HF GPTBigCode checkpoint)\n", run.c_str());
+  out.worker_restarts = supervisor.worker_restarts();
+  out.coordinator_restarts = supervisor.coordinator_restarts();
+  return out;
+}
+
+// finish: the summary, where the weights are (or where the logs are), and the exit code.
+int Finish(const PreparedRun& run, const SubmittedJob& job, const Supervised& s) {
+  PrintUpSummary(run.dir + "/steps-0.jsonl", s.have_job ? &s.last_job : nullptr, s.worker_restarts,
+                 s.coordinator_restarts);
+  if (s.code == kOk) {
+    std::printf("weights      %s/final (HF GPTBigCode checkpoint)\n", run.dir.c_str());
   } else {
-    std::fprintf(stderr, "latchkey up: job %s did not succeed (exit %d); logs in %s\n", job.c_str(),
-                 code, run.c_str());
+    std::fprintf(stderr, "latchkey up: job %s did not succeed (exit %d); logs in %s\n",
+                 job.id.c_str(), s.code, run.dir.c_str());
   }
-  return code;
+  return s.code;
+}
+
+int RunUp(const CliContext& ctx, const UpOptions& o) {
+  // Signals go to one thread (sigwait, in supervise) so Ctrl-C can stop the children from
+  // anywhere; blocked from the start, so one that comes early waits for that thread.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGUSR1);  // our own wake-up of the signal thread at the end
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  const absl::StatusOr<PreparedRun> run = Prepare(o);
+  if (!run.ok()) return Fail(run.status());
+  const absl::StatusOr<RunningCoordinator> coordinator = StartCoordinator(ctx, o, *run);
+  if (!coordinator.ok()) return Fail(coordinator.status());
+  const absl::StatusOr<SubmittedJob> job = Submit(*run, *coordinator);
+  if (!job.ok()) return Fail(job.status());
+  const absl::StatusOr<Supervised> supervised = Supervise(o, *run, *coordinator, *job, sigs);
+  if (!supervised.ok()) return Fail(supervised.status());
+  return Finish(*run, *job, *supervised);
 }
 
 }  // namespace

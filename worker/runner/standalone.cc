@@ -7,23 +7,24 @@
 
 namespace latchkey {
 
-absl::Status RunStandalone(const StandaloneOptions& options, const WorkerEnv& env) {
-  auto spec = LoadJobSpecFile(options.spec_path);
-  if (!spec.ok()) return spec.status();
-  for (const std::string& w : spec->warnings)
-    std::cerr << "latchkey-worker: warning: " << w << "\n";
+absl::Status CheckStandaloneOptions(const StandaloneOptions& options, const JobSpec& spec) {
+  if (options.resume && !spec.checkpoint.enabled()) {
+    return absl::InvalidArgumentError(
+        "--resume needs latchkey.checkpoint (latchkey.checkpoint.dir) in " + options.spec_path);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunStandalone(const StandaloneOptions& options, JobSpec spec, const WorkerEnv& env) {
+  for (const std::string& w : spec.warnings) std::cerr << "latchkey-worker: warning: " << w << "\n";
 
   RankJob job;
-  job.spec = *std::move(spec);
+  job.spec = std::move(spec);
   const int world = env.world_size.value_or(1);
   if (world != job.spec.world_size) {
     return absl::InvalidArgumentError("latchkey.world_size: the spec asks for " +
                                       std::to_string(job.spec.world_size) +
                                       " ranks but WORLD_SIZE is " + std::to_string(world));
-  }
-  if (options.resume && !job.spec.checkpoint.enabled()) {
-    return absl::InvalidArgumentError(
-        "--resume: the spec has no latchkey.checkpoint (latchkey.checkpoint.dir)");
   }
   job.local_ranks = env.local_world_size.value_or(world);
   auto placed = PlaceRank(job.spec, env, env.rank.value_or(0), job.local_ranks);

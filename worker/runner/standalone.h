@@ -2,6 +2,9 @@
 // job's groups through a store hosted by rank 0 and train every window with the latch each rank
 // computes locally (LocalGate) from the same gate the coordinator uses. One attempt: a failure
 // ends the rank; rerunning every rank with --resume continues from the last checkpoint.
+//
+// The caller loads the spec (LoadJobSpecFile) once, has CheckStandaloneOptions judge the options
+// against it (a refusal is a usage error of the flags), then runs it with RunStandalone.
 #ifndef LATCHKEY_WORKER_RUNNER_STANDALONE_H_
 #define LATCHKEY_WORKER_RUNNER_STANDALONE_H_
 
@@ -9,6 +12,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/job_spec.h"
 #include "common/timeouts.h"
 #include "worker/runner/env.h"
 #include "worker/runner/run_rank.h"
@@ -24,7 +28,14 @@ struct StandaloneOptions {
   bool resume = false;
 };
 
-absl::Status RunStandalone(const StandaloneOptions& options, const WorkerEnv& env);
+// The one check of the options against the spec they run: --resume needs latchkey.checkpoint.
+// INVALID_ARGUMENT naming the spec file otherwise.
+absl::Status CheckStandaloneOptions(const StandaloneOptions& options, const JobSpec& spec);
+
+// Runs this rank of `spec` (loaded from options.spec_path and passed CheckStandaloneOptions):
+// prints the spec's warnings, checks WORLD_SIZE against latchkey.world_size (INVALID_ARGUMENT),
+// places the rank and trains every window.
+absl::Status RunStandalone(const StandaloneOptions& options, JobSpec spec, const WorkerEnv& env);
 
 }  // namespace latchkey
 
