@@ -1,7 +1,6 @@
 #include "client/failure_report.h"
 
 #include <grpcpp/client_context.h>
-#include <unistd.h>
 
 #include "latchkey/v1/worker_service.grpc.pb.h"
 #include "proto/channel.h"
@@ -15,14 +14,10 @@ absl::StatusOr<WorkerFailureResult> ReportWorkerFailure(const ClientOptions& opt
   auto channel = MakeCoordinatorChannel(options.coordinator, options.credentials);
   if (!channel.ok()) return channel.status();
   auto stub = v1::WorkerService::NewStub(*channel);
-  v1::ReportFailureRequest req;
-  v1::WorkerIdentity* id = req.mutable_identity();
-  id->set_job_id(failure.job_id);
-  id->set_join_token(failure.join_token);
-  id->set_worker_id(failure.worker_id);
-  id->set_attempt(0);
-  req.set_rank(failure.rank);
-  req.set_message(failure.message);
+  // Attempt 0: whatever attempt the worker is in.
+  const WorkerIdentity who{failure.job_id, failure.join_token, failure.worker_id, 0};
+  const v1::ReportFailureRequest req =
+      MakeReportFailureRequest(who, failure.rank, failure.message, /*permanent=*/false);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options.timeout));
   v1::ReportFailureResponse resp;
@@ -32,12 +27,6 @@ absl::StatusOr<WorkerFailureResult> ReportWorkerFailure(const ClientOptions& opt
   out.state = FromProto(resp.state()).value_or(JobState::kRunning);
   out.attempt = resp.attempt();
   return out;
-}
-
-std::string WorkerIdOf(int pid) {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return std::string(host) + ":" + std::to_string(pid);
 }
 
 }  // namespace latchkey

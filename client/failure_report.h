@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "client/job_client.h"
 #include "common/states.h"
+#include "common/worker_protocol.h"  // WorkerIdOf: the id a worker process joined as
 
 namespace latchkey {
 
@@ -37,9 +38,6 @@ struct WorkerFailureResult {
 // it never joined, FAILED_PRECONDITION: the job has ended).
 absl::StatusOr<WorkerFailureResult> ReportWorkerFailure(const ClientOptions& options,
                                                         const WorkerFailure& failure);
-
-// "<hostname>:<pid>": the worker id latchkey-worker joins with (worker/runner/coordinated.cc).
-std::string WorkerIdOf(int pid);
 
 }  // namespace latchkey
 

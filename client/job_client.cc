@@ -70,20 +70,16 @@ absl::StatusOr<SubmittedJob> JobClient::SubmitJob(const JobSubmission& submissio
 }
 
 absl::StatusOr<JobInfo> JobClient::GetJob(const std::string& job_id) {
-  v1::GetJobRequest req;
-  req.set_job_id(job_id);
-  auto r = Call<v1::GetJobResponse>(*impl_, &v1::JobService::Stub::GetJob, req, options_.timeout);
+  auto r = Call<v1::GetJobResponse>(*impl_, &v1::JobService::Stub::GetJob,
+                                    MakeGetJobRequest(job_id), options_.timeout);
   if (!r.ok()) return r.status();
   return FromProto(r->job());
 }
 
 absl::StatusOr<std::vector<JobInfo>> JobClient::ListJobs(const std::vector<JobState>& states,
                                                          int limit) {
-  v1::ListJobsRequest req;
-  for (JobState s : states) req.add_states(ToProto(s));
-  req.set_page_size(limit);
-  auto r =
-      Call<v1::ListJobsResponse>(*impl_, &v1::JobService::Stub::ListJobs, req, options_.timeout);
+  auto r = Call<v1::ListJobsResponse>(*impl_, &v1::JobService::Stub::ListJobs,
+                                      MakeListJobsRequest(states, limit), options_.timeout);
   if (!r.ok()) return r.status();
   std::vector<JobInfo> out;
   out.reserve(static_cast<size_t>(r->jobs_size()));
@@ -92,11 +88,8 @@ absl::StatusOr<std::vector<JobInfo>> JobClient::ListJobs(const std::vector<JobSt
 }
 
 absl::StatusOr<JobInfo> JobClient::CancelJob(const std::string& job_id, const std::string& reason) {
-  v1::CancelJobRequest req;
-  req.set_job_id(job_id);
-  req.set_reason(reason);
-  auto r =
-      Call<v1::CancelJobResponse>(*impl_, &v1::JobService::Stub::CancelJob, req, options_.timeout);
+  auto r = Call<v1::CancelJobResponse>(*impl_, &v1::JobService::Stub::CancelJob,
+                                       MakeCancelJobRequest(job_id, reason), options_.timeout);
   if (!r.ok()) return r.status();
   return FromProto(r->job());
 }
@@ -110,11 +103,8 @@ absl::StatusOr<JobPolicyUpdateResult> JobClient::UpdateJobPolicy(const JobPolicy
 
 absl::StatusOr<LatchAuditPage> JobClient::ListLatches(const std::string& job_id,
                                                       int64_t start_window, int page_size) {
-  v1::ListLatchesRequest req;
-  req.set_job_id(job_id);
-  req.set_start_window(start_window);
-  req.set_page_size(page_size);
-  auto r = Call<v1::ListLatchesResponse>(*impl_, &v1::JobService::Stub::ListLatches, req,
+  auto r = Call<v1::ListLatchesResponse>(*impl_, &v1::JobService::Stub::ListLatches,
+                                         MakeListLatchesRequest(job_id, start_window, page_size),
                                          options_.timeout);
   if (!r.ok()) return r.status();
   return FromProto(*r);
@@ -149,8 +139,7 @@ absl::StatusOr<JobInfo> JobClient::WatchJob(const std::string& job_id,
                                             const std::function<bool(const JobUpdate&)>& on_update,
                                             absl::Time deadline) {
   if (!impl_->channel_error.ok()) return impl_->channel_error;
-  v1::WatchJobRequest req;
-  req.set_job_id(job_id);
+  const v1::WatchJobRequest req = MakeWatchJobRequest(job_id);
   absl::Duration backoff = absl::Milliseconds(100);
   absl::Time unreachable_since = absl::InfiniteFuture();
   // Even an endless watch has a deadline per stream: it is reopened after each.

@@ -5,12 +5,16 @@
 //   ManualClock fake(absl::FromUnixSeconds(1000));
 //   fake.Advance(absl::Seconds(31));   // everything reading `fake` sees the jump at once
 //
-// A Clock only tells the time: waiting (absl::CondVar, SleepFor) stays on the real clock, so code
-// that blocks until a deadline measures that deadline with absl::Now().
+// Code that waits for a deadline on a Clock waits with WaitUntil (below): on the real clock that
+// is one absl::CondVar wait; on a ManualClock the wait wakes every kManualClockPoll of real time
+// to look at the clock again, so a test's Advance ends it at once. (The coordinator's Wait*
+// calls wait on real time: their deadlines are absl::Now()'s.)
 //
 // Thread-safety: every Clock is safe to call from any thread.
 #ifndef LATCHKEY_COMMON_CLOCK_H_
 #define LATCHKEY_COMMON_CLOCK_H_
+
+#include <algorithm>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -23,7 +27,20 @@ class Clock {
  public:
   virtual ~Clock() = default;
   virtual absl::Time Now() const = 0;
+  // When, on the real clock (absl::Now()), a wait for `deadline` on this clock should wake up to
+  // look again. The real clock: the deadline itself.
+  virtual absl::Time WakeTime(absl::Time deadline) const { return deadline; }
 };
+
+// How often a wait on a ManualClock looks at it (real time).
+inline constexpr absl::Duration kManualClockPoll = absl::Milliseconds(5);
+
+// Waits on `cv` (`mu` held) until signalled, or until `deadline` passed on `clock`; may return
+// early (as CondVar waits do): callers loop on their condition and on clock.Now() < deadline.
+inline void WaitUntil(absl::CondVar& cv, absl::Mutex& mu, const Clock& clock, absl::Time deadline)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  cv.WaitWithDeadline(&mu, clock.WakeTime(deadline));
+}
 
 // The process's wall clock. Returns a process-wide instance the caller does not own.
 Clock* RealClock();
@@ -36,6 +53,10 @@ class ManualClock : public Clock {
   absl::Time Now() const override {
     absl::MutexLock lock(&mu_);
     return now_;
+  }
+  absl::Time WakeTime(absl::Time deadline) const override {
+    const absl::Duration left = deadline - Now();
+    return absl::Now() + std::min(std::max(left, absl::ZeroDuration()), kManualClockPoll);
   }
   // REQUIRES: d >= 0 (time never runs backwards).
   void Advance(absl::Duration d) {

@@ -9,7 +9,9 @@
 #define LATCHKEY_COMMON_RANK_POSITION_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace latchkey {
 
@@ -37,23 +39,44 @@ struct RankPosition {
   double seconds = 0.0;  // time spent at this position so far
 };
 
-// "compute", "all_reduce/tp #57", "latch", "checkpoint", "eval", "idle".
-inline std::string WhereName(const RankPosition& p) {
-  switch (p.phase) {
-    case RankPhase::kIdle:
-      return "idle";
-    case RankPhase::kLatch:
-      return "latch";
-    case RankPhase::kCompute:
-      return "compute";
-    case RankPhase::kCollective:
-      return p.op + "/" + p.group + " #" + std::to_string(p.seq);
-    case RankPhase::kCheckpoint:
-      return "checkpoint";
-    case RankPhase::kEval:
-      return "eval";
+// The one name table of the phases: what heartbeats carry (latchkey.v1.RankPosition.phase) and
+// what WhereName says outside a collective.
+struct RankPhaseNameEntry {
+  RankPhase phase;
+  const char* name;
+};
+inline constexpr RankPhaseNameEntry kRankPhaseNames[] = {
+    {RankPhase::kIdle, "idle"},
+    {RankPhase::kLatch, "latch"},
+    {RankPhase::kCompute, "compute"},
+    {RankPhase::kCollective, "collective"},
+    {RankPhase::kCheckpoint, "checkpoint"},
+    {RankPhase::kEval, "eval"},
+};
+
+// "idle", "latch", "compute", "collective", "checkpoint", "eval".
+inline const char* RankPhaseName(RankPhase phase) {
+  for (const auto& entry : kRankPhaseNames) {
+    if (entry.phase == phase) return entry.name;
   }
   return "idle";
+}
+
+// The phase named `name`; nullopt for an unknown or empty name.
+inline std::optional<RankPhase> RankPhaseFromName(std::string_view name) {
+  for (const auto& entry : kRankPhaseNames) {
+    if (name == entry.name) return entry.phase;
+  }
+  return std::nullopt;
+}
+
+// "compute", "all_reduce/tp #57", "latch", "checkpoint", "eval", "idle": the phase's name, or
+// in a collective the collective.
+inline std::string WhereName(const RankPosition& p) {
+  if (p.phase == RankPhase::kCollective) {
+    return p.op + "/" + p.group + " #" + std::to_string(p.seq);
+  }
+  return RankPhaseName(p.phase);
 }
 
 // A rank the coordinator declared stalled (JobInfo::stalled; `latchkey --json status`).

@@ -1,9 +1,14 @@
-// Conversions between the plain C++ types of common/ and the latchkey.v1 wire messages.
+// Conversions between the plain C++ types of common/ and the latchkey.v1 wire messages: the only
+// code that builds a latchkey.v1 message (the adapters in server/, client/ and worker/session/
+// call these). wire_values.cc holds the shared vocabulary of types.proto, wire_job.cc
+// JobService's messages, wire_worker.cc WorkerService's. Statuses: proto/grpc_status.h.
 // Pure functions; thread-safe.
 #ifndef LATCHKEY_PROTO_WIRE_H_
 #define LATCHKEY_PROTO_WIRE_H_
 
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -14,6 +19,7 @@
 #include "common/rank_position.h"
 #include "common/states.h"
 #include "common/step_report.h"
+#include "common/worker_protocol.h"
 #include "google/protobuf/duration.pb.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "latchkey/v1/job_service.pb.h"
@@ -57,15 +63,31 @@ JobWorkerInfo FromProto(const latchkey::v1::WorkerInfo& worker);
 latchkey::v1::Job ToProto(const JobInfo& job);
 JobInfo FromProto(const latchkey::v1::Job& job);
 latchkey::v1::SubmitJobRequest ToProto(const JobSubmission& submission);
+JobSubmission FromProto(const latchkey::v1::SubmitJobRequest& submission);
 latchkey::v1::SubmitJobResponse ToProto(const SubmittedJob& submitted);
 SubmittedJob FromProto(const latchkey::v1::SubmitJobResponse& submitted);
 latchkey::v1::UpdateJobPolicyRequest ToProto(const JobPolicyUpdate& update);
+// INVALID_ARGUMENT for a kv_reduce that is no policy (UNSPECIFIED: leave it as it is).
+absl::StatusOr<JobPolicyUpdate> FromProto(const latchkey::v1::UpdateJobPolicyRequest& update);
 latchkey::v1::UpdateJobPolicyResponse ToProto(const JobPolicyUpdateResult& result);
 JobPolicyUpdateResult FromProto(const latchkey::v1::UpdateJobPolicyResponse& result);
 latchkey::v1::WatchJobResponse ToProto(const JobUpdate& update);
 JobUpdate FromProto(const latchkey::v1::WatchJobResponse& update);
 latchkey::v1::ListLatchesResponse ToProto(const LatchAuditPage& page);
 LatchAuditPage FromProto(const latchkey::v1::ListLatchesResponse& page);
+latchkey::v1::ListJobsResponse ToProto(const std::vector<JobInfo>& jobs);
+// The requests that name a job and little else.
+latchkey::v1::GetJobRequest MakeGetJobRequest(const std::string& job_id);
+latchkey::v1::CancelJobRequest MakeCancelJobRequest(const std::string& job_id,
+                                                    const std::string& reason);
+latchkey::v1::WatchJobRequest MakeWatchJobRequest(const std::string& job_id);
+latchkey::v1::ListLatchesRequest MakeListLatchesRequest(const std::string& job_id,
+                                                        int64_t start_window, int page_size);
+// ListJobs: the states to list (empty: all) and at most `page_size` jobs (0: the server's page).
+latchkey::v1::ListJobsRequest MakeListJobsRequest(const std::vector<JobState>& states,
+                                                  int page_size);
+// INVALID_ARGUMENT naming a value that is no job state (or UNSPECIFIED).
+absl::StatusOr<std::vector<JobState>> JobStatesOf(const latchkey::v1::ListJobsRequest& request);
 
 // WorkerService's messages. Join: the rank's JoinInfo (common/join_info.h); an unknown state
 // becomes kPending. ReportStep: the request's step fields (identity and rank are the caller's);
@@ -78,15 +100,11 @@ JoinInfo FromProto(const latchkey::v1::JoinResponse& info);
 latchkey::v1::ReportStepRequest ToProto(const StepReport& report);
 absl::StatusOr<StepReport> FromProto(const latchkey::v1::ReportStepRequest& report);
 
-// Fault tolerance (docs/fault-tolerance.md; wire_faults.cc). The JoinResponse fields attempt,
-// rendezvous_prefix, resume_step, resume_manifest_sha256 and hang_timeout are JoinInfo's (above);
-// WorkerIdentity.attempt and HeartbeatResponse.attempt are plain integers the adapters copy.
+// Fault tolerance (docs/fault-tolerance.md). The JoinResponse fields attempt,
+// rendezvous_prefix, resume_step, resume_manifest_sha256 and hang_timeout are JoinInfo's (above).
 //
-// RankPosition: `phase` is one of "idle", "latch", "compute", "collective", "checkpoint",
-// "eval" (RankPhaseName); an unknown or empty phase reads as kIdle. `seconds` travels as the
-// Duration in_position (a negative one reads as 0).
-const char* RankPhaseName(RankPhase phase);
-std::optional<RankPhase> RankPhaseFromName(const std::string& name);
+// RankPosition: `phase` is RankPhaseName (common/rank_position.h); an unknown or empty phase
+// reads as kIdle. `seconds` travels as the Duration in_position (a negative one reads as 0).
 latchkey::v1::RankPosition ToProto(const RankPosition& position);
 RankPosition FromProto(const latchkey::v1::RankPosition& position);
 latchkey::v1::StalledRank ToProto(const StalledRank& stalled);
@@ -99,6 +117,41 @@ AuditedEvent FromProto(const latchkey::v1::JobEvent& event);
 // request with a negative step or an empty manifest_sha256 is INVALID_ARGUMENT.
 latchkey::v1::ReportCheckpointRequest ToProto(const CheckpointReport& report);
 absl::StatusOr<CheckpointReport> FromProto(const latchkey::v1::ReportCheckpointRequest& report);
+
+// WorkerService's calls as a rank makes them (worker/session, client/failure_report.cc): the
+// identity, and each request with the identity and the caller's rank. The report requests take
+// their fields as ToProto(StepReport) / ToProto(CheckpointReport) above.
+latchkey::v1::WorkerIdentity ToProto(const WorkerIdentity& identity);
+WorkerIdentity FromProto(const latchkey::v1::WorkerIdentity& identity);
+latchkey::v1::JoinRequest MakeJoinRequest(const WorkerIdentity& identity,
+                                          std::optional<int> requested_rank,
+                                          const std::string& advertise_host);
+latchkey::v1::WatchLatchesRequest MakeWatchLatchesRequest(const WorkerIdentity& identity, int rank,
+                                                          int64_t start_window);
+latchkey::v1::ReportStepRequest MakeReportStepRequest(const WorkerIdentity& identity, int rank,
+                                                      const StepReport& report);
+latchkey::v1::ReportCheckpointRequest MakeReportCheckpointRequest(const WorkerIdentity& identity,
+                                                                  int rank,
+                                                                  const CheckpointReport& report);
+// `position` null: the heartbeat carries none.
+latchkey::v1::HeartbeatRequest MakeHeartbeatRequest(const WorkerIdentity& identity, int rank,
+                                                    const RankPosition* position);
+latchkey::v1::ReportFailureRequest MakeReportFailureRequest(const WorkerIdentity& identity,
+                                                            int rank, const std::string& message,
+                                                            bool permanent);
+// The latch stream's two messages: a latch with its publish time, and the job's end.
+latchkey::v1::WatchLatchesResponse MakeLatchMessage(const Latch& latch, absl::Time publish_time);
+latchkey::v1::WatchLatchesResponse MakeJobEndedMessage(JobState state, const std::string& reason);
+// The coordinator's answers: each response carries the WorkerReply fields it has
+// (common/worker_protocol.h); an unknown state reads as kPending.
+void ToProto(const WorkerReply& reply, latchkey::v1::ReportStepResponse* out);
+void ToProto(const WorkerReply& reply, latchkey::v1::HeartbeatResponse* out);
+void ToProto(const WorkerReply& reply, latchkey::v1::ReportFailureResponse* out);
+void ToProto(const WorkerReply& reply, latchkey::v1::ReportCheckpointResponse* out);
+WorkerReply FromProto(const latchkey::v1::ReportStepResponse& reply);
+WorkerReply FromProto(const latchkey::v1::HeartbeatResponse& reply);
+WorkerReply FromProto(const latchkey::v1::ReportFailureResponse& reply);
+WorkerReply FromProto(const latchkey::v1::ReportCheckpointResponse& reply);
 
 google::protobuf::Timestamp ToProtoTime(absl::Time t);
 absl::Time FromProtoTime(const google::protobuf::Timestamp& t);

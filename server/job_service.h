@@ -1,8 +1,15 @@
-// gRPC adapter: latchkey.v1.JobService over Coordinator. Converts messages and statuses only.
+// gRPC adapter: latchkey.v1.JobService over Coordinator. Converts messages (proto/wire.h) and
+// statuses only; every method passes the CallGate (server/call_gate.h) through Guard: a per-peer
+// slot, the caller's role token authorized for the access the method needs, then the body.
 // Thread-safety: as Coordinator (the gRPC sync server calls it from many threads).
 #ifndef LATCHKEY_SERVER_JOB_SERVICE_H_
 #define LATCHKEY_SERVER_JOB_SERVICE_H_
 
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "latchkey/v1/job_service.grpc.pb.h"
 #include "server/call_gate.h"
@@ -35,9 +42,18 @@ class JobServiceImpl final : public latchkey::v1::JobService::Service {
                            v1::ListLatchesResponse* resp) override;
 
  private:
-  // Authenticates and authorizes one call (logging a refusal); `job_id` for kModify. Sets *who.
-  grpc::Status Check(const grpc::ServerContext& ctx, const char* method, JobAccess access,
-                     const std::string& job_id, Principal* who) const;
+  // The one guard of every method: gate_.Run around Authorize, then `body` with the caller.
+  grpc::Status Guard(const grpc::ServerContext& ctx, const char* method, JobAccess access,
+                     const std::string& job_id,
+                     const std::function<absl::Status(const Principal&)>& body);
+  // Authenticates and authorizes one call; `job_id` names the job for kModify (a submitter may
+  // modify only its own jobs: NOT_FOUND for an unknown one).
+  absl::StatusOr<Principal> Authorize(const grpc::ServerContext& ctx, const char* method,
+                                      JobAccess access, const std::string& job_id) const;
+  // WatchJob's stream: the job now, then each completed step, until the job ends or the client
+  // goes (CANCELLED).
+  absl::Status Watch(const grpc::ServerContext& ctx, const std::string& job_id,
+                     grpc::ServerWriter<v1::WatchJobResponse>* writer);
 
   Coordinator* const core_;
   const absl::Duration poll_;

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "proto/grpc_status.h"
 #include "proto/wire.h"
 
@@ -20,20 +21,30 @@ constexpr size_t kMaxFailureBytes = 4096;
 constexpr int kMaxCollectiveKeys = 1024;
 constexpr int kLatchBatch = 64;
 
-grpc::Status Invalid(const std::string& msg) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg);
-}
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
-grpc::Status ToCall(const v1::WorkerIdentity& id, int rank, WorkerCall* call) {
-  if (id.worker_id().size() > kMaxWorkerIdBytes) {
+// Who calls, checked for size, as the core names it.
+absl::Status ToCall(const v1::WorkerIdentity& wire, int rank, WorkerCall* call) {
+  WorkerIdentity id = FromProto(wire);
+  if (id.worker_id.size() > kMaxWorkerIdBytes) {
     return Invalid(absl::StrCat("identity.worker_id: longer than ", kMaxWorkerIdBytes, " bytes"));
   }
-  call->job_id = id.job_id();
-  call->join_token = id.join_token();
-  call->worker_id = id.worker_id();
+  call->job_id = std::move(id.job_id);
+  call->join_token = std::move(id.join_token);
+  call->worker_id = std::move(id.worker_id);
   call->rank = rank;
-  call->attempt = id.attempt();
-  return grpc::Status::OK;
+  call->attempt = id.attempt;
+  return absl::OkStatus();
+}
+
+// The core's answer, as WorkerService's responses carry it.
+WorkerReply ToReply(const WorkerStatus& status) {
+  WorkerReply out;
+  out.state = status.state;
+  out.reason = status.reason;
+  out.duplicate = status.duplicate;
+  out.attempt = status.attempt;
+  return out;
 }
 
 }  // namespace
@@ -63,22 +74,12 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, grpc::Status st
   return reactor;
 }
 
-bool IsRefusal(const grpc::Status& st) {
-  return st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-         st.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
-         st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-}
-
 }  // namespace
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Run(grpc::CallbackServerContext* ctx,
                                                  const char* method,
-                                                 const std::function<grpc::Status()>& body) {
-  auto slot = gate_.Admit(*ctx);
-  if (!slot->ok()) return Done(ctx, gate_.Refuse(*ctx, method, gate_.ExhaustedStatus()));
-  grpc::Status st = body();
-  if (IsRefusal(st)) gate_.Refuse(*ctx, method, st);
-  return Done(ctx, std::move(st));
+                                                 const std::function<absl::Status()>& body) {
+  return Done(ctx, gate_.Run(*ctx, method, body));
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Join(grpc::CallbackServerContext* ctx,
@@ -111,22 +112,19 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ReportCheckpoint(
   return Run(ctx, "ReportCheckpoint", [&] { return DoReportCheckpoint(*req, resp); });
 }
 
-grpc::Status WorkerServiceImpl::DoJoin(const std::string& peer, const v1::JoinRequest& request,
+absl::Status WorkerServiceImpl::DoJoin(const std::string& peer, const v1::JoinRequest& req,
                                        v1::JoinResponse* resp) {
-  const v1::JoinRequest* req = &request;
   JoinArgs args;
-  grpc::Status st = ToCall(req->identity(), -1, &args.call);
-  if (!st.ok()) return st;
-  if (req->advertise_host().size() > kMaxHostBytes) {
+  LK_RETURN_IF_ERROR(ToCall(req.identity(), -1, &args.call));
+  if (req.advertise_host().size() > kMaxHostBytes) {
     return Invalid(absl::StrCat("advertise_host: longer than ", kMaxHostBytes, " bytes"));
   }
-  if (req->has_requested_rank()) args.requested_rank = req->requested_rank().value();
-  args.advertise_host = req->advertise_host();
+  if (req.has_requested_rank()) args.requested_rank = req.requested_rank().value();
+  args.advertise_host = req.advertise_host();
   args.peer_host = PeerHost(peer);
-  auto r = core_->Join(args);
-  if (!r.ok()) return ToGrpcStatus(r.status());
-  *resp = ToProto(*r);
-  return grpc::Status::OK;
+  LK_ASSIGN_OR_RETURN(JoinResult r, core_->Join(args));
+  *resp = ToProto(r);
+  return absl::OkStatus();
 }
 
 namespace {
@@ -147,9 +145,7 @@ class LatchStreamReactor : public grpc::ServerWriteReactor<v1::WatchLatchesRespo
     auto sub = core_->SubscribeLatches(call_, listener_);
     absl::MutexLock lock(&mu_);
     if (!sub.ok()) {
-      grpc::Status st = ToGrpcStatus(sub.status());
-      if (IsRefusal(st)) gate.Refuse(ctx, "WatchLatches", st);
-      FinishLocked(std::move(st));
+      FinishLocked(gate.Answer(ctx, "WatchLatches", sub.status()));
       return;
     }
     subscription_ = *sub;
@@ -219,17 +215,11 @@ class LatchStreamReactor : public grpc::ServerWriteReactor<v1::WatchLatchesRespo
         return;
       }
       for (const PublishedLatch& p : batch->latches) {
-        v1::WatchLatchesResponse m;
-        *m.mutable_latch() = ToProto(p.latch);
-        *m.mutable_latch()->mutable_publish_time() = ToProtoTime(p.publish_time);
-        pending_.push_back(std::move(m));
+        pending_.push_back(MakeLatchMessage(p.latch, p.publish_time));
         next_window_ = p.latch.window + 1;
       }
       if (batch->job_ended) {
-        v1::WatchLatchesResponse m;
-        m.mutable_job_ended()->set_state(ToProto(batch->state));
-        m.mutable_job_ended()->set_reason(batch->reason);
-        pending_.push_back(std::move(m));
+        pending_.push_back(MakeJobEndedMessage(batch->state, batch->reason));
         ended_ = true;
       }
       if (pending_.empty()) return;  // wait for OnJobChanged
@@ -264,10 +254,11 @@ class LatchStreamReactor : public grpc::ServerWriteReactor<v1::WatchLatchesRespo
 
 grpc::ServerWriteReactor<v1::WatchLatchesResponse>* WorkerServiceImpl::WatchLatches(
     grpc::CallbackServerContext* ctx, const v1::WatchLatchesRequest* req) {
-  auto slot = gate_.Admit(*ctx);
+  // The stream keeps its slot until it is done: the gate's parts, not Run.
+  auto slot = gate_.Admit(*ctx, "WatchLatches");
   WorkerCall call;
-  grpc::Status st = ToCall(req->identity(), req->rank(), &call);
-  if (!slot->ok()) st = gate_.Refuse(*ctx, "WatchLatches", gate_.ExhaustedStatus());
+  absl::Status st = ToCall(req->identity(), req->rank(), &call);
+  if (!slot.ok()) st = slot.status();
   if (st.ok() && req->start_window() < 0) st = Invalid("start_window: must be >= 0");
   if (!st.ok()) {
     // A reactor that only finishes: the same shape for every error.
@@ -276,75 +267,58 @@ grpc::ServerWriteReactor<v1::WatchLatchesResponse>* WorkerServiceImpl::WatchLatc
       explicit Refusal(grpc::Status s) { Finish(std::move(s)); }
       void OnDone() override { delete this; }
     };
-    return new Refusal(std::move(st));
+    return new Refusal(gate_.Answer(*ctx, "WatchLatches", st));
   }
-  return new LatchStreamReactor(core_, call, req->start_window(), std::move(slot), gate_, *ctx);
+  return new LatchStreamReactor(core_, call, req->start_window(), *std::move(slot), gate_, *ctx);
 }
 
-grpc::Status WorkerServiceImpl::DoReportStep(const v1::ReportStepRequest& request,
+absl::Status WorkerServiceImpl::DoReportStep(const v1::ReportStepRequest& req,
                                              v1::ReportStepResponse* resp) {
-  const v1::ReportStepRequest* req = &request;
   WorkerCall call;
-  grpc::Status st = ToCall(req->identity(), req->rank(), &call);
-  if (!st.ok()) return st;
-  if (req->collective_calls_size() > kMaxCollectiveKeys) {
+  LK_RETURN_IF_ERROR(ToCall(req.identity(), req.rank(), &call));
+  if (req.collective_calls_size() > kMaxCollectiveKeys) {
     return Invalid(absl::StrCat("collective_calls: more than ", kMaxCollectiveKeys, " keys"));
   }
-  auto report = FromProto(*req);
-  if (!report.ok()) return ToGrpcStatus(report.status());
   StepReportRecord r;
-  r.report = *std::move(report);
-  auto out = core_->ReportStep(call, std::move(r));
-  if (!out.ok()) return ToGrpcStatus(out.status());
-  resp->set_duplicate(out->duplicate);
-  resp->set_state(ToProto(out->state));
-  return grpc::Status::OK;
+  LK_ASSIGN_OR_RETURN(r.report, FromProto(req));
+  LK_ASSIGN_OR_RETURN(WorkerStatus out, core_->ReportStep(call, std::move(r)));
+  ToProto(ToReply(out), resp);
+  return absl::OkStatus();
 }
 
-grpc::Status WorkerServiceImpl::DoHeartbeat(const v1::HeartbeatRequest& request,
+absl::Status WorkerServiceImpl::DoHeartbeat(const v1::HeartbeatRequest& req,
                                             v1::HeartbeatResponse* resp) {
-  const v1::HeartbeatRequest* req = &request;
   WorkerCall call;
-  grpc::Status st = ToCall(req->identity(), req->rank(), &call);
-  if (!st.ok()) return st;
+  LK_RETURN_IF_ERROR(ToCall(req.identity(), req.rank(), &call));
   std::optional<RankPosition> position;
-  if (req->has_position()) position = FromProto(req->position());
-  auto out = core_->Heartbeat(call, position);
-  if (!out.ok()) return ToGrpcStatus(out.status());
-  resp->set_state(ToProto(out->state));
-  resp->set_reason(out->reason);
-  resp->set_attempt(out->attempt);
-  return grpc::Status::OK;
+  if (req.has_position()) position = FromProto(req.position());
+  LK_ASSIGN_OR_RETURN(WorkerStatus out, core_->Heartbeat(call, position));
+  ToProto(ToReply(out), resp);
+  return absl::OkStatus();
 }
 
-grpc::Status WorkerServiceImpl::DoReportFailure(const v1::ReportFailureRequest& request,
+absl::Status WorkerServiceImpl::DoReportFailure(const v1::ReportFailureRequest& req,
                                                 v1::ReportFailureResponse* resp) {
-  const v1::ReportFailureRequest* req = &request;
   WorkerCall call;
-  grpc::Status st = ToCall(req->identity(), req->rank(), &call);
-  if (!st.ok()) return st;
-  auto out =
-      core_->ReportFailure(call, req->message().substr(0, kMaxFailureBytes), req->permanent());
-  if (!out.ok()) return ToGrpcStatus(out.status());
-  resp->set_state(ToProto(out->state));
-  resp->set_attempt(out->attempt);
-  return grpc::Status::OK;
+  LK_RETURN_IF_ERROR(ToCall(req.identity(), req.rank(), &call));
+  LK_ASSIGN_OR_RETURN(
+      WorkerStatus out,
+      core_->ReportFailure(call, req.message().substr(0, kMaxFailureBytes), req.permanent()));
+  ToProto(ToReply(out), resp);
+  return absl::OkStatus();
 }
 
-grpc::Status WorkerServiceImpl::DoReportCheckpoint(const v1::ReportCheckpointRequest& req,
+absl::Status WorkerServiceImpl::DoReportCheckpoint(const v1::ReportCheckpointRequest& req,
                                                    v1::ReportCheckpointResponse* resp) {
   WorkerCall call;
-  grpc::Status st = ToCall(req.identity(), req.rank(), &call);
-  if (!st.ok()) return st;
+  LK_RETURN_IF_ERROR(ToCall(req.identity(), req.rank(), &call));
   if (req.manifest_sha256().size() > kMaxHostBytes) {
     return Invalid(absl::StrCat("manifest_sha256: longer than ", kMaxHostBytes, " bytes"));
   }
-  auto report = FromProto(req);
-  if (!report.ok()) return ToGrpcStatus(report.status());
-  auto out = core_->ReportCheckpoint(call, *report);
-  if (!out.ok()) return ToGrpcStatus(out.status());
-  resp->set_state(ToProto(out->state));
-  return grpc::Status::OK;
+  LK_ASSIGN_OR_RETURN(CheckpointReport report, FromProto(req));
+  LK_ASSIGN_OR_RETURN(WorkerStatus out, core_->ReportCheckpoint(call, report));
+  ToProto(ToReply(out), resp);
+  return absl::OkStatus();
 }
 
 }  // namespace latchkey

@@ -1,4 +1,6 @@
-// gRPC adapter: latchkey.v1.WorkerService over Coordinator. Converts messages and statuses only.
+// gRPC adapter: latchkey.v1.WorkerService over Coordinator. Converts messages (proto/wire.h) and
+// statuses only; every call passes the CallGate (server/call_gate.h): the unary ones through
+// Run, the latch stream through the gate's parts (its slot lives as long as the stream).
 // Thread-safety: as Coordinator.
 #ifndef LATCHKEY_SERVER_WORKER_SERVICE_H_
 #define LATCHKEY_SERVER_WORKER_SERVICE_H_
@@ -6,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
 #include "server/call_gate.h"
@@ -46,18 +49,17 @@ class WorkerServiceImpl final : public latchkey::v1::WorkerService::CallbackServ
   static std::string PeerHost(const std::string& peer);
 
  private:
-  grpc::Status DoJoin(const std::string& peer, const v1::JoinRequest& req, v1::JoinResponse* resp);
-  grpc::Status DoReportStep(const v1::ReportStepRequest& req, v1::ReportStepResponse* resp);
-  grpc::Status DoHeartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp);
-  grpc::Status DoReportFailure(const v1::ReportFailureRequest& req,
+  absl::Status DoJoin(const std::string& peer, const v1::JoinRequest& req, v1::JoinResponse* resp);
+  absl::Status DoReportStep(const v1::ReportStepRequest& req, v1::ReportStepResponse* resp);
+  absl::Status DoHeartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp);
+  absl::Status DoReportFailure(const v1::ReportFailureRequest& req,
                                v1::ReportFailureResponse* resp);
-  grpc::Status DoReportCheckpoint(const v1::ReportCheckpointRequest& req,
+  absl::Status DoReportCheckpoint(const v1::ReportCheckpointRequest& req,
                                   v1::ReportCheckpointResponse* resp);
 
-  // Runs `body` under a per-peer slot; logs a refusal (UNAUTHENTICATED, PERMISSION_DENIED,
-  // RESOURCE_EXHAUSTED).
+  // gate_.Run around `body`, finished on the call's default reactor.
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* ctx, const char* method,
-                                const std::function<grpc::Status()>& body);
+                                const std::function<absl::Status()>& body);
 
   Coordinator* const core_;
   const CallGate gate_;

@@ -82,9 +82,7 @@ void AddListCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
       return;
     }
     if (ctx.json) {
-      v1::ListJobsResponse resp;
-      for (const JobInfo& j : *jobs) *resp.add_jobs() = ToProto(j);
-      std::cout << ToJson(resp) << std::endl;
+      std::cout << ToJson(ToProto(*jobs)) << std::endl;
     } else {
       std::cout << JobTableHeader() << "\n";
       for (const JobInfo& j : *jobs) std::cout << JobTableRow(j) << "\n";

@@ -1,7 +1,5 @@
 #include "worker/runner/coordinated.h"
 
-#include <unistd.h>
-
 #include <memory>
 
 #include "worker/comm/collective_stats.h"
@@ -30,9 +28,7 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   so.job_id = options.job_id;
   so.join_token = options.join_token;
   so.credentials = options.credentials;
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  so.worker_id = std::string(host) + ":" + std::to_string(getpid());
+  so.worker_id = ProcessWorkerId();
   if (options.requested_rank >= 0) so.requested_rank = options.requested_rank;
   so.advertise_host = options.advertise_host;
   so.position = [recorder] { return recorder->Snapshot(); };

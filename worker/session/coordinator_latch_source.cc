@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_info.h"
 #include "worker/comm/flight_recorder.h"
 
 namespace latchkey {
@@ -18,11 +19,18 @@ std::string EndMessage(const JobEnd& end) {
          (end.reason.empty() ? "" : ": " + end.reason);
 }
 
-// A peer vanished or stopped, or the attempt was fenced: another rank's failure shows here.
+// The session was closed under the rank (common/error_info.h SESSION_CLOSED): not a fault of
+// the job's configuration.
+bool IsSessionClosed(const absl::Status& error) {
+  return HasErrorReason(error, error_reason::kSessionClosed);
+}
+
+// A peer vanished or stopped, or the attempt was fenced, or the session was closed under the
+// rank: another rank's failure (or the rank's own shutdown) shows here.
 bool IsSymptom(const absl::Status& error) {
   return error.code() == absl::StatusCode::kUnavailable ||
          error.code() == absl::StatusCode::kDeadlineExceeded ||
-         error.code() == absl::StatusCode::kAborted;
+         error.code() == absl::StatusCode::kAborted || IsSessionClosed(error);
 }
 
 }  // namespace
@@ -75,6 +83,7 @@ namespace {
 // Errors that say the job itself is wrong for this machine or this spec (a missing CUDA device,
 // a refused field, a checkpoint of another layout): every restart would meet them again.
 bool IsConfigurationError(const absl::Status& error) {
+  if (IsSessionClosed(error)) return false;
   switch (error.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition:

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "common/error_info.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/harness.h"
 #include "tests/support/specs.h"
@@ -113,11 +115,38 @@ TEST(WorkerSessionRecoveryTest, HeartbeatLearnsNewerAttemptAndFencesTheSession) 
   auto latch = a.AwaitLatch(5, absl::Seconds(30));
   EXPECT_EQ(latch.status().code(), absl::StatusCode::kAborted) << latch.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  // The refusal is data: ATTEMPT_FENCED with both attempts.
+  EXPECT_TRUE(HasErrorReason(latch.status(), error_reason::kAttemptFenced)) << latch.status();
+  std::optional<ErrorInfo> info = GetErrorInfo(latch.status());
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->IntMetadata("worker_attempt"), 1);
+  EXPECT_GE(info->IntMetadata("job_attempt").value_or(0), 2);
   StepMetrics m;
   m.step = 0;
   m.kv_mode = KvMode::kCoalesced;
   EXPECT_EQ(a.ReportStep(m).code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(HasErrorReason(a.ReportStep(m), error_reason::kAttemptFenced));
   EXPECT_FALSE(a.job_end().has_value());
+}
+
+// A closed session is not a fenced one: its calls end FAILED_PRECONDITION, reason
+// SESSION_CLOSED.
+TEST(WorkerSessionRecoveryTest, ClosedSessionSaysSoAsData) {
+  InProcessCoordinator server(FastOptions());
+  const SubmittedJob job = Submit(server, 2);
+  auto sessions = JoinBoth(server.address(), job);
+  ASSERT_TRUE(sessions[0] && sessions[1]);
+  WorkerSession& a = *sessions[0];
+  a.StartLatches(0);
+  a.Close();
+  auto latch = a.AwaitLatch(5, absl::Seconds(30));
+  EXPECT_EQ(latch.status().code(), absl::StatusCode::kFailedPrecondition) << latch.status();
+  EXPECT_TRUE(HasErrorReason(latch.status(), error_reason::kSessionClosed)) << latch.status();
+  EXPECT_FALSE(HasErrorReason(latch.status(), error_reason::kAttemptFenced));
+  const absl::Status rejoin = a.Rejoin();
+  EXPECT_EQ(rejoin.code(), absl::StatusCode::kFailedPrecondition) << rejoin;
+  EXPECT_TRUE(HasErrorReason(rejoin, error_reason::kSessionClosed)) << rejoin;
+  EXPECT_FALSE(a.fenced());
 }
 
 TEST(WorkerSessionRecoveryTest, RecoverJoinsTheNextAttemptOnEveryRank) {
@@ -268,12 +297,16 @@ TEST(WorkerSessionRecoveryTest, HeartbeatPositionsNameTheStalledRank) {
 }
 
 // A rank whose training thread never comes back from a fenced attempt (a collective with a
-// stopped peer) exits for a restart, naming where it is stuck.
+// stopped peer) exits for a restart, naming where it is stuck. Rank 0's session runs on a
+// ManualClock: the test moves its time (heartbeats, then the watchdog's second) instead of
+// waiting for it.
 void StuckRank() {
   InProcessCoordinator server(FastOptions());
   const SubmittedJob job = Submit(server, 2);
+  ManualClock clock;
   std::vector<WorkerSessionOptions> opts = {Options(server.address(), job, 0),
                                             Options(server.address(), job, 1)};
+  opts[0].clock = &clock;
   opts[0].stuck_exit_after = absl::Seconds(1);
   opts[0].position = [] {
     RankPosition p;
@@ -288,7 +321,12 @@ void StuckRank() {
   auto sessions = JoinBoth(server.address(), job, opts);
   if (!sessions[0] || !sessions[1]) std::_Exit(1);
   if (!sessions[1]->ReportFailure("rank 1 stopped").ok()) std::_Exit(2);
-  absl::SleepFor(absl::Seconds(20));  // "stuck": the watchdog must end the process first
+  // "Stuck": rank 0's heartbeats learn of attempt 2, then its watchdog must end the process as
+  // soon as the clock passed stuck_exit_after, well before these 20 s of its time.
+  for (int i = 0; i < 200; ++i) {
+    clock.Advance(absl::Milliseconds(100));
+    absl::SleepFor(absl::Milliseconds(10));  // the heartbeat thread's turn to see the clock
+  }
   std::_Exit(3);
 }
 

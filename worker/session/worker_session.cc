@@ -1,7 +1,6 @@
 #include "worker/session/worker_session.h"
 
 #include <grpcpp/client_context.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,11 +10,10 @@
 #include <thread>
 #include <utility>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/error_info.h"
+#include "common/worker_protocol.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
 #include "proto/channel.h"
 #include "proto/grpc_status.h"
@@ -24,15 +22,24 @@
 namespace latchkey {
 namespace {
 
+// The process's worker id, and a count: two sessions of one process are two workers.
 std::string DefaultWorkerId() {
   static std::atomic<int> counter{0};
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return absl::StrCat(host, ":", getpid(), ":", counter++);
+  return absl::StrCat(ProcessWorkerId(), ":", counter++);
 }
 
-// Closing a session ends its calls with ABORTED: distinct from a cancelled job (CANCELLED).
-absl::Status SessionClosed() { return absl::AbortedError("session closed"); }
+// Closing a session ends its calls with FAILED_PRECONDITION (reason SESSION_CLOSED): distinct
+// from a cancelled job (CANCELLED) and from a fenced attempt (ABORTED, ATTEMPT_FENCED).
+absl::Status SessionClosed() {
+  ErrorInfo info;
+  info.reason = error_reason::kSessionClosed;
+  return WithErrorInfo(absl::FailedPreconditionError("session closed"), info);
+}
+
+// gRPC measures its deadlines on the real clock, whatever the session's Clock says.
+std::chrono::system_clock::time_point GrpcDeadline(absl::Duration d) {
+  return absl::ToChronoTime(absl::Now() + d);
+}
 
 // The stream may also break with these when the coordinator dies mid-call.
 bool StreamRetryable(int code) {
@@ -44,6 +51,7 @@ bool StreamRetryable(int code) {
 
 struct WorkerSession::Impl {
   WorkerSessionOptions opt;
+  const Clock* clock = RealClock();  // opt.clock, or the real one
   std::unique_ptr<v1::WorkerService::Stub> stub;
 
   absl::Mutex mu;
@@ -68,14 +76,9 @@ struct WorkerSession::Impl {
   std::thread reader;
   std::thread heart;
 
-  v1::WorkerIdentity Identity() {
-    v1::WorkerIdentity id;
-    id.set_job_id(opt.job_id);
-    id.set_join_token(opt.join_token);
-    id.set_worker_id(opt.worker_id);
+  WorkerIdentity Identity() {
     absl::MutexLock lock(&mu);
-    id.set_attempt(info.attempt);
-    return id;
+    return WorkerIdentity{opt.job_id, opt.join_token, opt.worker_id, info.attempt};
   }
   int Rank() {
     absl::MutexLock lock(&mu);
@@ -85,25 +88,24 @@ struct WorkerSession::Impl {
   // Sleeps up to `d`; false if the session was closed (or, with `stream`, the stream stopped).
   bool Sleep(absl::Duration d, bool stream = false) {
     absl::MutexLock lock(&mu);
-    const absl::Time until = absl::Now() + d;
-    while (!closed && !(stream && stream_stop) && absl::Now() < until) {
-      cv.WaitWithDeadline(&mu, until);
+    const absl::Time until = clock->Now() + d;
+    while (!closed && !(stream && stream_stop) && clock->Now() < until) {
+      WaitUntil(cv, mu, *clock, until);
     }
     return !closed && !(stream && stream_stop);
   }
 
-  void SetEnd(v1::JobState wire_state, const std::string& reason) {
-    const std::optional<JobState> state = FromProto(wire_state);
-    if (!state || !IsTerminal(*state)) return;  // not an end
+  void SetEnd(JobState state, const std::string& reason) {
+    if (!IsTerminal(state)) return;  // not an end
     absl::MutexLock lock(&mu);
-    if (!end) end = JobEnd{*state, reason};
+    if (!end) end = JobEnd{state, reason};
     cv.SignalAll();
   }
 
   void FenceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (fenced) return;
     fenced = true;
-    fenced_since = absl::Now();
+    fenced_since = clock->Now();
     cv.SignalAll();
   }
   // The coordinator said the job is at `attempt`.
@@ -112,22 +114,18 @@ struct WorkerSession::Impl {
     job_attempt = std::max(job_attempt, attempt);
     if (attempt > info.attempt) FenceLocked();
   }
-  // A call of this join's attempt was refused ABORTED: fenced when it names an attempt (a
-  // heartbeat or the latch stream is refused only for that).
-  // The refusal reads "worker W is at attempt A; job J is at attempt B (fenced)": B is the job's.
-  // `sent`: the attempt the call named; the answer to a call of an earlier join (in flight
-  // across a Rejoin) says nothing about the current one.
-  void NoteAborted(const grpc::Status& st, bool always, int64_t sent) {
-    if (st.error_code() != grpc::StatusCode::ABORTED) return;
-    const std::string& msg = st.error_message();
-    if (!always && !absl::StrContains(msg, "attempt")) return;
+  // A call of this join's attempt was refused. The coordinator fences with ABORTED and an
+  // ATTEMPT_FENCED detail whose job_attempt is the job's current attempt. A heartbeat or the
+  // latch stream (`always`) is refused ABORTED only for that; a report also for other reasons
+  // (a stale latch generation), so it fences only with the detail. `sent`: the attempt the call
+  // named; the answer to a call of an earlier join (in flight across a Rejoin) says nothing
+  // about the current one.
+  void NoteRefusal(const absl::Status& st, bool always, int64_t sent) {
+    if (st.code() != absl::StatusCode::kAborted) return;
+    const bool fence = HasErrorReason(st, error_reason::kAttemptFenced);
+    if (!always && !fence) return;
     int64_t theirs = 0;
-    const std::string kAt = "is at attempt ";
-    if (const size_t at = msg.rfind(kAt); at != std::string::npos) {
-      size_t end = at + kAt.size();
-      while (end < msg.size() && absl::ascii_isdigit(static_cast<unsigned char>(msg[end]))) ++end;
-      (void)absl::SimpleAtoi(msg.substr(at + kAt.size(), end - at - kAt.size()), &theirs);
-    }
+    if (fence) theirs = GetErrorInfo(st)->IntMetadata("job_attempt").value_or(0);
     absl::MutexLock lock(&mu);
     job_attempt = std::max(job_attempt, theirs);
     if (sent == info.attempt) FenceLocked();
@@ -135,22 +133,24 @@ struct WorkerSession::Impl {
   int64_t JobAttemptLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
     return std::max(job_attempt, fenced ? info.attempt + 1 : info.attempt);
   }
+  // The coordinator's refusal, said locally: ABORTED with the same ATTEMPT_FENCED detail.
   absl::Status FencedErrorLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
-    return absl::AbortedError(absl::StrCat("attempt ", info.attempt, " of job ", opt.job_id,
-                                           " was fenced: the job is at attempt ",
-                                           JobAttemptLocked()));
+    const int64_t theirs = JobAttemptLocked();
+    return AttemptFencedError(absl::StrCat("attempt ", info.attempt, " of job ", opt.job_id,
+                                           " was fenced: the job is at attempt ", theirs),
+                              theirs, info.attempt);
   }
 
   // Unary call with a deadline per attempt, retried with backoff while retryable.
   absl::Status Retry(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
     absl::Duration backoff = opt.retry_initial;
-    const absl::Time start = absl::Now();
+    const absl::Time start = clock->Now();
     while (true) {
       grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.rpc_timeout));
+      ctx.set_deadline(GrpcDeadline(opt.rpc_timeout));
       grpc::Status st = call(&ctx);
       if (st.ok()) return absl::OkStatus();
-      if (!IsRetryable(st.error_code()) || absl::Now() - start > opt.reconnect_timeout) {
+      if (!IsRetryable(st.error_code()) || clock->Now() - start > opt.reconnect_timeout) {
         return FromGrpcStatus(st);
       }
       if (!said_retrying.exchange(true)) {  // once per session: never silent, never noisy
@@ -166,19 +166,17 @@ struct WorkerSession::Impl {
 
   // Join (retrying while unreachable, and while the rendezvous host is unknown).
   absl::StatusOr<JoinInfo> DoJoin() {
-    v1::JoinRequest req;
-    *req.mutable_identity() = Identity();
-    req.mutable_identity()->set_attempt(0);  // Join names no attempt
-    if (opt.requested_rank) req.mutable_requested_rank()->set_value(*opt.requested_rank);
-    req.set_advertise_host(opt.advertise_host);
+    WorkerIdentity who = Identity();
+    who.attempt = 0;  // Join names no attempt
+    const v1::JoinRequest req = MakeJoinRequest(who, opt.requested_rank, opt.advertise_host);
     v1::JoinResponse resp;
-    const absl::Time start = absl::Now();
+    const absl::Time start = clock->Now();
     while (true) {
       absl::Status s = Retry([&](grpc::ClientContext* ctx) { return stub->Join(ctx, req, &resp); });
       if (!s.ok()) return s;
       // The host is unknown only while rank 0 (of the attempt) has not joined (and the
       // submitter named none).
-      if (!resp.rendezvous().host().empty() || absl::Now() - start > opt.rendezvous_wait) break;
+      if (!resp.rendezvous().host().empty() || clock->Now() - start > opt.rendezvous_wait) break;
       if (!Sleep(opt.retry_max)) return SessionClosed();
     }
     return FromProto(resp);
@@ -197,17 +195,17 @@ struct WorkerSession::Impl {
     absl::Time unreachable_since = absl::InfiniteFuture();
     while (true) {
       grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.stream_deadline));
+      ctx.set_deadline(GrpcDeadline(opt.stream_deadline));
+      const WorkerIdentity who = Identity();
+      const int rank = Rank();
       v1::WatchLatchesRequest req;
-      *req.mutable_identity() = Identity();
-      req.set_rank(Rank());
       {
         absl::MutexLock lock(&mu);
         if (closed || stream_stop) return;
-        req.set_start_window(next_window);
+        req = MakeWatchLatchesRequest(who, rank, next_window);
         stream_ctx = &ctx;
       }
-      const absl::Time opened = absl::Now();
+      const absl::Time opened = clock->Now();
       auto stream = stub->WatchLatches(&ctx, req);
       v1::WatchLatchesResponse m;
       while (stream->Read(&m)) {
@@ -215,7 +213,7 @@ struct WorkerSession::Impl {
         backoff = opt.retry_initial;
         if (m.has_latch()) {
           ReceivedLatch r{FromProto(m.latch()), FromProtoTime(m.latch().publish_time()),
-                          absl::Now()};
+                          clock->Now()};
           absl::MutexLock lock(&mu);
           if (r.latch.window == next_window) {
             latches.emplace(r.latch.window, std::move(r));
@@ -223,7 +221,8 @@ struct WorkerSession::Impl {
             cv.SignalAll();
           }
         } else if (m.has_job_ended()) {
-          SetEnd(m.job_ended().state(), m.job_ended().reason());
+          SetEnd(FromProto(m.job_ended().state()).value_or(JobState::kPending),
+                 m.job_ended().reason());
         }
       }
       grpc::Status st = stream->Finish();
@@ -234,13 +233,14 @@ struct WorkerSession::Impl {
       }
       if (st.ok()) continue;
       if (!StreamRetryable(st.error_code())) {
-        NoteAborted(st, /*always=*/true, req.identity().attempt());
+        absl::Status error = FromGrpcStatus(st);
+        NoteRefusal(error, /*always=*/true, who.attempt);
         absl::MutexLock lock(&mu);
-        stream_error = FromGrpcStatus(st);
+        stream_error = std::move(error);
         cv.SignalAll();
         return;
       }
-      const absl::Time now = absl::Now();
+      const absl::Time now = clock->Now();
       // A stream that stayed up a while was healthy; count unreachability from this failure.
       if (now - opened > opt.retry_max) unreachable_since = absl::InfiniteFuture();
       if (unreachable_since == absl::InfiniteFuture()) unreachable_since = now;
@@ -274,32 +274,52 @@ struct WorkerSession::Impl {
     stream_error = absl::OkStatus();
   }
 
-  // One heartbeat (no retry when `retry` is false); learns the job's state and attempt.
-  grpc::Status HeartbeatOnce(bool retry) {
-    v1::HeartbeatRequest req;
-    *req.mutable_identity() = Identity();
-    req.set_rank(Rank());
-    if (opt.position) *req.mutable_position() = ToProto(opt.position());
+  // One heartbeat (no retry when `retry` is false); learns the job's state and attempt. Returns
+  // the last call's status (retried: the last try's, even when the session closed meanwhile).
+  absl::Status HeartbeatOnce(bool retry) {
+    const WorkerIdentity who = Identity();
+    std::optional<RankPosition> position;
+    if (opt.position) position = opt.position();
+    const v1::HeartbeatRequest req =
+        MakeHeartbeatRequest(who, Rank(), position ? &*position : nullptr);
     v1::HeartbeatResponse resp;
     grpc::Status st;
     if (retry) {
-      absl::Status s = Retry([&](grpc::ClientContext* ctx) {
+      (void)Retry([&](grpc::ClientContext* ctx) {
         st = stub->Heartbeat(ctx, req, &resp);
         return st;
       });
-      if (!s.ok() && st.ok()) st = ToGrpcStatus(s);  // closed while retrying
     } else {
       grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.rpc_timeout));
+      ctx.set_deadline(GrpcDeadline(opt.rpc_timeout));
       st = stub->Heartbeat(&ctx, req, &resp);
     }
-    if (st.ok()) {
-      SetEnd(resp.state(), resp.reason());
-      NoteAttempt(resp.attempt());
+    absl::Status s = FromGrpcStatus(st);
+    if (s.ok()) {
+      const WorkerReply reply = FromProto(resp);
+      SetEnd(reply.state, reply.reason);
+      NoteAttempt(reply.attempt);
     } else {
-      NoteAborted(st, /*always=*/true, req.identity().attempt());
+      NoteRefusal(s, /*always=*/true, who.attempt);
     }
-    return st;
+    return s;
+  }
+
+  // A report of this join's attempt (ReportStep, ReportCheckpoint): retried while unreachable;
+  // the answer says whether the job ended, a refusal whether the attempt was fenced.
+  template <typename Request, typename Response>
+  absl::Status Report(const Request& req,
+                      grpc::Status (v1::WorkerService::Stub::*method)(grpc::ClientContext*,
+                                                                      const Request&, Response*)) {
+    Response resp;
+    absl::Status s =
+        Retry([&](grpc::ClientContext* ctx) { return (stub.get()->*method)(ctx, req, &resp); });
+    if (s.ok()) {
+      SetEnd(FromProto(resp).state, "");
+    } else {
+      NoteRefusal(s, /*always=*/false, req.identity().attempt());
+    }
+    return s;
   }
 
   // The watchdog: a fenced session whose training thread never came back to recover is stuck
@@ -312,7 +332,7 @@ struct WorkerSession::Impl {
     {
       absl::MutexLock lock(&mu);
       if (!fenced || recovering || end || closed) return;
-      if (absl::Now() - fenced_since < opt.stuck_exit_after) return;
+      if (clock->Now() - fenced_since < opt.stuck_exit_after) return;
       rank = info.rank;
       mine = info.attempt;
       theirs = JobAttemptLocked();
@@ -337,7 +357,7 @@ struct WorkerSession::Impl {
     period = std::max(absl::Milliseconds(50), period);
     // The watchdog and the position look more often than the heartbeat goes out.
     const absl::Duration tick = std::min(period, absl::Milliseconds(100));
-    absl::Time next = absl::Now() + period;
+    absl::Time next = clock->Now() + period;
     int64_t sent_window = -1;
     int64_t sent_attempt = 0;
     while (Sleep(tick)) {
@@ -349,8 +369,8 @@ struct WorkerSession::Impl {
         sent_window = p.window;
         sent_attempt = p.attempt;
       }
-      if (!moved && absl::Now() < next) continue;
-      next = absl::Now() + period;
+      if (!moved && clock->Now() < next) continue;
+      next = clock->Now() + period;
       (void)HeartbeatOnce(/*retry=*/false);
     }
   }
@@ -364,6 +384,7 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSession
   auto impl = std::make_unique<Impl>();
   if (options.worker_id.empty()) options.worker_id = DefaultWorkerId();
   impl->opt = std::move(options);
+  if (impl->opt.clock) impl->clock = impl->opt.clock;
   auto channel = MakeCoordinatorChannel(impl->opt.coordinator, impl->opt.credentials);
   if (!channel.ok()) return channel.status();
   impl->stub = v1::WorkerService::NewStub(*channel);
@@ -408,7 +429,7 @@ void WorkerSession::StartLatches(int64_t start_window) {
 
 absl::StatusOr<ReceivedLatch> WorkerSession::AwaitLatch(int64_t window, absl::Duration timeout) {
   Impl& im = *impl_;
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = im.clock->Now() + timeout;
   absl::MutexLock lock(&im.mu);
   if (!im.started) return absl::FailedPreconditionError("StartLatches() not called");
   while (true) {
@@ -430,11 +451,11 @@ absl::StatusOr<ReceivedLatch> WorkerSession::AwaitLatch(int64_t window, absl::Du
     }
     if (!im.stream_error.ok()) return im.stream_error;
     if (im.closed) return SessionClosed();
-    if (absl::Now() >= deadline) {
+    if (im.clock->Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("latch(", window, ") not published within ", absl::FormatDuration(timeout)));
     }
-    im.cv.WaitWithDeadline(&im.mu, deadline);
+    WaitUntil(im.cv, im.mu, *im.clock, deadline);
   }
 }
 
@@ -443,30 +464,17 @@ absl::Status WorkerSession::ReportStep(const StepMetrics& m) {
     absl::MutexLock lock(&impl_->mu);
     if (impl_->fenced) return impl_->FencedErrorLocked();
   }
-  v1::ReportStepRequest req = ToProto(m);
-  *req.mutable_identity() = impl_->Identity();
-  req.set_rank(impl_->Rank());
-  v1::ReportStepResponse resp;
-  grpc::Status last;
-  absl::Status s = impl_->Retry([&](grpc::ClientContext* ctx) {
-    last = impl_->stub->ReportStep(ctx, req, &resp);
-    return last;
-  });
-  if (s.ok()) impl_->SetEnd(resp.state(), "");
-  impl_->NoteAborted(last, /*always=*/false, req.identity().attempt());
-  return s;
+  return impl_->Report(MakeReportStepRequest(impl_->Identity(), impl_->Rank(), m),
+                       &v1::WorkerService::Stub::ReportStep);
 }
 
 absl::Status WorkerSession::ReportFailure(const std::string& message, bool permanent) {
-  v1::ReportFailureRequest req;
-  *req.mutable_identity() = impl_->Identity();
-  req.set_rank(impl_->Rank());
-  req.set_message(message);
-  req.set_permanent(permanent);
+  const v1::ReportFailureRequest req =
+      MakeReportFailureRequest(impl_->Identity(), impl_->Rank(), message, permanent);
   v1::ReportFailureResponse resp;
   absl::Status s = impl_->Retry(
       [&](grpc::ClientContext* ctx) { return impl_->stub->ReportFailure(ctx, req, &resp); });
-  if (s.ok()) impl_->NoteAttempt(resp.attempt());
+  if (s.ok()) impl_->NoteAttempt(FromProto(resp).attempt);
   return s;
 }
 
@@ -477,24 +485,11 @@ absl::Status WorkerSession::ReportCheckpoint(int64_t step, const std::string& ma
   report.manifest_sha256 = manifest_sha256;
   report.bytes = bytes;
   report.blocked_seconds = blocked_seconds;
-  v1::ReportCheckpointRequest req = ToProto(report);
-  *req.mutable_identity() = impl_->Identity();
-  req.set_rank(impl_->Rank());
-  v1::ReportCheckpointResponse resp;
-  grpc::Status last;
-  absl::Status s = impl_->Retry([&](grpc::ClientContext* ctx) {
-    last = impl_->stub->ReportCheckpoint(ctx, req, &resp);
-    return last;
-  });
-  if (s.ok()) impl_->SetEnd(resp.state(), "");
-  impl_->NoteAborted(last, /*always=*/false, req.identity().attempt());
-  return s;
+  return impl_->Report(MakeReportCheckpointRequest(impl_->Identity(), impl_->Rank(), report),
+                       &v1::WorkerService::Stub::ReportCheckpoint);
 }
 
-absl::Status WorkerSession::Heartbeat() {
-  grpc::Status st = impl_->HeartbeatOnce(/*retry=*/true);
-  return st.ok() ? absl::OkStatus() : FromGrpcStatus(st);
-}
+absl::Status WorkerSession::Heartbeat() { return impl_->HeartbeatOnce(/*retry=*/true); }
 
 void WorkerSession::BeginRecovery() {
   absl::MutexLock lock(&impl_->mu);

@@ -18,11 +18,17 @@
 //
 // Attempts (docs/fault-tolerance.md): every call carries the attempt of the current join. The
 // session is fenced once the coordinator moved on to a newer attempt (a heartbeat said so, or a
-// call or the latch stream ended ABORTED): AwaitLatch and ReportStep then fail ABORTED at once,
-// and Rejoin() joins the job's current attempt with the same worker id. Watchdog: when the
-// session is fenced and the training thread has not begun its recovery (BeginRecovery) within
-// options.stuck_exit_after, the heartbeat thread prints one line and exits the process with
+// call or the latch stream was refused ABORTED with an ATTEMPT_FENCED detail, common/error_info.h):
+// AwaitLatch and ReportStep then fail at once with that same error (ABORTED, ATTEMPT_FENCED,
+// metadata job_attempt and worker_attempt), and Rejoin() joins the job's current attempt with the
+// same worker id. Decisions are made on codes and details only, never on message text. Watchdog:
+// when the session is fenced and the training thread has not begun its recovery (BeginRecovery)
+// within options.stuck_exit_after, the heartbeat thread prints one line and exits the process with
 // kExitRestartMe (it is stuck in a collective with a stopped peer; its supervisor restarts it).
+//
+// Time: the watchdog, the backoffs, the heartbeat period and every deadline the session measures
+// read options.clock (common/clock.h), so tests move a ManualClock instead of sleeping; only the
+// gRPC deadline of each call is real time.
 //
 // Thread-safety: all methods are thread-safe. Close() (or the destructor) stops the threads.
 #ifndef LATCHKEY_WORKER_SESSION_WORKER_SESSION_H_
@@ -37,12 +43,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/join_info.h"
 #include "common/latch.h"
 #include "common/rank_position.h"
 #include "common/states.h"
 #include "common/step_report.h"
 #include "common/timeouts.h"
+#include "common/worker_protocol.h"
 #include "proto/channel.h"
 
 namespace latchkey {
@@ -57,7 +65,9 @@ struct WorkerSessionOptions {
   std::string join_token;
   // TLS to the coordinator (proto/channel.h); the join token travels in each request.
   ChannelCredentials credentials{};
-  std::string worker_id;  // stable for the process, e.g. "host:pid"; a rejoin presents it again
+  // Stable for the process, e.g. ProcessWorkerId() ("host:pid"); a rejoin presents it again.
+  // Empty: ProcessWorkerId() and a count.
+  std::string worker_id;
   std::optional<int> requested_rank;
   std::string advertise_host;  // empty: the address the coordinator sees
   absl::Duration rpc_timeout = absl::FromChrono(kDefaultRpcTimeout);
@@ -76,12 +86,15 @@ struct WorkerSessionOptions {
   // Watchdog: once fenced, if the training thread has not called BeginRecovery() (or Rejoin())
   // within this long, print one line to stderr and _exit(kExitRestartMe). Infinite: never.
   absl::Duration stuck_exit_after = absl::InfiniteDuration();
+  // The time the session measures its waits on; null: RealClock(). Not owned; must outlive the
+  // session.
+  const Clock* clock = nullptr;
 };
 
 struct ReceivedLatch {
   Latch latch;
   absl::Time publish_time;  // coordinator's clock
-  absl::Time receive_time;  // this process's clock
+  absl::Time receive_time;  // the session's clock (options.clock)
 };
 
 // The per-step report a rank sends (common/step_report.h).
@@ -117,13 +130,15 @@ class WorkerSession {
   // Opens the latch stream from `start_window` (once per join; later calls are ignored).
   void StartLatches(int64_t start_window = 0);
   // latch(window), waiting up to `timeout`. Errors: DEADLINE_EXCEEDED (not yet), CANCELLED
-  // (the job was cancelled), FAILED_PRECONDITION (the job failed, or ended before this window),
-  // ABORTED (this session was closed: Close() ran; or fenced: the job moved to a newer attempt),
+  // (the job was cancelled), FAILED_PRECONDITION (the job failed, or ended before this window;
+  // or, with reason SESSION_CLOSED, this session was closed: Close() ran), ABORTED with reason
+  // ATTEMPT_FENCED (fenced: the job moved to a newer attempt),
   // OUT_OF_RANGE (the window was consumed already), UNAVAILABLE (coordinator gone past
   // reconnect_timeout), or the stream's own error.
   absl::StatusOr<ReceivedLatch> AwaitLatch(int64_t window, absl::Duration timeout);
-  // Unary calls retry while the coordinator is unreachable; ABORTED once the session is closed
-  // (ReportStep also once it is fenced).
+  // Unary calls retry while the coordinator is unreachable; FAILED_PRECONDITION (SESSION_CLOSED)
+  // once the session is closed while they wait; ReportStep fails ABORTED (ATTEMPT_FENCED) at once
+  // once the session is fenced.
   absl::Status ReportStep(const StepMetrics& metrics);
   // `permanent`: a configuration error no restart can fix; the job fails at once.
   absl::Status ReportFailure(const std::string& message, bool permanent = false);

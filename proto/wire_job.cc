@@ -1,185 +1,16 @@
-#include "proto/wire.h"
-
+// proto/wire.h: JobService's messages (jobs, their workers and steps, submissions, policy
+// updates, the watch stream, the latch audit with its job events, stall verdicts and arrival
+// lag).
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
+
+#include "proto/wire.h"
 
 namespace latchkey {
 
 // Inside namespace latchkey, v1 names latchkey::v1 (the generated code).
-
-v1::KvMode ToProto(KvMode mode) {
-  switch (mode) {
-    case KvMode::kPerMicroBatch:
-      return v1::KV_MODE_PER_MICRO_BATCH;
-    case KvMode::kDeferred:
-      return v1::KV_MODE_DEFERRED;
-    case KvMode::kCoalesced:
-      return v1::KV_MODE_COALESCED;
-  }
-  return v1::KV_MODE_UNSPECIFIED;
-}
-
-std::optional<KvMode> FromProto(v1::KvMode mode) {
-  switch (mode) {
-    case v1::KV_MODE_PER_MICRO_BATCH:
-      return KvMode::kPerMicroBatch;
-    case v1::KV_MODE_DEFERRED:
-      return KvMode::kDeferred;
-    case v1::KV_MODE_COALESCED:
-      return KvMode::kCoalesced;
-    default:
-      return std::nullopt;
-  }
-}
-
-v1::KvReducePolicy ToProto(KvReducePolicy policy) {
-  switch (policy) {
-    case KvReducePolicy::kAuto:
-      return v1::KV_REDUCE_POLICY_AUTO;
-    case KvReducePolicy::kPerMicroBatch:
-      return v1::KV_REDUCE_POLICY_PER_MICRO_BATCH;
-    case KvReducePolicy::kDeferred:
-      return v1::KV_REDUCE_POLICY_DEFERRED;
-    case KvReducePolicy::kCoalesced:
-      return v1::KV_REDUCE_POLICY_COALESCED;
-  }
-  return v1::KV_REDUCE_POLICY_UNSPECIFIED;
-}
-
-std::optional<KvReducePolicy> FromProto(v1::KvReducePolicy policy) {
-  switch (policy) {
-    case v1::KV_REDUCE_POLICY_AUTO:
-      return KvReducePolicy::kAuto;
-    case v1::KV_REDUCE_POLICY_PER_MICRO_BATCH:
-      return KvReducePolicy::kPerMicroBatch;
-    case v1::KV_REDUCE_POLICY_DEFERRED:
-      return KvReducePolicy::kDeferred;
-    case v1::KV_REDUCE_POLICY_COALESCED:
-      return KvReducePolicy::kCoalesced;
-    default:
-      return std::nullopt;
-  }
-}
-
-v1::Latch ToProto(const Latch& latch) {
-  v1::Latch out;
-  out.set_job_id(latch.job_id);
-  out.set_window(latch.window);
-  out.set_generation(latch.generation);
-  out.set_first_micro_batch(latch.first_micro_batch);
-  out.set_micro_batches(latch.n);
-  out.set_kv_mode(ToProto(latch.kv_mode));
-  for (bool b : latch.no_sync) out.add_no_sync(b);
-  out.set_reason(latch.reason);
-  return out;
-}
-
-Latch FromProto(const v1::Latch& latch) {
-  Latch out;
-  out.job_id = latch.job_id();
-  out.window = latch.window();
-  out.generation = latch.generation();
-  out.first_micro_batch = latch.first_micro_batch();
-  out.n = latch.micro_batches();
-  out.kv_mode = FromProto(latch.kv_mode()).value_or(KvMode::kPerMicroBatch);
-  out.no_sync.assign(latch.no_sync().begin(), latch.no_sync().end());
-  out.reason = latch.reason();
-  return out;
-}
-
-google::protobuf::Timestamp ToProtoTime(absl::Time t) {
-  google::protobuf::Timestamp out;
-  const int64_t nanos = absl::ToUnixNanos(t);
-  int64_t seconds = nanos / 1000000000;
-  int64_t rem = nanos % 1000000000;
-  if (rem < 0) {
-    rem += 1000000000;
-    --seconds;
-  }
-  out.set_seconds(seconds);
-  out.set_nanos(static_cast<int32_t>(rem));
-  return out;
-}
-
-absl::Time FromProtoTime(const google::protobuf::Timestamp& t) {
-  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
-}
-
-google::protobuf::Duration ToProtoDuration(absl::Duration d) {
-  google::protobuf::Duration out;
-  const int64_t nanos = absl::ToInt64Nanoseconds(d);
-  out.set_seconds(nanos / 1000000000);
-  out.set_nanos(static_cast<int32_t>(nanos % 1000000000));
-  return out;
-}
-
-absl::Duration FromProtoDuration(const google::protobuf::Duration& d) {
-  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
-}
-
-v1::JobState ToProto(JobState state) {
-  // The enums share their values (common/states.h); the switch keeps the mapping checked.
-  switch (state) {
-    case JobState::kPending:
-      return v1::JOB_STATE_PENDING;
-    case JobState::kRunning:
-      return v1::JOB_STATE_RUNNING;
-    case JobState::kSucceeded:
-      return v1::JOB_STATE_SUCCEEDED;
-    case JobState::kFailed:
-      return v1::JOB_STATE_FAILED;
-    case JobState::kCancelled:
-      return v1::JOB_STATE_CANCELLED;
-    case JobState::kRecovering:
-      return v1::JOB_STATE_RECOVERING;
-  }
-  return v1::JOB_STATE_UNSPECIFIED;
-}
-
-std::optional<JobState> FromProto(v1::JobState state) {
-  for (JobState s : kAllJobStates) {
-    if (ToProto(s) == state) return s;
-  }
-  return std::nullopt;
-}
-
-v1::WorkerState ToProto(WorkerState state) {
-  switch (state) {
-    case WorkerState::kJoined:
-      return v1::WORKER_STATE_JOINED;
-    case WorkerState::kActive:
-      return v1::WORKER_STATE_ACTIVE;
-    case WorkerState::kDone:
-      return v1::WORKER_STATE_DONE;
-    case WorkerState::kLost:
-      return v1::WORKER_STATE_LOST;
-    case WorkerState::kFailed:
-      return v1::WORKER_STATE_FAILED;
-  }
-  return v1::WORKER_STATE_UNSPECIFIED;
-}
-
-std::optional<WorkerState> FromProto(v1::WorkerState state) {
-  for (WorkerState s : kAllWorkerStates) {
-    if (ToProto(s) == state) return s;
-  }
-  return std::nullopt;
-}
-
-v1::JobPolicy ToProto(const LatchPolicy& policy) {
-  v1::JobPolicy out;
-  out.set_kv_reduce(ToProto(policy.kv_reduce));
-  out.set_gradient_accumulation_steps(policy.gradient_accumulation_steps);
-  out.set_generation(policy.generation);
-  return out;
-}
-
-LatchPolicy FromProto(const v1::JobPolicy& policy) {
-  LatchPolicy out;
-  out.kv_reduce = FromProto(policy.kv_reduce()).value_or(KvReducePolicy::kAuto);
-  out.gradient_accumulation_steps = policy.gradient_accumulation_steps();
-  out.generation = policy.generation();
-  return out;
-}
 
 namespace {
 
@@ -189,92 +20,6 @@ void SetTime(absl::Time t, google::protobuf::Timestamp* out) {
 }
 
 }  // namespace
-
-v1::JoinResponse ToProto(const JoinInfo& info) {
-  v1::JoinResponse out;
-  out.set_rank(info.rank);
-  out.set_world_size(info.world_size);
-  out.set_tp(info.tp);
-  out.set_dp(info.dp);
-  out.set_tp_rank(info.tp_rank);
-  out.set_dp_rank(info.dp_rank);
-  out.set_spec_json(info.spec_json);
-  out.set_base_dir(info.base_dir);
-  out.mutable_rendezvous()->set_host(info.rendezvous_host);
-  out.mutable_rendezvous()->set_port(info.rendezvous_port);
-  out.set_state(ToProto(info.state));
-  *out.mutable_heartbeat_interval() = ToProtoDuration(info.heartbeat_interval);
-  *out.mutable_liveness_timeout() = ToProtoDuration(info.liveness_timeout);
-  out.set_steps(info.steps);
-  out.set_attempt(info.attempt);
-  out.set_rendezvous_prefix(info.rendezvous_prefix);
-  out.set_resume_step(info.resume_step);
-  out.set_resume_manifest_sha256(info.resume_manifest_sha256);
-  *out.mutable_hang_timeout() = ToProtoDuration(info.hang_timeout);
-  return out;
-}
-
-JoinInfo FromProto(const v1::JoinResponse& info) {
-  JoinInfo out;
-  out.rank = info.rank();
-  out.world_size = info.world_size();
-  out.tp = info.tp();
-  out.dp = info.dp();
-  out.tp_rank = info.tp_rank();
-  out.dp_rank = info.dp_rank();
-  out.spec_json = info.spec_json();
-  out.base_dir = info.base_dir();
-  out.rendezvous_host = info.rendezvous().host();
-  out.rendezvous_port = info.rendezvous().port();
-  out.state = FromProto(info.state()).value_or(JobState::kPending);
-  out.heartbeat_interval = FromProtoDuration(info.heartbeat_interval());
-  out.liveness_timeout = FromProtoDuration(info.liveness_timeout());
-  out.steps = info.steps();
-  out.attempt = info.attempt();
-  out.rendezvous_prefix = info.rendezvous_prefix();
-  out.resume_step = info.resume_step();
-  out.resume_manifest_sha256 = info.resume_manifest_sha256();
-  out.hang_timeout = FromProtoDuration(info.hang_timeout());
-  return out;
-}
-
-v1::ReportStepRequest ToProto(const StepReport& report) {
-  v1::ReportStepRequest out;
-  out.set_step(report.step);
-  out.set_micro_batches(report.micro_batches);
-  out.set_loss(report.loss);
-  out.set_grad_norm(report.grad_norm);
-  out.set_kv_mode(ToProto(report.kv_mode));
-  out.set_kv_allreduce_calls(report.kv_allreduce_calls);
-  for (const auto& [k, v] : report.collective_calls) (*out.mutable_collective_calls())[k] = v;
-  out.set_step_seconds(report.step_seconds);
-  out.set_tokens(report.tokens);
-  out.set_latch_generation(report.latch_generation);
-  out.set_lr(report.lr);
-  if (report.eval_loss) out.mutable_eval_loss()->set_value(*report.eval_loss);
-  out.set_boundary_wait_seconds(report.boundary_wait_seconds);
-  return out;
-}
-
-absl::StatusOr<StepReport> FromProto(const v1::ReportStepRequest& report) {
-  StepReport out;
-  std::optional<KvMode> mode = FromProto(report.kv_mode());
-  if (!mode) return absl::InvalidArgumentError("kv_mode: required (the mode the step ran)");
-  out.step = report.step();
-  out.micro_batches = report.micro_batches();
-  out.loss = report.loss();
-  out.grad_norm = report.grad_norm();
-  out.kv_mode = *mode;
-  out.kv_allreduce_calls = report.kv_allreduce_calls();
-  for (const auto& [k, v] : report.collective_calls()) out.collective_calls[k] = v;
-  out.step_seconds = report.step_seconds();
-  out.tokens = report.tokens();
-  out.latch_generation = report.latch_generation();
-  out.lr = report.lr();
-  if (report.has_eval_loss()) out.eval_loss = report.eval_loss().value();
-  out.boundary_wait_seconds = report.boundary_wait_seconds();
-  return out;
-}
 
 v1::StepSummary ToProto(const CompletedStep& step) {
   const StepReport& r = step.report;
@@ -424,6 +169,17 @@ v1::SubmitJobResponse ToProto(const SubmittedJob& submitted) {
   return out;
 }
 
+JobSubmission FromProto(const v1::SubmitJobRequest& submission) {
+  JobSubmission out;
+  out.spec_json = submission.spec_json();
+  out.base_dir = submission.base_dir();
+  out.rendezvous_host = submission.rendezvous_host();
+  out.rendezvous_port = submission.rendezvous_port();
+  out.job_id = submission.job_id();
+  out.join_token_sha256 = submission.join_token_sha256();
+  return out;
+}
+
 SubmittedJob FromProto(const v1::SubmitJobResponse& submitted) {
   SubmittedJob out;
   out.job_id = submitted.job_id();
@@ -442,6 +198,25 @@ v1::UpdateJobPolicyRequest ToProto(const JobPolicyUpdate& update) {
   }
   if (update.expected_generation) {
     out.mutable_expected_generation()->set_value(*update.expected_generation);
+  }
+  return out;
+}
+
+absl::StatusOr<JobPolicyUpdate> FromProto(const v1::UpdateJobPolicyRequest& update) {
+  JobPolicyUpdate out;
+  out.job_id = update.job_id();
+  if (update.kv_reduce() != v1::KV_REDUCE_POLICY_UNSPECIFIED) {
+    out.kv_reduce = FromProto(update.kv_reduce());
+    if (!out.kv_reduce) {
+      return absl::InvalidArgumentError("kv_reduce: " + std::to_string(update.kv_reduce()) +
+                                        " is not a policy");
+    }
+  }
+  if (update.has_gradient_accumulation_steps()) {
+    out.gradient_accumulation_steps = update.gradient_accumulation_steps().value();
+  }
+  if (update.has_expected_generation()) {
+    out.expected_generation = update.expected_generation().value();
   }
   return out;
 }
@@ -509,6 +284,116 @@ LatchAuditPage FromProto(const v1::ListLatchesResponse& page) {
   }
   for (const v1::JobEvent& e : page.events()) out.events.push_back(FromProto(e));
   out.next_start_window = page.next_start_window();
+  return out;
+}
+
+v1::ListJobsResponse ToProto(const std::vector<JobInfo>& jobs) {
+  v1::ListJobsResponse out;
+  for (const JobInfo& j : jobs) *out.add_jobs() = ToProto(j);
+  return out;
+}
+
+v1::GetJobRequest MakeGetJobRequest(const std::string& job_id) {
+  v1::GetJobRequest out;
+  out.set_job_id(job_id);
+  return out;
+}
+
+v1::CancelJobRequest MakeCancelJobRequest(const std::string& job_id, const std::string& reason) {
+  v1::CancelJobRequest out;
+  out.set_job_id(job_id);
+  out.set_reason(reason);
+  return out;
+}
+
+v1::WatchJobRequest MakeWatchJobRequest(const std::string& job_id) {
+  v1::WatchJobRequest out;
+  out.set_job_id(job_id);
+  return out;
+}
+
+v1::ListLatchesRequest MakeListLatchesRequest(const std::string& job_id, int64_t start_window,
+                                              int page_size) {
+  v1::ListLatchesRequest out;
+  out.set_job_id(job_id);
+  out.set_start_window(start_window);
+  out.set_page_size(page_size);
+  return out;
+}
+
+v1::ListJobsRequest MakeListJobsRequest(const std::vector<JobState>& states, int page_size) {
+  v1::ListJobsRequest out;
+  for (JobState s : states) out.add_states(ToProto(s));
+  out.set_page_size(page_size);
+  return out;
+}
+
+absl::StatusOr<std::vector<JobState>> JobStatesOf(const v1::ListJobsRequest& request) {
+  std::vector<JobState> states;
+  for (int s : request.states()) {
+    std::optional<JobState> state =
+        v1::JobState_IsValid(s) ? FromProto(static_cast<v1::JobState>(s)) : std::nullopt;
+    if (!state) {
+      return absl::InvalidArgumentError("states: " + std::to_string(s) + " is not a job state");
+    }
+    states.push_back(*state);
+  }
+  return states;
+}
+
+v1::StalledRank ToProto(const StalledRank& s) {
+  v1::StalledRank out;
+  out.set_rank(s.rank);
+  out.set_window(s.window);
+  out.set_micro_batch(s.micro_batch);
+  out.set_where(s.where);
+  out.set_seconds(s.seconds);
+  out.set_attempt(s.attempt);
+  return out;
+}
+
+StalledRank FromProto(const v1::StalledRank& s) {
+  StalledRank out;
+  out.rank = s.rank();
+  out.window = s.window();
+  out.micro_batch = s.micro_batch();
+  out.where = s.where();
+  out.seconds = s.seconds();
+  out.attempt = s.attempt();
+  return out;
+}
+
+v1::WindowArrival ToProto(const WindowArrival& a) {
+  v1::WindowArrival out;
+  out.set_window(a.window);
+  out.set_slowest_rank(a.slowest_rank);
+  out.set_lag_seconds(a.lag_seconds);
+  return out;
+}
+
+WindowArrival FromProto(const v1::WindowArrival& a) {
+  WindowArrival out;
+  out.window = a.window();
+  out.slowest_rank = a.slowest_rank();
+  out.lag_seconds = a.lag_seconds();
+  return out;
+}
+
+v1::JobEvent ToProto(const AuditedEvent& e) {
+  v1::JobEvent out;
+  if (e.time != absl::UnixEpoch()) *out.mutable_time() = ToProtoTime(e.time);
+  out.set_attempt(e.attempt);
+  out.set_kind(e.kind);
+  out.set_message(e.message);
+  return out;
+}
+
+AuditedEvent FromProto(const v1::JobEvent& e) {
+  AuditedEvent out;
+  if (e.has_time()) out.time = FromProtoTime(e.time());
+  out.attempt = e.attempt();
+  out.kind = e.kind();
+  out.message = e.message();
   return out;
 }
 

@@ -1,0 +1,50 @@
+// The plain values of WorkerService's calls that no other header owns (the messages themselves:
+// proto/wire.h): who calls (WorkerIdentity, with the worker id a process joins as) and what the
+// coordinator answers a rank's report or heartbeat with (WorkerReply).
+//
+// Thread-safety: plain values and pure functions.
+#ifndef LATCHKEY_COMMON_WORKER_PROTOCOL_H_
+#define LATCHKEY_COMMON_WORKER_PROTOCOL_H_
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/states.h"
+
+namespace latchkey {
+
+// Who a worker call comes from (latchkey.v1.WorkerIdentity).
+struct WorkerIdentity {
+  std::string job_id;
+  std::string join_token;
+  std::string worker_id;
+  // The attempt of the worker's current join. 0 in Join; in ReportFailure, "whatever attempt
+  // this worker is in".
+  int64_t attempt = 0;
+};
+
+// The coordinator's answer to ReportStep, Heartbeat, ReportFailure and ReportCheckpoint; each
+// response carries the fields it documents (docs/protocol.md).
+struct WorkerReply {
+  JobState state = JobState::kPending;  // the job after the call
+  std::string reason;                   // Heartbeat: why the job ended, once it has
+  bool duplicate = false;               // ReportStep: the step was reported already
+  int64_t attempt = 0;                  // Heartbeat, ReportFailure: the job's current attempt
+};
+
+// "<hostname>:<pid>": the worker id a latchkey-worker process joins with, and the id its
+// supervisor names it by when it reports the process dead.
+inline std::string WorkerIdOf(int pid) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return std::string(host) + ":" + std::to_string(pid);
+}
+
+// WorkerIdOf this process.
+inline std::string ProcessWorkerId() { return WorkerIdOf(static_cast<int>(getpid())); }
+
+}  // namespace latchkey
+
+#endif  // LATCHKEY_COMMON_WORKER_PROTOCOL_H_
