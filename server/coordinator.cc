@@ -88,6 +88,7 @@ Coordinator::Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions opt
       clock_(options_.clock ? options_.clock : RealClock()),
       observer_(observer),
       store_(std::move(store)),
+      audit_reader_(store_->audit_reader()),
       machine_(std::make_unique<JobStateMachine>(store_.get(), observer_, &options_.log, clock_)) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr<JobStore> store,
@@ -485,6 +486,32 @@ absl::StatusOr<JobWatchUpdate> Coordinator::WaitJobChange(const std::string& job
     if (absl::Now() >= deadline) return absl::DeadlineExceededError("no change");
     j->cv.WaitWithDeadline(&mu_, deadline);
   }
+}
+
+// The status page must not make RPCs wait while it reads the disk. The lock guards the registry
+// only for the lookup; the read goes to the AuditReader's own connection, so a commit made after
+// the lookup may or may not be in it, just as a later call of ListLatches may see it.
+absl::StatusOr<LatchAudit> Coordinator::ReadAudit(const std::string& job_id, int64_t start_window,
+                                                  int limit) {
+  if (audit_reader_ == nullptr) return ListLatches(job_id, start_window, limit);
+  if (start_window < 0) return absl::InvalidArgumentError("start_window: must be >= 0");
+  if (limit < 0) return absl::InvalidArgumentError("page_size: must be >= 0");
+  if (limit == 0) limit = 1000;
+  limit = std::min(limit, 10000);
+  {
+    absl::MutexLock lock(&mu_);
+    LK_RETURN_IF_ERROR(FindJob(job_id).status());
+  }
+  LK_ASSIGN_OR_RETURN(AuditRows rows, audit_reader_->ReadAudit(job_id, start_window, limit + 1));
+  LatchAudit out;
+  out.latches = std::move(rows.latches);
+  if (out.latches.size() > static_cast<size_t>(limit)) {
+    out.latches.resize(static_cast<size_t>(limit));
+    out.next_start_window = out.latches.back().latch.window + 1;
+  }
+  out.policy_changes = std::move(rows.policy_changes);
+  out.events = std::move(rows.events);
+  return out;
 }
 
 absl::StatusOr<LatchAudit> Coordinator::ListLatches(const std::string& job_id, int64_t start_window,

@@ -241,6 +241,13 @@ class Coordinator {
                                                int64_t after_step, absl::Time deadline);
   absl::StatusOr<LatchAudit> ListLatches(const std::string& job_id, int64_t start_window,
                                          int limit);
+  // For the status page: what ListLatches returns (the same rows, limits and errors), read
+  // without making any other call wait on disk. It takes the coordinator's lock only to find the
+  // job (a map lookup, as Snapshot), and reads the store through its AuditReader with no
+  // coordinator lock held: sound because the rows are the append-only audit, committed before
+  // any caller could see them and never changed afterwards (published latches are immutable).
+  // Without an AuditReader (an in-memory store) it is ListLatches, under the lock.
+  absl::StatusOr<LatchAudit> ReadAudit(const std::string& job_id, int64_t start_window, int limit);
 
   // --- WorkerService ---
   // Joins the job's current attempt. The same worker id gets the same rank back while the
@@ -356,6 +363,9 @@ class Coordinator {
 
   mutable absl::Mutex mu_;
   std::unique_ptr<JobStore> store_ ABSL_GUARDED_BY(mu_);
+  // store_'s AuditReader (thread-safe itself: read without mu_), or null; set once at
+  // construction, it lives as long as store_.
+  AuditReader* const audit_reader_;
   std::unique_ptr<JobStateMachine> machine_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   int64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;

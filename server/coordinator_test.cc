@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -212,6 +213,44 @@ TEST(CoordinatorTest, PolicyUpdateStartsAtFirstUnpublishedWindowAndKeepsDataOrde
   bad.gradient_accumulation_steps = 3;
   EXPECT_EQ(c->UpdateJobPolicy(bad).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(c->CancelJob(id, "").status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// The status page's read (the store's own read-only connection, no coordinator lock) returns
+// what ListLatches returns, page limits and errors included.
+TEST(CoordinatorTest, ReadAuditIsListLatchesOffTheLock) {
+  ScopedTempDir dir;
+  CoordinatorOptions opt;
+  opt.latch_lookahead = 3;
+  auto c = Make(opt, dir.path() + "/c.db");
+  auto job = c->SubmitJob({SpecJson(), "", "", 0});
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->job.record.job_id;
+  JoinAll(*c, *job, 2);  // publishes windows 0..3
+  JobPolicyUpdate u;
+  u.job_id = id;
+  u.gradient_accumulation_steps = 2;
+  ASSERT_TRUE(c->UpdateJobPolicy(u).ok());
+  ASSERT_TRUE(c->CancelJob(id, "enough").ok());
+  for (const auto& [from, limit] : std::vector<std::pair<int64_t, int>>{{0, 0}, {1, 2}, {3, 20}}) {
+    auto want = c->ListLatches(id, from, limit);
+    auto got = c->ReadAudit(id, from, limit);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->latches.size(), want->latches.size()) << from;
+    for (size_t i = 0; i < want->latches.size(); ++i) {
+      EXPECT_EQ(got->latches[i].latch, want->latches[i].latch);
+      EXPECT_EQ(got->latches[i].publish_time, want->latches[i].publish_time);
+    }
+    EXPECT_EQ(got->next_start_window, want->next_start_window);
+    ASSERT_EQ(got->policy_changes.size(), want->policy_changes.size());
+    EXPECT_EQ(got->policy_changes[0].first_window, want->policy_changes[0].first_window);
+    ASSERT_EQ(got->events.size(), want->events.size());
+  }
+  EXPECT_GE(c->ReadAudit(id, 0, 0)->latches.size(), 4u);
+  EXPECT_EQ(c->ReadAudit(id, 1, 2)->next_start_window, 3);
+  EXPECT_EQ(c->ReadAudit("job-404", 0, 0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c->ReadAudit(id, -1, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->ReadAudit(id, 0, -1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CoordinatorTest, GasUpdateRefusedForUnmanagedSchedule) {

@@ -1,7 +1,8 @@
 // SqliteStore: the connection (opening, durability, the schema brought up to date by
 // sqlite_schema.cc), statements and transactions. The tables' reads and writes are one file per
 // concern: sqlite_jobs.cc (jobs, workers), sqlite_latches.cc (latches, policy changes),
-// sqlite_steps.cc (step reports, checkpoints), sqlite_events.cc (job events).
+// sqlite_steps.cc (step reports, checkpoints), sqlite_events.cc (job events). The audit reader's
+// connection is here too.
 #include "server/sqlite_store.h"
 
 #include <sqlite3.h>
@@ -11,7 +12,9 @@
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "server/sqlite_stmt.h"
 
@@ -21,12 +24,53 @@ struct SqliteStore::StmtCache {
   std::map<const char*, std::unique_ptr<Stmt>> by_sql;
 };
 
+// The read-only connection is a SqliteStore of its own (its Load* calls, its statement cache) that
+// only this class reaches, under `mu_`: a sqlite3 connection opened NOMUTEX must not be used by
+// two threads at once, and the writer's connection is the Coordinator's alone.
+class SqliteStore::Reader : public AuditReader {
+ public:
+  explicit Reader(std::unique_ptr<SqliteStore> conn) : conn_(std::move(conn)) {}
+
+  absl::StatusOr<AuditRows> ReadAudit(const std::string& job_id, int64_t start_window,
+                                      int64_t limit) override {
+    absl::MutexLock lock(&mu_);
+    // One read transaction: the three reads see the same commit (WAL gives a reader the snapshot
+    // of its first read), as they did when the writer's connection read them in one locked call.
+    LK_RETURN_IF_ERROR(conn_->Exec("BEGIN"));
+    absl::StatusOr<AuditRows> rows = Read(job_id, start_window, limit);
+    // A read transaction left open would pin its snapshot: every later page would see old rows
+    // and the WAL could not be checkpointed past it.
+    absl::Status end = conn_->Exec(rows.ok() ? "COMMIT" : "ROLLBACK");
+    if (!end.ok() && rows.ok()) conn_->Exec("ROLLBACK").IgnoreError();
+    if (!rows.ok() || !end.ok()) return rows.ok() ? end : rows.status();
+    return rows;
+  }
+
+ private:
+  absl::StatusOr<AuditRows> Read(const std::string& job_id, int64_t start_window, int64_t limit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    AuditRows out;
+    LK_ASSIGN_OR_RETURN(out.latches, conn_->LoadLatches(job_id, start_window, limit));
+    LK_ASSIGN_OR_RETURN(out.policy_changes, conn_->LoadPolicyChanges(job_id));
+    LK_ASSIGN_OR_RETURN(out.events, conn_->LoadEvents(job_id));
+    return out;
+  }
+
+  absl::Mutex mu_;
+  std::unique_ptr<SqliteStore> conn_ ABSL_GUARDED_BY(mu_);
+};
+
 SqliteStore::SqliteStore(sqlite3* db) : db_(db), cache_(std::make_unique<StmtCache>()) {}
 
 SqliteStore::~SqliteStore() {
+  // The reader closes first: the writer, closing last, checkpoints the WAL and removes it as it
+  // did when it was the only connection.
+  reader_.reset();
   cache_.reset();  // finalize statements before closing
   sqlite3_close(db_);
 }
+
+AuditReader* SqliteStore::audit_reader() { return reader_.get(); }
 
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path,
                                                                SqliteSync sync) {
@@ -50,7 +94,39 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   if (s.ok()) s = store->Upgrade();
   // Every error of opening names the file as the flag does.
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--db ", path, ": ", s.message()));
+  auto mode = store->QueryText("PRAGMA journal_mode");
+  // Only with WAL do a reader and the writer not block each other. Without a reader the audit is
+  // read on the writer's connection, as `latchkey audit` reads it: correct, only serialised.
+  if (mode.ok() && *mode == "wal") store->reader_ = OpenReader(db);
   return store;
+}
+
+std::unique_ptr<SqliteStore::Reader> SqliteStore::OpenReader(sqlite3* writer) {
+  // The writer's own resolved path: the same file whatever the working directory is now. Empty
+  // for an in-memory or temporary database, which no second connection can see.
+  const char* file = sqlite3_db_filename(writer, "main");
+  if (file == nullptr || *file == '\0') return nullptr;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(file, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
+    sqlite3_close(db);
+    return nullptr;
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<SqliteStore> conn(new SqliteStore(db));
+  // A read-only connection finds out whether it can use the WAL (its shared-memory index) at its
+  // first read: read now, and the schema must be the one the writer just brought up to date.
+  auto version = conn->SchemaVersion();
+  if (!version.ok() || *version != kSchemaVersion) return nullptr;
+  return std::make_unique<Reader>(std::move(conn));
+}
+
+absl::StatusOr<std::string> SqliteStore::QueryText(const char* sql) {
+  LK_ASSIGN_OR_RETURN(Stmt * st, Prepared(sql));
+  LK_ASSIGN_OR_RETURN(bool row, st->Step());
+  std::string text = row ? st->Text(0) : std::string();
+  st->Reset();
+  return text;
 }
 
 absl::Status SqliteStore::Exec(const char* sql) {

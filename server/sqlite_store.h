@@ -1,4 +1,5 @@
-// JobStore on SQLite (WAL journal). One connection, owned by the store.
+// JobStore on SQLite (WAL journal). One read-write connection for every JobStore call, owned by
+// the store; for a database in a file also a second, read-only connection behind audit_reader().
 //
 // Schema (version kSchemaVersion, in PRAGMA user_version) — the DDL and every migration, in
 // order, are in sqlite_schema.cc:
@@ -13,7 +14,15 @@
 // is in the WAL file. kFull also fsyncs every commit, surviving power loss, at ~1 fsync per
 // call.
 //
-// Thread-safety: none; the Coordinator serialises calls.
+// Audit reader: for a file whose journal is WAL (Open asks for it; a file system without shared
+// memory may refuse), audit_reader() reads the latches, policy changes and events on its own
+// read-only connection (SQLITE_OPEN_READONLY), in one read transaction: with WAL a reader sees
+// the last commit and neither waits for the writer nor makes it wait. An in-memory database
+// (":memory:") cannot be opened twice, and in a rollback journal a reader would block commits:
+// there, and if the second connection cannot be opened, audit_reader() is null.
+//
+// Thread-safety: the JobStore calls none (the Coordinator serialises them); audit_reader() is
+// thread-safe (its connection is used under its own mutex) and may run alongside them.
 #ifndef LATCHKEY_SERVER_SQLITE_STORE_H_
 #define LATCHKEY_SERVER_SQLITE_STORE_H_
 
@@ -72,9 +81,17 @@ class SqliteStore : public JobStore {
   absl::StatusOr<std::vector<CheckpointRecord>> LoadCheckpoints(const std::string& job_id) override;
   absl::StatusOr<std::vector<JobEventRecord>> LoadEvents(const std::string& job_id) override;
 
+  AuditReader* audit_reader() override;
+
  private:
   class Stmt;
+  class Reader;  // sqlite_store.cc
   explicit SqliteStore(sqlite3* db);
+  // The read-only connection to the file of `writer`'s main database; null where there is none
+  // (see "Audit reader").
+  static std::unique_ptr<Reader> OpenReader(sqlite3* writer);
+  // The first column of the first row of `sql`.
+  absl::StatusOr<std::string> QueryText(const char* sql);
   absl::StatusOr<int> SchemaVersion();
   // Creates or migrates the schema to kSchemaVersion (sqlite_schema.cc); Open names the file in
   // its errors.
@@ -100,6 +117,7 @@ class SqliteStore : public JobStore {
   sqlite3* db_;
   struct StmtCache;
   std::unique_ptr<StmtCache> cache_;
+  std::unique_ptr<Reader> reader_;  // null: no audit reader
 };
 
 }  // namespace latchkey

@@ -335,9 +335,10 @@ HttpResponse StatusPage::Job(const HttpRequest& request) {
 }
 
 std::string StatusPage::LatchAudit(const std::string& job_id, int64_t windows_published) const {
-  // The newest latches, the policy changes and the events.
+  // The newest latches, the policy changes and the events: ReadAudit reads them off the
+  // coordinator's lock, so a page never holds up the workers' calls behind disk reads.
   const int64_t from = std::max<int64_t>(0, windows_published - kAuditRows);
-  auto audit = core_->ListLatches(job_id, from, kAuditRows);
+  auto audit = core_->ReadAudit(job_id, from, kAuditRows);
   std::string out = "<h2>latch audit</h2>";
   if (!audit.ok()) {
     absl::StrAppend(&out, "<p>", HtmlEscape(std::string(audit.status().message())), "</p>");

@@ -9,8 +9,8 @@
 // bearer token or the password of HTTP basic auth, checked by TokenTable::Find (constant time);
 // without one (auth off, or the port binds loopback) they are open. /metrics never needs one.
 // Thread-safety: thread-safe (the page keeps no state). A job page copies the job under one short
-// lock (Coordinator::Snapshot) and never waits on it; the latch audit is ListLatches, the store
-// read `latchkey audit` makes.
+// lock (Coordinator::Snapshot) and never waits on it; the latch audit (the rows `latchkey audit`
+// lists) is Coordinator::ReadAudit, read from the store with no coordinator lock held.
 // Lifetime: `core` and `tokens` outlive the page.
 #ifndef LATCHKEY_SERVER_STATUS_PAGE_H_
 #define LATCHKEY_SERVER_STATUS_PAGE_H_

@@ -8,7 +8,9 @@
 // A stored value this build cannot read back (an unknown K/V mode, a malformed no_sync mask, a
 // state number out of range) is DATA_LOSS naming the row: it is never replaced by a default.
 //
-// Thread-safety: implementations need not be thread-safe; the Coordinator serialises calls.
+// Thread-safety: implementations need not be thread-safe; the Coordinator serialises calls. The
+// one exception is the AuditReader a store may hand out (audit_reader()): it is thread-safe and
+// may be called from any thread while the store's other calls go on.
 #ifndef LATCHKEY_SERVER_STORE_H_
 #define LATCHKEY_SERVER_STORE_H_
 
@@ -118,9 +120,36 @@ struct RankProgress {
   int64_t max_step = -1;
 };
 
+// A job's audit as one consistent read: the rows of LoadLatches, LoadPolicyChanges and LoadEvents
+// as of one moment (none of them from a later commit than another).
+struct AuditRows {
+  std::vector<PublishedLatch> latches;
+  std::vector<PolicyChangeRecord> policy_changes;
+  std::vector<JobEventRecord> events;
+};
+
+// Reads the append-only audit of a store without the store's callers' serialisation: for readers
+// (the status page) that must not wait behind the writes, nor make them wait.
+// Contract: sees only what the store's mutating calls have committed (returned OK for).
+// Thread-safety: thread-safe; it may run concurrently with every JobStore call. Owned by its
+// store and valid as long as the store.
+class AuditReader {
+ public:
+  virtual ~AuditReader() = default;
+  // Latches of one job with window >= start_window, window order, at most `limit`; every policy
+  // change of the job (generation order) and every event (append order). Errors as the Load*
+  // calls.
+  virtual absl::StatusOr<AuditRows> ReadAudit(const std::string& job_id, int64_t start_window,
+                                              int64_t limit) = 0;
+};
+
 class JobStore {
  public:
   virtual ~JobStore() = default;
+
+  // The store's AuditReader, or null when it has none (then the audit is read through the Load*
+  // calls, serialised with the rest). Owned by the store.
+  virtual AuditReader* audit_reader() { return nullptr; }
 
   virtual absl::Status CreateJob(const JobRecord& job) = 0;
   // Writes state, rendezvous, failure_reason, update_time and the fault-tolerance fields (attempt

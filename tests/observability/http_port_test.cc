@@ -18,9 +18,13 @@
 #include <thread>
 
 #include "absl/strings/escaping.h"
+#include "absl/synchronization/notification.h"
+#include "server/coordinator.h"
 #include "server/security.h"
+#include "server/sqlite_store.h"
 #include "server/status_page.h"
 #include "tests/support/process.h"
+#include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
 #include "worker/metrics/worker_metrics.h"
 
@@ -289,6 +293,114 @@ TEST(HttpPort, HttpsWithTheGrpcCertificateAndPlaintextRefused) {
               plain.output.rfind("400", 0) == 0)
       << plain.exit_code << " " << plain.output;
   EXPECT_FALSE(Has(plain.output, "latchkey_jobs")) << plain.output;
+}
+
+// A SqliteStore in a file whose audit reads wait until released: a job page caught inside its
+// audit read, to see what else may run meanwhile.
+class GatedAuditStore : public JobStore, public AuditReader {
+ public:
+  explicit GatedAuditStore(std::unique_ptr<SqliteStore> inner) : inner_(std::move(inner)) {}
+  absl::Notification& entered() { return entered_; }
+  void Release() { release_.Notify(); }
+
+  AuditReader* audit_reader() override { return this; }
+  absl::StatusOr<AuditRows> ReadAudit(const std::string& job_id, int64_t start_window,
+                                      int64_t limit) override {
+    if (!entered_.HasBeenNotified()) entered_.Notify();
+    release_.WaitForNotification();
+    return inner_->audit_reader()->ReadAudit(job_id, start_window, limit);
+  }
+
+  absl::Status CreateJob(const JobRecord& j) override { return inner_->CreateJob(j); }
+  absl::Status UpdateJob(const JobRecord& j) override { return inner_->UpdateJob(j); }
+  absl::Status UpdateJobWithEvent(const JobRecord& j, const JobEventRecord& e) override {
+    return inner_->UpdateJobWithEvent(j, e);
+  }
+  absl::Status AppendEvent(const JobEventRecord& e) override { return inner_->AppendEvent(e); }
+  absl::Status PutCheckpoint(const CheckpointRecord& c, const JobRecord& j,
+                             const JobEventRecord& e) override {
+    return inner_->PutCheckpoint(c, j, e);
+  }
+  absl::Status PutWorker(const WorkerRecord& w) override { return inner_->PutWorker(w); }
+  absl::Status AppendLatches(const std::string& id, const std::vector<PublishedLatch>& l,
+                             int64_t next_window, int64_t next_m) override {
+    return inner_->AppendLatches(id, l, next_window, next_m);
+  }
+  absl::Status AppendPolicyChange(const PolicyChangeRecord& c) override {
+    return inner_->AppendPolicyChange(c);
+  }
+  absl::StatusOr<bool> InsertStepReport(const StepReportRecord& r) override {
+    return inner_->InsertStepReport(r);
+  }
+  absl::StatusOr<std::vector<JobRecord>> LoadJobs() override { return inner_->LoadJobs(); }
+  absl::StatusOr<std::vector<WorkerRecord>> LoadWorkers() override { return inner_->LoadWorkers(); }
+  absl::StatusOr<std::vector<RankProgress>> LoadProgress() override {
+    return inner_->LoadProgress();
+  }
+  absl::StatusOr<std::vector<PublishedLatch>> LoadLatches(const std::string& id, int64_t start,
+                                                          int64_t limit) override {
+    return inner_->LoadLatches(id, start, limit);
+  }
+  absl::StatusOr<std::vector<PolicyChangeRecord>> LoadPolicyChanges(
+      const std::string& id) override {
+    return inner_->LoadPolicyChanges(id);
+  }
+  absl::StatusOr<std::vector<StepReportRecord>> LoadStepReports(const std::string& id,
+                                                                int64_t from_step) override {
+    return inner_->LoadStepReports(id, from_step);
+  }
+  absl::StatusOr<StepReportRecord> LoadStepReport(const std::string& id, int rank,
+                                                  int64_t step) override {
+    return inner_->LoadStepReport(id, rank, step);
+  }
+  absl::StatusOr<std::vector<CheckpointRecord>> LoadCheckpoints(const std::string& id) override {
+    return inner_->LoadCheckpoints(id);
+  }
+  absl::StatusOr<std::vector<JobEventRecord>> LoadEvents(const std::string& id) override {
+    return inner_->LoadEvents(id);
+  }
+
+ private:
+  std::unique_ptr<SqliteStore> inner_;
+  absl::Notification entered_;
+  absl::Notification release_;
+};
+
+// While a job page is inside its audit read, the coordinator's calls (a read, a submission, which
+// writes the store) still complete: the page holds no coordinator lock around the store.
+TEST(StatusPagePieces, JobPageReadsTheAuditWithoutHoldingTheCoordinator) {
+  ScopedTempDir dir;
+  auto sqlite = SqliteStore::Open(dir.path() + "/c.db");
+  ASSERT_TRUE(sqlite.ok()) << sqlite.status();
+  ASSERT_NE((*sqlite)->audit_reader(), nullptr);
+  auto owned = std::make_unique<GatedAuditStore>(*std::move(sqlite));
+  GatedAuditStore* store = owned.get();
+  auto core = Coordinator::Create(std::move(owned), {}, nullptr);
+  ASSERT_TRUE(core.ok()) << core.status();
+  auto job = (*core)->SubmitJob({SpecJson(), "", "", 0});
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->job.record.job_id;
+  StatusPage page(core->get(), nullptr);
+
+  HttpResponse response;
+  std::thread reader([&] { response = page.Job(HttpRequest{"/jobs/" + id, {id}, ""}); });
+  const bool in_read = store->entered().WaitForNotificationWithTimeout(absl::Seconds(30));
+  absl::Notification calls_done;
+  std::thread calls([&] {
+    EXPECT_TRUE((*core)->GetJob(id, true).ok());
+    EXPECT_TRUE((*core)->SubmitJob({SpecJson(), "", "", 0}).ok());
+    calls_done.Notify();
+  });
+  // Behind a held coordinator lock they would wait for the release below.
+  const bool calls_ran = calls_done.WaitForNotificationWithTimeout(absl::Seconds(30));
+  store->Release();
+  calls.join();
+  reader.join();
+  EXPECT_TRUE(in_read);
+  EXPECT_TRUE(calls_ran);
+  EXPECT_EQ(response.status, 200) << response.body;
+  EXPECT_TRUE(Has(response.body, "<h2>latch audit</h2><p>0 latch(es) published")) << response.body;
+  EXPECT_TRUE(Has(response.body, "<table id=\"events\">")) << response.body;
 }
 
 TEST(StatusPagePieces, EscapesMarkup) {
