@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   rdv.rank = rank;
   rdv.world_size = kWorld;
   rdv.tp = kTp;
-  auto groups = latchkey::comm::CreateProcessGroups(latchkey::comm::Backend::kAuto, rdv);
+  auto groups = latchkey::comm::CreateProcessGroups(latchkey::CommBackend::kAuto, rdv);
   if (!groups.ok()) return Fail(groups.status());
   if (rank == 0) {
     std::printf(

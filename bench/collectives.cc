@@ -5,11 +5,11 @@
 //
 // Started without RANK it launches itself once per rank for each world size in --ranks (real
 // processes, RANK/WORLD_SIZE/MASTER_PORT env), and rank 0 prints the table. Every rank forms the
-// process groups of every backend (comm::CreateProcessGroups with that Backend value, each under
-// its own key prefix of one TCP store). Sizes go from 4 B to --max-bytes in steps of 4x. For each
-// op and size, each round runs every backend once, in an order shuffled per round (the same seeded
-// order on every rank), so machine noise hits every backend alike; a round is a barrier, a few
-// warm-up calls, then a timed loop of calls. A cell is the median time per call over the rounds
+// process groups of every backend (comm::CreateProcessGroups with that CommBackend value, each
+// under its own key prefix of one TCP store). Sizes go from 4 B to --max-bytes in steps of 4x. For
+// each op and size, each round runs every backend once, in an order shuffled per round (the same
+// seeded order on every rank), so machine noise hits every backend alike; a round is a barrier, a
+// few warm-up calls, then a timed loop of calls. A cell is the median time per call over the rounds
 // with its min-max spread, and the algorithm bandwidth (payload bytes / time per call). Every
 // all-reduce result is checked, so a broken transport never reports a number.
 // --quick: sizes up to 64 KiB, 3 rounds, short loops (the smoke test).
@@ -133,7 +133,7 @@ int RunRank(const Args& a) {
     rdv.tp = world;
     rdv.store = *store;
     rdv.prefix = "bench-" + name;
-    auto g = comm::CreateProcessGroups(*comm::ParseBackend(name), rdv);
+    auto g = comm::CreateProcessGroups(*latchkey::ParseCommBackend(name), rdv);
     if (!g.ok()) return Fail(g.status());
     groups.push_back(*std::move(g));
   }
@@ -227,11 +227,11 @@ int main(int argc, char** argv) {
   }
   if (a.backends.empty()) {
     for (const char* b : {"gloo", "shm"}) {
-      if (comm::ParseBackend(b)) a.backends.push_back(b);
+      if (latchkey::ParseCommBackend(b)) a.backends.push_back(b);
     }
   }
   for (const std::string& b : a.backends) {
-    if (!comm::ParseBackend(b)) {
+    if (!latchkey::ParseCommBackend(b)) {
       std::fprintf(stderr, "bench_collectives: --backends: this build has no backend '%s'\n",
                    b.c_str());
       return 2;

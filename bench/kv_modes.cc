@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   rdv.rank = rank;
   rdv.world_size = a.tp;
   rdv.tp = a.tp;
-  auto groups = latchkey::comm::CreateProcessGroups(latchkey::comm::Backend::kAuto, rdv);
+  auto groups = latchkey::comm::CreateProcessGroups(latchkey::CommBackend::kAuto, rdv);
   if (!groups.ok()) {
     std::fprintf(stderr, "%s\n", std::string(groups.status().message()).c_str());
     return 1;

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/backend.h"
 
 namespace latchkey {
 
@@ -28,15 +29,7 @@ std::optional<KvMode> ParseKvMode(absl::string_view name);
 
 enum class OptimizerType { kSgd, kAdamW };
 
-// `latchkey.backend`: the collective backend of every process group (docs/job-spec.md). kAuto:
-// shm for a group whose ranks can all map one shared segment, else gloo (nccl on cuda).
-enum class CommBackend { kAuto, kGloo, kShm, kNccl };
-// `latchkey.device`: where the training core runs (cuda = cuda:LOCAL_RANK).
-enum class DeviceKind { kCpu, kCuda };
-const char* CommBackendName(CommBackend b);  // "auto", "gloo", "shm", "nccl"
-const char* DeviceKindName(DeviceKind d);    // "cpu", "cuda"
-std::optional<CommBackend> ParseCommBackend(absl::string_view name);
-std::optional<DeviceKind> ParseDeviceKind(absl::string_view name);
+// latchkey.backend and latchkey.device: CommBackend and DeviceKind (common/backend.h).
 enum class TokenDtype { kUint16, kUint32 };
 
 // HF GPTBigCode config keys (subset latchkey uses). n_inner 0 means 4 * n_embd.

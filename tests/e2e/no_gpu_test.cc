@@ -18,7 +18,7 @@
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
-#include "worker/comm/nccl/cuda_device.h"
+#include "worker/device/cuda_runtime.h"
 
 namespace latchkey::testing {
 namespace {
@@ -39,7 +39,7 @@ nlohmann::json CudaSpec(int tp) {
 // What every rank must say: the device it asked for and why there is none.
 std::string NoDevice(int rank) {
   return "no CUDA device cuda:" + std::to_string(rank) + " for this rank: " +
-         (comm::BuiltWithCuda() ? "cudaGetDeviceCount: " : "this latchkey-worker was built");
+         (BuiltWithCuda() ? "cudaGetDeviceCount: " : "this latchkey-worker was built");
 }
 
 // The world group's id digest a rank reported ("" when none).
@@ -53,7 +53,7 @@ std::string WorldDigest(const std::string& text) {
 class NoGpu : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (comm::CudaDeviceCount().ok()) GTEST_SKIP() << "a CUDA device is present";
+    if (CudaDeviceCount().ok()) GTEST_SKIP() << "a CUDA device is present";
   }
   void TearDown() override { unsetenv("LATCHKEY_TEST_SKIP_DEVICE_CHECK"); }
 };
@@ -71,7 +71,7 @@ TEST_F(NoGpu, StandaloneRanksFailAtOnceNamingTheDevice) {
 }
 
 TEST_F(NoGpu, StandaloneUniqueIdTravelsThroughTheStoreToEveryRank) {
-  if (!comm::BuiltWithCuda()) GTEST_SKIP() << "built without LATCHKEY_CUDA";
+  if (!BuiltWithCuda()) GTEST_SKIP() << "built without LATCHKEY_CUDA";
   setenv("LATCHKEY_TEST_SKIP_DEVICE_CHECK", "1", 1);
   WorkerRun run = RunWorkers(CudaSpec(2), kWorld, {}, std::chrono::seconds(60));
   const std::string digest = WorldDigest(run.stderr_text[0]);
@@ -129,7 +129,7 @@ TEST_F(NoGpu, CoordinatorJobFailsWithTheMissingDevice) {
 }
 
 TEST_F(NoGpu, CoordinatorRendezvousCarriesTheSameUniqueIdToEveryRank) {
-  if (!comm::BuiltWithCuda()) GTEST_SKIP() << "built without LATCHKEY_CUDA";
+  if (!BuiltWithCuda()) GTEST_SKIP() << "built without LATCHKEY_CUDA";
   setenv("LATCHKEY_TEST_SKIP_DEVICE_CHECK", "1", 1);
   const ScopedTempDir dir("no-gpu-up-id");
   std::string log;

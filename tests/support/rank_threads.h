@@ -45,7 +45,7 @@ class ThreadRendezvous {
 // groups down before every fn has returned: a rank finishing early must not close connections
 // a slower peer is still completing.
 inline void RunRankThreads(int world, int tp, const std::function<void(comm::ProcessGroups&)>& fn,
-                           comm::Backend backend = comm::Backend::kAuto) {
+                           CommBackend backend = CommBackend::kAuto) {
   auto store = std::make_shared<comm::InMemoryStore>();
   ThreadRendezvous meet(world);
   std::vector<std::thread> threads;

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "worker/device/cuda_runtime.h"
+
 namespace latchkey::comm {
 namespace {
 
@@ -30,6 +32,19 @@ absl::Status CheckData(const Buffer& b) {
   return absl::OkStatus();
 }
 
+// Bytes (digests, ids) have no meaningful sum and bfloat16 has no reduction here: the sums
+// refuse both before any check of their shape.
+absl::Status CheckSummable(const char* op, DataType type) {
+  if (type == DataType::kBFloat16) {
+    return absl::UnimplementedError(std::string(op) + " of bfloat16");
+  }
+  if (type == DataType::kUInt8) {
+    return absl::InvalidArgumentError(std::string(op) +
+                                      " of uint8: bytes have no sum (all-gather them instead)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 size_t DataTypeSize(DataType t) {
@@ -40,6 +55,8 @@ size_t DataTypeSize(DataType t) {
       return 8;
     case DataType::kBFloat16:
       return 2;
+    case DataType::kUInt8:
+      return 1;
   }
   return 0;
 }
@@ -52,13 +69,15 @@ const char* DataTypeName(DataType t) {
       return "float64";
     case DataType::kBFloat16:
       return "bfloat16";
+    case DataType::kUInt8:
+      return "uint8";
   }
   return "?";
 }
 
 std::string Device::ToString() const {
-  if (type == DeviceType::kCpu) return "cpu";
-  return "cuda:" + std::to_string(index);
+  if (is_cpu()) return DeviceKindName(type);
+  return std::string(DeviceKindName(type)) + ":" + std::to_string(index);
 }
 
 Buffer Buffer::Slice(size_t offset, size_t n) const {
@@ -76,8 +95,13 @@ Buffer HostBuffer(double* data, size_t count) {
   return Buffer{data, count, DataType::kFloat64, Device::Cpu()};
 }
 
-Group::Group(std::string name, int rank, int size, std::shared_ptr<CollectiveStats> stats)
-    : name_(std::move(name)), rank_(rank), size_(size), stats_(std::move(stats)) {}
+Buffer HostBuffer(uint8_t* data, size_t count) {
+  return Buffer{data, count, DataType::kUInt8, Device::Cpu()};
+}
+
+Group::Group(std::string name, int rank, int size, Device device,
+             std::shared_ptr<CollectiveStats> stats)
+    : name_(std::move(name)), rank_(rank), size_(size), device_(device), stats_(std::move(stats)) {}
 
 std::chrono::milliseconds Group::Timeout(const CollectiveOptions& opts) const {
   return opts.timeout.count() > 0 ? opts.timeout : default_timeout_;
@@ -91,17 +115,24 @@ absl::Status Group::Annotate(const char* op, const absl::Status& st) const {
 }
 
 absl::Status Group::CheckDevice(const Device& device) const {
-  if (device.is_cpu()) return absl::OkStatus();
-  return absl::InvalidArgumentError("this group takes cpu buffers only, not " + device.ToString());
+  if (device == device_) return absl::OkStatus();
+  return absl::InvalidArgumentError(std::string("the ") + backend() + " backend takes " +
+                                    device_.ToString() + " buffers only, not a " +
+                                    device.ToString() + " buffer");
 }
 
+// A group copies the memory of the device it was formed for, and no other: the copy of another
+// device's memory needs that device's runtime, which the group was not formed with.
 absl::Status Group::CopyLocal(const Buffer& src, const Buffer& dst) {
-  if (!src.device.is_cpu()) {
+  if (src.device != device_) {
     return absl::UnimplementedError("no local copy of " + src.device.ToString() +
-                                    " memory in this group's backend");
+                                    " memory in a group formed for " + device_.ToString());
   }
-  std::memmove(dst.data, src.data, src.bytes());
-  return absl::OkStatus();
+  if (src.device.is_cpu()) {
+    std::memmove(dst.data, src.data, src.bytes());
+    return absl::OkStatus();
+  }
+  return CopyOnCudaDevice(src.device.index, dst.data, src.data, src.bytes(), default_timeout());
 }
 
 template <typename Fn>
@@ -123,10 +154,9 @@ absl::Status Group::Run(const char* op, size_t bytes, const Device* device,
 
 absl::Status Group::AllReduceSum(const Buffer& data, const CollectiveOptions& opts) {
   constexpr const char* kOp = "all_reduce";
-  if (data.type == DataType::kBFloat16) {
-    return Annotate(kOp, absl::UnimplementedError("all_reduce of bfloat16"));
-  }
-  if (absl::Status st = CheckData(data); !st.ok()) return Annotate(kOp, st);
+  absl::Status st = CheckSummable(kOp, data.type);
+  if (st.ok()) st = CheckData(data);
+  if (!st.ok()) return Annotate(kOp, st);
   if (size_ <= 1 || data.count == 0) return absl::OkStatus();
   return Run(kOp, data.bytes(), &data.device, opts,
              [&] { return DoAllReduceSum(data, Timeout(opts)); });
@@ -150,10 +180,8 @@ absl::Status Group::AllGather(const Buffer& in, const Buffer& out, const Collect
 absl::Status Group::ReduceScatterSum(const Buffer& in, const Buffer& out,
                                      const CollectiveOptions& opts) {
   constexpr const char* kOp = "reduce_scatter";
-  if (in.type == DataType::kBFloat16) {
-    return Annotate(kOp, absl::UnimplementedError("reduce_scatter of bfloat16"));
-  }
-  absl::Status st = CheckPair(in, out, out.count * static_cast<size_t>(size_), out.count);
+  absl::Status st = CheckSummable(kOp, in.type);
+  if (st.ok()) st = CheckPair(in, out, out.count * static_cast<size_t>(size_), out.count);
   if (st.ok()) st = CheckData(in);
   if (st.ok()) st = CheckData(out);
   if (!st.ok()) return Annotate(kOp, st);
@@ -183,19 +211,25 @@ absl::Status Group::Barrier(const CollectiveOptions& opts) {
   return Run("barrier", 0, /*device=*/nullptr, opts, [&] { return DoBarrier(Timeout(opts)); });
 }
 
+namespace {
+absl::Status NotIssued(const char* op) {
+  return absl::InternalError(std::string(op) + " reached the backend of a group of one");
+}
+}  // namespace
+
 absl::Status SingleRankGroup::DoAllReduceSum(const Buffer&, std::chrono::milliseconds) {
-  return absl::OkStatus();
+  return NotIssued("all_reduce");
 }
 absl::Status SingleRankGroup::DoAllGather(const Buffer&, const Buffer&, std::chrono::milliseconds) {
-  return absl::OkStatus();
+  return NotIssued("all_gather");
 }
 absl::Status SingleRankGroup::DoReduceScatterSum(const Buffer&, const Buffer&,
                                                  std::chrono::milliseconds) {
-  return absl::OkStatus();
+  return NotIssued("reduce_scatter");
 }
 absl::Status SingleRankGroup::DoBroadcast(const Buffer&, int, std::chrono::milliseconds) {
-  return absl::OkStatus();
+  return NotIssued("broadcast");
 }
-absl::Status SingleRankGroup::DoBarrier(std::chrono::milliseconds) { return absl::OkStatus(); }
+absl::Status SingleRankGroup::DoBarrier(std::chrono::milliseconds) { return NotIssued("barrier"); }
 
 }  // namespace latchkey::comm

@@ -3,18 +3,23 @@
 //
 // Contract:
 //  - A Group is a fixed set of ranks that issue the same collectives in the same order.
-//  - Collectives take Buffers: typed, contiguous, non-owning spans that say which device their
-//    memory is on. A backend refuses a buffer on a device it cannot reach (INVALID_ARGUMENT,
-//    naming the device) before anything is issued; Gloo takes CPU buffers only. Buffers whose
-//    types, counts or devices do not fit together are INVALID_ARGUMENT as well.
+//  - A Group is formed for one device (device()): the CPU for gloo and shm, cuda:N for nccl, and
+//    the rank's device for a group of one. Collectives take Buffers: typed, contiguous,
+//    non-owning spans that say which device their memory is on. A buffer on another device than
+//    the group's is refused (INVALID_ARGUMENT, naming both) before anything is issued. Buffers
+//    whose types, counts or devices do not fit together are INVALID_ARGUMENT as well.
+//  - kUInt8 buffers are bytes (digests, ids): every backend all-gathers and broadcasts them; a
+//    sum of bytes means nothing, so all-reduce and reduce-scatter refuse them INVALID_ARGUMENT.
+//    kBFloat16 moves unreduced as well (its reductions are UNIMPLEMENTED).
 //  - Every collective blocks until done or until its timeout (CollectiveOptions::timeout, default
 //    kDefaultCollectiveTimeout) and returns DEADLINE_EXCEEDED / UNAVAILABLE instead of hanging.
 //  - Every collective that runs goes through Group's public methods, which count it (op, group,
 //    bytes, seconds, tag) in the process-wide CollectiveStats. Counts are therefore observed, never
 //    derived from a formula. Refused and failed collectives are not counted.
 //  - A group of size 1 is not parallel: its collectives issue and count nothing (all-gather and
-//    reduce-scatter copy `in` to `out` when they differ, on the buffers' device). Callers should
-//    test is_parallel() first (no flatten/copy work either).
+//    reduce-scatter copy `in` to `out` when they differ, on the group's device). Every group of
+//    one is a SingleRankGroup, whatever the backend. Callers should test is_parallel() first (no
+//    flatten/copy work either).
 // This header is torch-free: callers holding tensors build Buffers from them
 // (worker/model/comm_buffer.h).
 // Thread-safety: a Group is used by one thread at a time (the training thread).
@@ -23,10 +28,12 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/backend.h"
 #include "common/timeouts.h"
 #include "worker/comm/collective_stats.h"
 #include "worker/comm/flight_recorder.h"
@@ -36,21 +43,20 @@ namespace latchkey::comm {
 inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{
     latchkey::kDefaultCollectiveTimeout};
 
-// kBFloat16 travels as raw 16-bit words: all-gather and broadcast only (no reductions).
-enum class DataType { kFloat32, kFloat64, kBFloat16 };
+// kBFloat16 travels as raw 16-bit words and kUInt8 as raw bytes: all-gather and broadcast only
+// (no reductions).
+enum class DataType { kFloat32, kFloat64, kBFloat16, kUInt8 };
 size_t DataTypeSize(DataType t);
-const char* DataTypeName(DataType t);  // "float32", "float64", "bfloat16"
+const char* DataTypeName(DataType t);  // "float32", "float64", "bfloat16", "uint8"
 
-// Where a buffer's memory lives.
-enum class DeviceType { kCpu, kCuda };
-
+// Where a buffer's memory lives (the spec's latchkey.device kinds, common/backend.h).
 struct Device {
-  DeviceType type = DeviceType::kCpu;
+  DeviceKind type = DeviceKind::kCpu;
   int index = -1;  // the CUDA ordinal; -1 for the CPU
 
   static constexpr Device Cpu() { return Device{}; }
-  static constexpr Device Cuda(int index) { return Device{DeviceType::kCuda, index}; }
-  bool is_cpu() const { return type == DeviceType::kCpu; }
+  static constexpr Device Cuda(int index) { return Device{DeviceKind::kCuda, index}; }
+  bool is_cpu() const { return type == DeviceKind::kCpu; }
   std::string ToString() const;  // "cpu", "cuda:0"
   friend bool operator==(const Device& a, const Device& b) {
     return a.type == b.type && a.index == b.index;
@@ -75,6 +81,7 @@ struct Buffer {
 // Buffers over host memory.
 Buffer HostBuffer(float* data, size_t count);
 Buffer HostBuffer(double* data, size_t count);
+Buffer HostBuffer(uint8_t* data, size_t count);
 
 struct CollectiveOptions {
   // 0 = the group's default timeout (kDefaultCollectiveTimeout unless set_default_timeout).
@@ -96,7 +103,9 @@ inline bool DeadlineReached(std::chrono::steady_clock::duration elapsed,
 
 class Group {
  public:
-  Group(std::string name, int rank, int size, std::shared_ptr<CollectiveStats> stats);
+  // A group of `size` ranks whose buffers live on `device`.
+  Group(std::string name, int rank, int size, Device device,
+        std::shared_ptr<CollectiveStats> stats);
   virtual ~Group() = default;
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -104,6 +113,7 @@ class Group {
   const std::string& name() const { return name_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
+  const Device& device() const { return device_; }
   std::chrono::milliseconds default_timeout() const { return default_timeout_; }
   void set_default_timeout(std::chrono::milliseconds t) { default_timeout_ = t; }
   // Every collective issued on a parallel group is marked here (entry and exit); null: none.
@@ -125,7 +135,7 @@ class Group {
 
  protected:
   // The backend's half. Called only for a parallel group, with validated buffers (types and
-  // counts fit, one device, accepted by CheckDevice) of nonzero count.
+  // counts fit, all on device()) of nonzero count; never with kUInt8 for the sums.
   virtual absl::Status DoAllReduceSum(const Buffer& data, std::chrono::milliseconds timeout) = 0;
   virtual absl::Status DoAllGather(const Buffer& in, const Buffer& out,
                                    std::chrono::milliseconds timeout) = 0;
@@ -134,12 +144,15 @@ class Group {
   virtual absl::Status DoBroadcast(const Buffer& data, int root,
                                    std::chrono::milliseconds timeout) = 0;
   virtual absl::Status DoBarrier(std::chrono::milliseconds timeout) = 0;
-  // OK when this group's backend can issue collectives on buffers of `device`; otherwise
-  // INVALID_ARGUMENT saying which devices it takes. Default: the CPU only.
-  virtual absl::Status CheckDevice(const Device& device) const;
-  // The single-rank copy of `src` into `dst` (same device and bytes; they may overlap). The
-  // default copies host memory (memmove) and is UNIMPLEMENTED for device memory: a backend that
-  // takes device buffers overrides it with its device's copy.
+  // The backend's name in errors: "gloo", "shm", "nccl"; "single-rank" for a group of one.
+  virtual const char* backend() const = 0;
+  // OK when `device` is this group's device(); otherwise INVALID_ARGUMENT, e.g. "the shm backend
+  // takes cpu buffers only, not a cuda:0 buffer".
+  absl::Status CheckDevice(const Device& device) const;
+  // The single-rank copy of `src` into `dst` (same bytes; they may overlap); UNIMPLEMENTED,
+  // naming the device, when `src` is not on device(). The default copies host memory (memmove)
+  // or memory of cuda:N (the CUDA runtime's copy, waited for within default_timeout()); a
+  // backend with its own stream overrides it.
   virtual absl::Status CopyLocal(const Buffer& src, const Buffer& dst);
 
  private:
@@ -153,6 +166,7 @@ class Group {
   std::string name_;
   int rank_;
   int size_;
+  Device device_;
   std::shared_ptr<CollectiveStats> stats_;
   std::chrono::milliseconds default_timeout_ = kDefaultCollectiveTimeout;
   std::shared_ptr<FlightRecorder> recorder_;
@@ -162,14 +176,17 @@ class Group {
 inline bool is_parallel(const Group* g) { return g != nullptr && g->size() > 1; }
 inline bool is_parallel(const std::shared_ptr<Group>& g) { return is_parallel(g.get()); }
 
-// A group with one member. Never issues anything.
+// A group with one member, on `device`: every dimension of size 1 (and every group of a world
+// of one), whatever the backend. Never issues anything; its local copies are Group's.
 class SingleRankGroup final : public Group {
  public:
-  SingleRankGroup(std::string name, std::shared_ptr<CollectiveStats> stats)
-      : Group(std::move(name), 0, 1, std::move(stats)) {}
+  SingleRankGroup(std::string name, Device device, std::shared_ptr<CollectiveStats> stats)
+      : Group(std::move(name), 0, 1, device, std::move(stats)) {}
 
  protected:
-  // Never called: Group's public methods return before reaching a single rank's backend.
+  const char* backend() const override { return "single-rank"; }
+  // Never called: Group's public methods return before reaching a single rank's backend. Each
+  // fails INTERNAL should that ever change.
   absl::Status DoAllReduceSum(const Buffer&, std::chrono::milliseconds) override;
   absl::Status DoAllGather(const Buffer&, const Buffer&, std::chrono::milliseconds) override;
   absl::Status DoReduceScatterSum(const Buffer&, const Buffer&, std::chrono::milliseconds) override;

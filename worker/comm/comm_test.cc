@@ -22,7 +22,7 @@ constexpr char kNoGloo[] = "this latchkey-worker is built without libgloo";
 // These are gloo's tests (the shm backend's are in shm/shm_test.cc): named explicitly, since
 // auto picks shm for ranks on one host.
 void RunRanks(int world, int tp, const std::function<void(ProcessGroups&)>& fn) {
-  testing::RunRankThreads(world, tp, fn, Backend::kGloo);
+  testing::RunRankThreads(world, tp, fn, CommBackend::kGloo);
 }
 
 TEST(GlooGroups, GridCoordinatesAndCollectives) {
@@ -185,7 +185,7 @@ TEST(GlooGroups, FormsGroupsThroughTheTcpStore) {
       c.world_size = 2;
       c.tp = 2;
       c.rendezvous_timeout = std::chrono::seconds(30);
-      auto g = CreateProcessGroups(Backend::kGloo, c);
+      auto g = CreateProcessGroups(CommBackend::kGloo, c);
       ASSERT_TRUE(g.ok()) << g.status();
       float x = static_cast<float>(r + 1);
       ASSERT_TRUE(g->tp_group->AllReduceSum(HostBuffer(&x, 1)).ok());
@@ -217,7 +217,7 @@ TEST(GlooGroups, UnreachableStoreIsUnavailable) {
   c.world_size = 2;
   c.tp = 2;
   c.rendezvous_timeout = std::chrono::seconds(2);
-  auto g = CreateProcessGroups(Backend::kGloo, c);
+  auto g = CreateProcessGroups(CommBackend::kGloo, c);
   ASSERT_FALSE(g.ok());
   EXPECT_TRUE(g.status().code() == absl::StatusCode::kUnavailable ||
               g.status().code() == absl::StatusCode::kDeadlineExceeded)
@@ -226,21 +226,22 @@ TEST(GlooGroups, UnreachableStoreIsUnavailable) {
 }
 
 TEST(Backends, NamesRoundTrip) {
-  for (Backend b : {Backend::kAuto, Backend::kGloo, Backend::kShm, Backend::kNccl}) {
-    EXPECT_EQ(ParseBackend(BackendName(b)), b) << BackendName(b);
+  for (CommBackend b :
+       {CommBackend::kAuto, CommBackend::kGloo, CommBackend::kShm, CommBackend::kNccl}) {
+    EXPECT_EQ(ParseCommBackend(CommBackendName(b)), b) << CommBackendName(b);
   }
-  EXPECT_EQ(ParseBackend("mpi"), std::nullopt);
+  EXPECT_EQ(ParseCommBackend("mpi"), std::nullopt);
 }
 
 TEST(Backends, AutoOnOneHostIsShmAndGivesTheSameSums) {
   if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
   // The default the runners use: ranks of one host share segments; results match gloo's.
-  for (Backend b : {Backend::kAuto, Backend::kGloo}) {
+  for (CommBackend b : {CommBackend::kAuto, CommBackend::kGloo}) {
     testing::RunRankThreads(
         4, 2,
         [b](ProcessGroups& g) {
           const bool gloo = dynamic_cast<const ShmGroup*>(g.tp_group.get()) == nullptr;
-          EXPECT_EQ(gloo, b == Backend::kGloo);
+          EXPECT_EQ(gloo, b == CommBackend::kGloo);
           std::vector<float> x = {static_cast<float>(g.rank), 1.0f};
           ASSERT_TRUE(g.world->AllReduceSum(HostBuffer(x.data(), 2)).ok());
           EXPECT_EQ(x, (std::vector<float>{6.0f, 4.0f}));
@@ -254,7 +255,7 @@ TEST(GlooGroups, RejectsBadGrid) {
   RendezvousConfig c;
   c.world_size = 3;
   c.tp = 2;
-  EXPECT_EQ(CreateProcessGroups(Backend::kGloo, c).status().code(),
+  EXPECT_EQ(CreateProcessGroups(CommBackend::kGloo, c).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -325,6 +326,60 @@ TEST(Buffers, SingleRankCopiesOnTheBuffersDevice) {
   EXPECT_EQ(g.stats->TotalCalls(), 0);
 }
 
+TEST(GlooGroups, BytesAreGatheredAndBroadcastButNeverSummed) {
+  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
+  RunRanks(2, 1, [](ProcessGroups& g) {
+    // A 32-byte digest per rank, gathered byte for byte.
+    std::vector<uint8_t> mine(32), all(64);
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<uint8_t>(g.rank * 100 + i);
+    ASSERT_TRUE(g.world->AllGather(HostBuffer(mine.data(), 32), HostBuffer(all.data(), 64)).ok());
+    for (size_t i = 0; i < all.size(); ++i) {
+      ASSERT_EQ(all[i], static_cast<uint8_t>((i / 32) * 100 + i % 32)) << i;
+    }
+    std::vector<uint8_t> b(5, g.rank == 1 ? 0xab : 0);
+    ASSERT_TRUE(g.world->Broadcast(HostBuffer(b.data(), 5), 1).ok());
+    EXPECT_EQ(b, std::vector<uint8_t>(5, 0xab));
+    absl::Status st = g.world->AllReduceSum(HostBuffer(b.data(), 5));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("uint8"), std::string::npos) << st;
+    st = g.world->ReduceScatterSum(HostBuffer(all.data(), 64), HostBuffer(mine.data(), 32));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_EQ(g.stats->TotalCalls(), 2);  // the refused sums are not counted
+  });
+}
+
+TEST(SingleRankGroups, AreFormedForTheConfigsDevice) {
+  RendezvousConfig c;
+  c.device = Device::Cuda(1);
+  auto g = CreateProcessGroups(CommBackend::kNccl, c);  // a world of one: no backend needed
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (const auto& grp : {g->world, g->tp_group, g->dp_group}) {
+    EXPECT_EQ(grp->size(), 1);
+    EXPECT_EQ(grp->device(), Device::Cuda(1)) << grp->name();
+  }
+  EXPECT_EQ(MakeSingleProcessGroups().world->device(), Device::Cpu());
+  // Another device's memory is not copied (the copy would need that device's runtime).
+  std::vector<float> a = {1, 2}, b = {0, 0};
+  absl::Status st = g->dp_group->AllGather(HostBuffer(a.data(), 2), HostBuffer(b.data(), 2));
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("formed for cuda:1"), std::string::npos) << st;
+  EXPECT_EQ(b, (std::vector<float>{0, 0}));
+}
+
+TEST(ProcessGroupsConfig, ABackendThatCannotTakeTheDeviceIsRefusedBeforeTheRendezvous) {
+  RendezvousConfig c;
+  c.world_size = 2;
+  c.rendezvous_timeout = std::chrono::milliseconds(100);
+  c.device = Device::Cuda(0);
+  absl::Status st = CreateProcessGroups(CommBackend::kGloo, c).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("latchkey.backend: \"gloo\""), std::string::npos) << st;
+  c.device = Device::Cpu();
+  st = CreateProcessGroups(CommBackend::kNccl, c).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("latchkey.backend: \"nccl\""), std::string::npos) << st;
+}
+
 TEST(Buffers, SliceAndDeviceNames) {
   std::vector<double> d(6);
   Buffer b = HostBuffer(d.data(), 6).Slice(2, 3);
@@ -335,6 +390,8 @@ TEST(Buffers, SliceAndDeviceNames) {
   EXPECT_EQ(Device::Cpu().ToString(), "cpu");
   EXPECT_EQ(Device::Cuda(1).ToString(), "cuda:1");
   EXPECT_NE(Device::Cuda(0), Device::Cuda(1));
+  EXPECT_EQ(DataTypeSize(DataType::kUInt8), 1u);
+  EXPECT_STREQ(DataTypeName(DataType::kUInt8), "uint8");
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ namespace {
 // kAuto and kShm: every parallel group first tries a shared segment (world, TP, DP, in that
 // order on every rank); under kAuto the groups whose ranks cannot all map theirs connect
 // through gloo, under kShm they fail.
-absl::Status ConnectShmGroups(Backend backend, const RendezvousConfig& config,
+absl::Status ConnectShmGroups(CommBackend backend, const RendezvousConfig& config,
                               const std::shared_ptr<Store>& store, ProcessGroups* g) {
   struct Want {
     std::string key;
@@ -44,7 +44,7 @@ absl::Status ConnectShmGroups(Backend backend, const RendezvousConfig& config,
       if (w.name == "world") host_ranks = std::max(host_ranks, g->world_size);
       continue;
     }
-    if (backend == Backend::kShm) {
+    if (backend == CommBackend::kShm) {
       return absl::FailedPreconditionError("latchkey.backend: \"shm\" but the ranks of group '" +
                                            w.name + "' cannot share one memory segment (" +
                                            why_not + "); use \"auto\" or \"gloo\"");
@@ -55,40 +55,30 @@ absl::Status ConnectShmGroups(Backend backend, const RendezvousConfig& config,
   return ConnectGlooGroups(config, store, g, gloo);
 }
 
+// FAILED_PRECONDITION when the parallel groups of `backend` cannot take `device`'s buffers:
+// nccl's live on cuda, the others' on the CPU. The spec refuses such pairs already
+// (common/job_spec.cc); this keeps a direct caller from forming groups its buffers miss.
+absl::Status CheckBackendDevice(CommBackend backend, const Device& device) {
+  if ((backend == CommBackend::kNccl) != device.is_cpu()) return absl::OkStatus();
+  return absl::FailedPreconditionError(std::string("latchkey.backend: \"") +
+                                       CommBackendName(backend) + "\" cannot form groups for " +
+                                       device.ToString() +
+                                       " buffers (nccl takes cuda, gloo, shm and auto the cpu)");
+}
+
 }  // namespace
 
-const char* BackendName(Backend b) {
-  switch (b) {
-    case Backend::kAuto:
-      return "auto";
-    case Backend::kGloo:
-      return "gloo";
-    case Backend::kShm:
-      return "shm";
-    case Backend::kNccl:
-      return "nccl";
-  }
-  return "unknown";
-}
-
-std::optional<Backend> ParseBackend(std::string_view name) {
-  if (name == "auto") return Backend::kAuto;
-  if (name == "gloo") return Backend::kGloo;
-  if (name == "shm") return Backend::kShm;
-  if (name == "nccl") return Backend::kNccl;
-  return std::nullopt;
-}
-
-ProcessGroups MakeSingleProcessGroups(std::shared_ptr<CollectiveStats> stats) {
+ProcessGroups MakeSingleProcessGroups(std::shared_ptr<CollectiveStats> stats, Device device) {
   ProcessGroups g;
   g.stats = stats ? std::move(stats) : std::make_shared<CollectiveStats>();
-  g.world = std::make_shared<SingleRankGroup>("world", g.stats);
-  g.tp_group = std::make_shared<SingleRankGroup>("tp", g.stats);
-  g.dp_group = std::make_shared<SingleRankGroup>("dp", g.stats);
+  g.world = std::make_shared<SingleRankGroup>("world", device, g.stats);
+  g.tp_group = std::make_shared<SingleRankGroup>("tp", device, g.stats);
+  g.dp_group = std::make_shared<SingleRankGroup>("dp", device, g.stats);
   return g;
 }
 
-absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const RendezvousConfig& config) {
+absl::StatusOr<ProcessGroups> CreateProcessGroups(CommBackend backend,
+                                                  const RendezvousConfig& config) {
   const RankGrid grid{config.world_size, config.tp};
   if (!grid.valid()) {
     return absl::InvalidArgumentError(
@@ -100,7 +90,9 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const Rendezv
         "RANK: " + std::to_string(config.rank) +
         " outside [0, WORLD_SIZE=" + std::to_string(config.world_size) + ")");
   }
-  ProcessGroups g = MakeSingleProcessGroups(config.stats);
+  // Every dimension starts as a group of one on the rank's device; the backend replaces the
+  // parallel ones.
+  ProcessGroups g = MakeSingleProcessGroups(config.stats, config.device);
   g.recorder = config.recorder;
   for (Group* grp : {g.world.get(), g.tp_group.get(), g.dp_group.get()}) {
     grp->set_recorder(config.recorder);
@@ -112,6 +104,7 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const Rendezv
   g.tp_rank = grid.tp_rank(config.rank);
   g.dp_rank = grid.dp_rank(config.rank);
   if (config.world_size == 1) return g;
+  if (absl::Status st = CheckBackendDevice(backend, config.device); !st.ok()) return st;
 
   absl::Status st;
   std::shared_ptr<Store> store = config.store;
@@ -127,14 +120,14 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const Rendezv
   g.store = store;
   if (st.ok()) {
     switch (backend) {
-      case Backend::kGloo:
+      case CommBackend::kGloo:
         st = ConnectGlooGroups(config, store, &g);
         break;
-      case Backend::kAuto:
-      case Backend::kShm:
+      case CommBackend::kAuto:
+      case CommBackend::kShm:
         st = ConnectShmGroups(backend, config, store, &g);
         break;
-      case Backend::kNccl:
+      case CommBackend::kNccl:
         st = ConnectNcclGroups(config, store, &g);
         break;
     }
@@ -142,7 +135,7 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const Rendezv
   // The backend choice names its spec key itself.
   if (st.code() == absl::StatusCode::kFailedPrecondition) return st;
   if (!st.ok()) {
-    return absl::Status(st.code(), std::string(BackendName(backend)) + " rendezvous at " +
+    return absl::Status(st.code(), std::string(CommBackendName(backend)) + " rendezvous at " +
                                        config.host + ":" + std::to_string(config.port) + " (rank " +
                                        std::to_string(config.rank) +
                                        "): " + std::string(st.message()));

@@ -1,22 +1,25 @@
 // The one way latchkey forms process groups: CreateProcessGroups(backend, rendezvous config).
-// Runners, tests and benchmarks never name a backend's implementation; they pick a Backend
-// value (from the spec) and get a rank's world, TP and DP groups of the DP x TP grid
+// Runners, tests and benchmarks never name a backend's implementation; they pick a CommBackend
+// value (the spec's, common/backend.h) and get a rank's world, TP and DP groups of the DP x TP grid
 // (common/rank_grid.h: rank = dp_rank * tp + tp_rank; TP groups hold consecutive ranks, DP
 // groups the ranks with the same tp_rank).
 //
 // Rendezvous is backend-neutral: every backend connects through a comm::Store (store.h),
 // either the one given in the config (ranks as threads: an InMemoryStore) or the TCP store
 // that rank 0 hosts at host:port.
+//
+// Groups are formed for their device once: the config names the rank's device, every group of
+// one is a SingleRankGroup on it, and the parallel groups are their backend's (gloo, shm: the
+// CPU; nccl: the config's cuda:N, made this thread's current device).
 #ifndef LATCHKEY_WORKER_COMM_PROCESS_GROUPS_H_
 #define LATCHKEY_WORKER_COMM_PROCESS_GROUPS_H_
 
 #include <chrono>
 #include <memory>
-#include <optional>
 #include <string>
-#include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/backend.h"
 #include "common/rank_grid.h"
 #include "common/timeouts.h"
 #include "worker/comm/comm.h"
@@ -24,19 +27,17 @@
 
 namespace latchkey::comm {
 
-// Collective backends (the spec's latchkey.backend). kGloo: CPU over TCP (libgloo). kShm: CPU
-// through a shared-memory segment, for a group whose ranks can all map one (shm/,
-// docs/transport.md). kNccl: the GPU backend. kAuto: per group, shm where every rank of the
-// group maps the segment, else gloo. Further backends add a value here, a folder under
-// worker/comm/ and a branch in CreateProcessGroups.
-enum class Backend { kAuto, kGloo, kShm, kNccl };
-const char* BackendName(Backend b);  // "auto", "gloo", "shm", "nccl"
-std::optional<Backend> ParseBackend(std::string_view name);
+// The backends are CommBackend's values (common/backend.h): kGloo (gloo/), kShm (shm/,
+// docs/transport.md), kNccl (nccl/), kAuto (per group, shm where every rank of the group maps
+// the segment, else gloo).
 
 struct RendezvousConfig {
   int rank = 0;
   int world_size = 1;
   int tp = 1;
+  // The rank's device: every group's buffers live there. The CPU for gloo, shm and auto; cuda:N
+  // for nccl (the runner's placement, worker/runner/device.h).
+  Device device;
   // The store every rank reaches: when `store` is set it is used as is (all ranks share it);
   // otherwise rank 0 hosts a TCP store at host:port and the others connect to it.
   std::shared_ptr<Store> store;
@@ -91,12 +92,17 @@ struct ProcessGroups {
 // every rank has joined or the rendezvous timeout passes (DEADLINE_EXCEEDED); UNAVAILABLE when
 // the store cannot be reached; INVALID_ARGUMENT (naming latchkey.world_size / RANK) when
 // world_size is not a positive multiple of tp or rank is out of range; FAILED_PRECONDITION
-// naming latchkey.backend when kShm is asked for a group whose ranks cannot share a segment.
-// Dimensions of size 1 get a SingleRankGroup; a world of one needs no store at all.
-absl::StatusOr<ProcessGroups> CreateProcessGroups(Backend backend, const RendezvousConfig& config);
+// naming latchkey.backend when kShm is asked for a group whose ranks cannot share a segment, or
+// when a world of several ranks asks for a backend whose groups cannot take the config's device
+// (nccl on the CPU; gloo, shm or auto on cuda). Dimensions of size 1 get a SingleRankGroup on
+// the config's device; a world of one needs no store at all.
+absl::StatusOr<ProcessGroups> CreateProcessGroups(CommBackend backend,
+                                                  const RendezvousConfig& config);
 
-// Single-process groups (world size 1): nothing is ever issued. `stats` null: a fresh one.
-ProcessGroups MakeSingleProcessGroups(std::shared_ptr<CollectiveStats> stats = nullptr);
+// Single-process groups (world size 1) on `device`: nothing is ever issued. `stats` null: a
+// fresh one.
+ProcessGroups MakeSingleProcessGroups(std::shared_ptr<CollectiveStats> stats = nullptr,
+                                      Device device = Device::Cpu());
 
 }  // namespace latchkey::comm
 

@@ -17,6 +17,9 @@ comm::Buffer CommBuffer(const at::Tensor& t) {
     case at::kBFloat16:
       b.type = comm::DataType::kBFloat16;
       break;
+    case at::kByte:
+      b.type = comm::DataType::kUInt8;
+      break;
     default:
       TORCH_CHECK(false, "no collective data type for ", t.scalar_type());
   }

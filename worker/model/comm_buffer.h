@@ -9,9 +9,9 @@
 
 namespace latchkey {
 
-// A Buffer over all of `t`'s elements. REQUIRES: `t` is contiguous, of dtype float32, float64 or
-// bfloat16, on the CPU or a CUDA device; a violation is a programming error and throws
-// c10::Error. The buffer is valid while `t`'s storage is.
+// A Buffer over all of `t`'s elements. REQUIRES: `t` is contiguous, of dtype float32, float64,
+// bfloat16 or uint8 (bytes), on the CPU or a CUDA device; a violation is a programming error and
+// throws c10::Error. The buffer is valid while `t`'s storage is.
 comm::Buffer CommBuffer(const at::Tensor& t);
 
 }  // namespace latchkey

@@ -6,11 +6,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/scripted_group.h"
 #include "worker/checkpoint/hf_checkpoint.h"
 #include "worker/comm/collective_error.h"
 #include "worker/comm/comm.h"
 #include "worker/comm/process_groups.h"
-#include "worker/comm/scripted_group.h"
 #include "worker/data/token_source.h"
 #include "worker/model/gpt_bigcode.h"
 #include "worker/model/param_store.h"
@@ -125,7 +125,7 @@ struct TpShard {
     at::Tensor ids = at::arange(16, at::kLong).remainder(config.vocab_size).view({2, 8});
     return model->Loss(ids, ids);
   }
-  comm::ScriptedGroup group;
+  testing::ScriptedGroup group;
   ModelConfig config;
   std::unique_ptr<ParamStore> store;
   std::unique_ptr<GptBigCode> model;

@@ -3,22 +3,13 @@
 #include <cstdlib>
 #include <string>
 
-#include "worker/comm/nccl/cuda_device.h"
+#include "worker/device/cuda_runtime.h"
 
 namespace latchkey {
 
-comm::Backend BackendFor(const JobSpec& spec) {
-  switch (spec.backend) {
-    case CommBackend::kGloo:
-      return comm::Backend::kGloo;
-    case CommBackend::kShm:
-      return comm::Backend::kShm;
-    case CommBackend::kNccl:
-      return comm::Backend::kNccl;
-    case CommBackend::kAuto:
-      break;
-  }
-  return spec.device == DeviceKind::kCuda ? comm::Backend::kNccl : comm::Backend::kAuto;
+CommBackend BackendFor(const JobSpec& spec) {
+  if (spec.backend != CommBackend::kAuto) return spec.backend;
+  return spec.device == DeviceKind::kCuda ? CommBackend::kNccl : CommBackend::kAuto;
 }
 
 absl::StatusOr<RankPlacement> PlaceRank(const JobSpec& spec, const WorkerEnv& env, int rank,
@@ -31,7 +22,7 @@ absl::StatusOr<RankPlacement> PlaceRank(const JobSpec& spec, const WorkerEnv& en
   p.device = comm::Device::Cuda(p.local_rank);
   const char* skip = std::getenv("LATCHKEY_TEST_SKIP_DEVICE_CHECK");
   if (skip != nullptr && std::string(skip) == "1") return p;
-  if (absl::Status st = comm::UseCudaDevice(p.local_rank); !st.ok()) {
+  if (absl::Status st = UseCudaDevice(p.local_rank); !st.ok()) {
     return absl::FailedPreconditionError("latchkey.device: \"cuda\": " + std::string(st.message()));
   }
   return p;

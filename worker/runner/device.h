@@ -1,26 +1,27 @@
 // Where a rank trains and which collective backend it uses, decided once from the spec
 // (latchkey.device, latchkey.backend) and the environment, for standalone and coordinated ranks
 // alike. cuda means cuda:LOCAL_RANK, LOCAL_RANK defaulting to RANK modulo LOCAL_WORLD_SIZE;
-// latchkey.backend "auto" means nccl on cuda (gloo/shm on cpu: comm::Backend::kAuto).
+// latchkey.backend "auto" means nccl on cuda (gloo/shm on cpu: CommBackend::kAuto). The
+// placement's device goes into the rendezvous config: the groups are formed for it.
 #ifndef LATCHKEY_WORKER_RUNNER_DEVICE_H_
 #define LATCHKEY_WORKER_RUNNER_DEVICE_H_
 
 #include "absl/status/statusor.h"
+#include "common/backend.h"
 #include "common/job_spec.h"
 #include "worker/comm/comm.h"
-#include "worker/comm/process_groups.h"
 #include "worker/runner/env.h"
 
 namespace latchkey {
 
 struct RankPlacement {
-  comm::Device device;                           // cpu, or cuda:local_rank
-  comm::Backend backend = comm::Backend::kAuto;  // what CreateProcessGroups is asked for
+  comm::Device device;                       // cpu, or cuda:local_rank
+  CommBackend backend = CommBackend::kAuto;  // what CreateProcessGroups is asked for
   int local_rank = 0;
 };
 
 // The backend the spec's latchkey.backend asks for on its latchkey.device.
-comm::Backend BackendFor(const JobSpec& spec);
+CommBackend BackendFor(const JobSpec& spec);
 
 // The rank's device and backend. On cuda the device is checked at once and made current
 // (cudaSetDevice): FAILED_PRECONDITION naming latchkey.device, the missing device and the CUDA

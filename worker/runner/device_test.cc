@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include "worker/comm/nccl/cuda_device.h"
+#include "worker/device/cuda_runtime.h"
 
 namespace latchkey {
 namespace {
@@ -17,11 +17,11 @@ JobSpec Spec(DeviceKind device, CommBackend backend) {
 }
 
 TEST(RankDevice, AutoIsNcclOnCudaAndTheCpuBackendsOnCpu) {
-  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCuda, CommBackend::kAuto)), comm::Backend::kNccl);
-  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCuda, CommBackend::kNccl)), comm::Backend::kNccl);
-  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCpu, CommBackend::kAuto)), comm::Backend::kAuto);
-  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCpu, CommBackend::kGloo)), comm::Backend::kGloo);
-  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCpu, CommBackend::kShm)), comm::Backend::kShm);
+  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCuda, CommBackend::kAuto)), CommBackend::kNccl);
+  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCuda, CommBackend::kNccl)), CommBackend::kNccl);
+  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCpu, CommBackend::kAuto)), CommBackend::kAuto);
+  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCpu, CommBackend::kGloo)), CommBackend::kGloo);
+  EXPECT_EQ(BackendFor(Spec(DeviceKind::kCpu, CommBackend::kShm)), CommBackend::kShm);
 }
 
 TEST(RankDevice, CpuNeedsNoDevice) {
@@ -31,13 +31,13 @@ TEST(RankDevice, CpuNeedsNoDevice) {
 }
 
 TEST(RankDevice, CudaIsLocalRankDefaultingToRankModuloLocalWorldSize) {
-  if (comm::CudaDeviceCount().ok()) GTEST_SKIP() << "a CUDA device is present";
+  if (CudaDeviceCount().ok()) GTEST_SKIP() << "a CUDA device is present";
   setenv("LATCHKEY_TEST_SKIP_DEVICE_CHECK", "1", 1);
   WorkerEnv env;
   auto p = PlaceRank(Spec(DeviceKind::kCuda, CommBackend::kAuto), env, 5, 4);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->device, comm::Device::Cuda(1));
-  EXPECT_EQ(p->backend, comm::Backend::kNccl);
+  EXPECT_EQ(p->backend, CommBackend::kNccl);
   env.local_rank = 3;
   p = PlaceRank(Spec(DeviceKind::kCuda, CommBackend::kAuto), env, 5, 4);
   ASSERT_TRUE(p.ok()) << p.status();

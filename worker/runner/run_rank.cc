@@ -10,7 +10,6 @@
 #include "worker/comm/collective_error.h"
 #include "worker/comm/collective_stats.h"
 #include "worker/comm/flight_recorder.h"
-#include "worker/comm/nccl/cuda_device.h"
 #include "worker/train/threads.h"
 
 namespace latchkey {
@@ -43,9 +42,9 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
   plan.rendezvous.stats = proc.stats;
   plan.rendezvous.recorder = proc.recorder;
   plan.rendezvous.local_ranks = job.local_ranks;
+  plan.rendezvous.device = job.device;
   auto groups = comm::CreateProcessGroups(job.backend, plan.rendezvous);
   if (!groups.ok()) return groups.status();
-  if (!job.device.is_cpu()) comm::PlaceSingleRankGroupsOnCuda(&*groups, job.device.index);
   if (proc.outputs == nullptr) {
     auto outputs = RankOutputs::Open(options.outputs, groups->rank, proc.stats.get());
     if (!outputs.ok()) return outputs.status();

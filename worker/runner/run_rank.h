@@ -30,7 +30,7 @@ namespace latchkey {
 
 struct RankJob {
   JobSpec spec;
-  comm::Backend backend = comm::Backend::kAuto;
+  CommBackend backend = CommBackend::kAuto;
   int local_ranks = 1;  // ranks sharing this machine's cores
   // Where the engine runs (worker/runner/device.h: cpu, or cuda:LOCAL_RANK).
   comm::Device device = comm::Device::Cpu();

@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 
 #include "common/latch.h"
+#include "tests/support/scripted_group.h"
 #include "tests/support/specs.h"
 #include "worker/comm/collective_error.h"
-#include "worker/comm/scripted_group.h"
 
 namespace latchkey {
 namespace {
@@ -44,9 +44,9 @@ comm::ProcessGroups ScriptedGroups(int ok_tp_all_reduces) {
   g.world_size = 2;
   g.tp = 2;
   g.stats = std::make_shared<comm::CollectiveStats>();
-  g.world = std::make_shared<comm::ScriptedGroup>("world", 0, 2, g.stats);
-  g.tp_group = std::make_shared<comm::ScriptedGroup>("tp", 0, 2, g.stats, ok_tp_all_reduces);
-  g.dp_group = std::make_shared<comm::SingleRankGroup>("dp", g.stats);
+  g.world = std::make_shared<testing::ScriptedGroup>("world", 0, 2, g.stats);
+  g.tp_group = std::make_shared<testing::ScriptedGroup>("tp", 0, 2, g.stats, ok_tp_all_reduces);
+  g.dp_group = std::make_shared<comm::SingleRankGroup>("dp", comm::Device::Cpu(), g.stats);
   return g;
 }
 

@@ -25,15 +25,12 @@ class GlooGroup final : public Group {
  public:
   GlooGroup(std::string name, std::shared_ptr<gloo::Context> ctx,
             std::shared_ptr<CollectiveStats> stats)
-      : Group(std::move(name), ctx->rank, ctx->size, std::move(stats)), ctx_(std::move(ctx)) {}
+      : Group(std::move(name), ctx->rank, ctx->size, Device::Cpu(), std::move(stats)),
+        ctx_(std::move(ctx)) {}
 
  protected:
-  // Gloo moves host memory only.
-  absl::Status CheckDevice(const Device& device) const override {
-    if (device.is_cpu()) return absl::OkStatus();
-    return absl::InvalidArgumentError("the gloo backend takes cpu buffers only, not a " +
-                                      device.ToString() + " buffer");
-  }
+  // Gloo moves host memory only: its groups are CPU groups (Group::CheckDevice).
+  const char* backend() const override { return "gloo"; }
 
   absl::Status DoAllReduceSum(const Buffer& data, std::chrono::milliseconds timeout) override {
     return Guard(timeout, [&] {
@@ -63,6 +60,8 @@ class GlooGroup final : public Group {
         SetGather<float>(opts, in, out, in_place);
       } else if (in.type == DataType::kBFloat16) {
         SetGather<uint16_t>(opts, in, out, in_place);
+      } else if (in.type == DataType::kUInt8) {
+        SetGather<uint8_t>(opts, in, out, in_place);
       } else {
         SetGather<double>(opts, in, out, in_place);
       }
@@ -122,6 +121,8 @@ class GlooGroup final : public Group {
         opts.setOutput(static_cast<float*>(data.data), data.count);
       } else if (data.type == DataType::kBFloat16) {
         opts.setOutput(static_cast<uint16_t*>(data.data), data.count);
+      } else if (data.type == DataType::kUInt8) {
+        opts.setOutput(static_cast<uint8_t*>(data.data), data.count);
       } else {
         opts.setOutput(static_cast<double*>(data.data), data.count);
       }

@@ -1,6 +1,5 @@
 #include "worker/comm/nccl/nccl_backend.h"
 
-#include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #if LATCHKEY_TORCH_CUDA
@@ -11,9 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "worker/checkpoint/train_checkpoint.h"
-#include "worker/comm/nccl/cuda_device.h"
+#include "common/sha256.h"
 #include "worker/comm/nccl/nccl_group.h"
+#include "worker/device/cuda_runtime.h"
 
 namespace latchkey::comm {
 namespace {
@@ -132,15 +131,15 @@ absl::Status ConnectNcclGroups(const RendezvousConfig& config, std::shared_ptr<S
       if (absl::Status st = world.Wait(keys, config.rendezvous_timeout); !st.ok()) return st;
     }
   }
-  int device = -1;
-  absl::StatusOr<int> count = CudaDeviceCount();
-  if (count.ok() && cudaGetDevice(&device) != cudaSuccess) {
-    count = absl::FailedPreconditionError("cudaGetDevice failed");
-  }
-  if (!count.ok()) {
+  // The communicators are formed on the config's device, made current here (the runner has
+  // done so already unless its device check was skipped for a test).
+  const int device = config.device.index;
+  absl::Status usable = CudaDeviceCount().status();
+  if (usable.ok()) usable = UseCudaDevice(device);
+  if (!usable.ok()) {
     return absl::FailedPreconditionError(
         "nccl: unique ids agreed by every rank (" + digests +
-        "), but no CUDA device for this rank: " + std::string(count.status().message()));
+        "), but no CUDA device for this rank: " + std::string(usable.message()));
   }
   for (const GroupPlan& p : plans) {
     absl::StatusOr<ncclComm_t> comm = InitComm(p.id, p.rank, p.size, config.rendezvous_timeout);

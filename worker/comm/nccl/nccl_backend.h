@@ -1,6 +1,7 @@
 // The nccl backend's half of CreateProcessGroups (process_groups.cc): connects the world, TP
-// and DP groups of one rank as NCCL communicators on this thread's current CUDA device (the
-// runner selects cuda:LOCAL_RANK first). REQUIRES: a valid grid with world_size > 1.
+// and DP groups of one rank as NCCL communicators on the config's device (cuda:LOCAL_RANK from
+// the runner), which it makes this thread's current device. REQUIRES: a valid grid with
+// world_size > 1 and a cuda device in the config.
 //
 // Rendezvous, per group in the order world, TP, DP: rank 0 of the group creates the NCCL unique
 // id (ncclGetUniqueId, which needs no GPU) and publishes its 128 bytes through the rendezvous

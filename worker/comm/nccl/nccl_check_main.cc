@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "worker/comm/nccl/cuda_device.h"
 #include "worker/comm/nccl/nccl_backend.h"
 #include "worker/comm/nccl/nccl_group.h"
 #include "worker/comm/nccl/nccl_self_test.h"
 #include "worker/comm/store.h"
+#include "worker/device/cuda_runtime.h"
 
 int main(int argc, char** argv) {
   using namespace latchkey::comm;
@@ -30,12 +30,12 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("nccl: %s\n", NcclVersionString().c_str());
-  std::printf("cuda: %s\n", CudaVersionString().c_str());
+  std::printf("cuda: %s\n", latchkey::CudaVersionString().c_str());
   InMemoryStore store;
   auto id = ExchangeNcclUniqueId(store, 0, 1, std::chrono::milliseconds(10000));
   std::printf("unique_id: %s\n", id.ok() ? (std::to_string(id->size()) + " bytes").c_str()
                                          : std::string(id.status().message()).c_str());
-  auto count = CudaDeviceCount();
+  auto count = latchkey::CudaDeviceCount();
   if (!count.ok()) {
     std::printf("devices: none (%s)\n", std::string(count.status().message()).c_str());
     return 2;

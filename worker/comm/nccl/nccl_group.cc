@@ -19,6 +19,8 @@ ncclDataType_t NcclType(DataType t) {
       return ncclFloat64;
     case DataType::kBFloat16:
       return ncclBfloat16;
+    case DataType::kUInt8:
+      return ncclUint8;
   }
   return ncclFloat32;
 }
@@ -79,7 +81,9 @@ absl::Status NcclStatus(ncclResult_t r, ncclComm_t comm, const char* call, const
 
 NcclGroup::NcclGroup(std::string name, int rank, int size, ncclComm_t comm, int device,
                      std::shared_ptr<CollectiveStats> stats)
-    : Group(std::move(name), rank, size, std::move(stats)), comm_(comm), device_(device) {}
+    : Group(std::move(name), rank, size, Device::Cuda(device), std::move(stats)),
+      comm_(comm),
+      device_(device) {}
 
 NcclGroup::~NcclGroup() {
   (void)cudaSetDevice(device_);
@@ -104,12 +108,6 @@ void NcclGroup::Abort() {
   if (aborted_) return;
   aborted_ = true;
   (void)ncclCommAbort(comm_);
-}
-
-absl::Status NcclGroup::CheckDevice(const Device& device) const {
-  if (device.type == DeviceType::kCuda && device.index == device_) return absl::OkStatus();
-  return absl::InvalidArgumentError("the nccl backend takes cuda:" + std::to_string(device_) +
-                                    " buffers only, not a " + device.ToString() + " buffer");
 }
 
 absl::Status NcclGroup::WaitStream(const char* call, const char* file, int line,

@@ -46,7 +46,6 @@ class NcclGroup final : public Group {
   // The backend sets torch's current stream of the device when the libtorch has CUDA.
   void set_stream(cudaStream_t stream) { stream_ = stream; }
   cudaStream_t stream() const { return stream_; }
-  int device() const { return device_; }
   // True once the communicator was aborted (a timeout or an asynchronous NCCL error).
   bool aborted() const { return aborted_; }
 
@@ -57,7 +56,7 @@ class NcclGroup final : public Group {
                                std::chrono::milliseconds timeout);
 
  protected:
-  absl::Status CheckDevice(const Device& device) const override;
+  const char* backend() const override { return "nccl"; }
   absl::Status CopyLocal(const Buffer& src, const Buffer& dst) override;
   absl::Status DoAllReduceSum(const Buffer& data, std::chrono::milliseconds timeout) override;
   absl::Status DoAllGather(const Buffer& in, const Buffer& out,
@@ -80,7 +79,7 @@ class NcclGroup final : public Group {
   void Abort();
 
   ncclComm_t comm_;
-  int device_;
+  int device_;  // device().index: the ordinal every CUDA call selects first
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
   float* scratch_ = nullptr;  // one device float: the barrier's all-reduce

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <memory>
 
-#include "worker/comm/nccl/cuda_device.h"
 #include "worker/comm/nccl/nccl_backend.h"
 #include "worker/comm/nccl/nccl_group.h"
 #include "worker/comm/store.h"
+#include "worker/device/cuda_runtime.h"
 
 namespace latchkey::comm {
 namespace {

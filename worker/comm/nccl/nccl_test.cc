@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "tests/support/free_port.h"
-#include "worker/comm/nccl/cuda_device.h"
 #include "worker/comm/nccl/nccl_backend.h"
 #include "worker/comm/nccl/nccl_group.h"
 #include "worker/comm/nccl/nccl_self_test.h"
 #include "worker/comm/process_groups.h"
 #include "worker/comm/store.h"
+#include "worker/device/cuda_runtime.h"
 
 namespace latchkey::comm {
 namespace {
@@ -82,8 +82,9 @@ std::vector<absl::Status> FormNcclGroups(int world, int tp, std::shared_ptr<Stor
       c.store = store;
       c.port = port;
       c.prefix = "job7/a1";
+      c.device = Device::Cuda(r);
       c.rendezvous_timeout = milliseconds(20000);
-      out[r] = CreateProcessGroups(Backend::kNccl, c).status();
+      out[r] = CreateProcessGroups(CommBackend::kNccl, c).status();
     });
   }
   for (auto& t : threads) t.join();

@@ -54,7 +54,9 @@ void Sum(DataType type, Segment& seg, int buffer, size_t first, size_t count, vo
 
 ShmGroup::ShmGroup(std::string name, int rank, int size, std::unique_ptr<Segment> segment,
                    bool spin, std::shared_ptr<CollectiveStats> stats)
-    : Group(std::move(name), rank, size, std::move(stats)), seg_(std::move(segment)), spin_(spin) {}
+    : Group(std::move(name), rank, size, Device::Cpu(), std::move(stats)),
+      seg_(std::move(segment)),
+      spin_(spin) {}
 
 ShmGroup::~ShmGroup() = default;  // the segment detaches: peers waiting for this rank wake
 
@@ -83,12 +85,6 @@ absl::Status ShmGroup::Aborted(uint32_t word) const {
     default:
       return absl::UnavailableError("the group was aborted by " + who);
   }
-}
-
-absl::Status ShmGroup::CheckDevice(const Device& device) const {
-  if (device.is_cpu()) return absl::OkStatus();
-  return absl::InvalidArgumentError("the shm backend takes cpu buffers only, not a " +
-                                    device.ToString() + " buffer");
 }
 
 absl::Status ShmGroup::WaitFor(int peer, uint32_t gen, const Call& call) {

@@ -57,7 +57,7 @@ std::vector<std::string> SegmentsOf(const std::string& prefix) {
 using Tweak = std::function<void(RendezvousConfig&)>;
 
 // Ranks as threads through one in-memory store, with a per-rank config tweak.
-void RunRanks(int world, int tp, Backend backend, const Tweak& tweak,
+void RunRanks(int world, int tp, CommBackend backend, const Tweak& tweak,
               const std::function<void(ProcessGroups&)>& fn) {
   auto store = std::make_shared<InMemoryStore>();
   testing::ThreadRendezvous meet(world);
@@ -165,7 +165,7 @@ const std::vector<size_t> kCounts = {1, 3, 255, 1024, 1025, 5000};
 
 TEST(ShmGroups, EveryCollectiveEveryTypeAndSizeAsThreads) {
   for (int n : {2, 4}) {
-    RunRanks(n, n, Backend::kShm, nullptr, [](ProcessGroups& g) {
+    RunRanks(n, n, CommBackend::kShm, nullptr, [](ProcessGroups& g) {
       ASSERT_TRUE(IsShm(g.world));
       ASSERT_TRUE(IsShm(g.tp_group));
       for (size_t count : kCounts) {
@@ -174,6 +174,7 @@ TEST(ShmGroups, EveryCollectiveEveryTypeAndSizeAsThreads) {
         CheckMoves<float>(*g.tp_group, count);
         CheckMoves<double>(*g.world, count);
         CheckMoves<uint16_t>(*g.tp_group, count);
+        CheckMoves<uint8_t>(*g.world, count);
       }
     });
   }
@@ -183,7 +184,7 @@ TEST(ShmGroups, GridGroupsAreShmAndCounted) {
   // auto on one host: every group of a 2x2 grid maps its segment.
   const std::string prefix = UniquePrefix("grid");
   RunRanks(
-      4, 2, Backend::kAuto, [&](RendezvousConfig& c) { c.prefix = prefix; },
+      4, 2, CommBackend::kAuto, [&](RendezvousConfig& c) { c.prefix = prefix; },
       [&](ProcessGroups& g) {
         EXPECT_TRUE(IsShm(g.world));
         EXPECT_TRUE(IsShm(g.tp_group));
@@ -221,31 +222,32 @@ TEST(ShmGroups, AgreesWithGloo) {
     for (int b = 0; b < 2; ++b) {
       results[b].resize(n);
       std::mutex mu;
-      RunRanks(n, 1, b == 0 ? Backend::kGloo : Backend::kShm, nullptr, [&](ProcessGroups& g) {
-        ASSERT_EQ(IsShm(g.world), b == 1);
-        const size_t count = 3000;
-        std::vector<float> x(count), rs(count / n), ag(count * n), bc(count);
-        for (size_t i = 0; i < count; ++i) {
-          x[i] = static_cast<float>((g.rank + 1) * (i % 97));
-          bc[i] = x[i];
-        }
-        std::vector<float> in = x;
-        ASSERT_TRUE(g.world->AllReduceSum(HostBuffer(x.data(), count)).ok());
-        ASSERT_TRUE(g.world
-                        ->ReduceScatterSum(HostBuffer(in.data(), count - count % n),
-                                           HostBuffer(rs.data(), count / n))
-                        .ok());
-        ASSERT_TRUE(
-            g.world->AllGather(HostBuffer(in.data(), count), HostBuffer(ag.data(), count * n))
-                .ok());
-        ASSERT_TRUE(g.world->Broadcast(HostBuffer(bc.data(), count), n - 1).ok());
-        std::vector<float> all = x;
-        all.insert(all.end(), rs.begin(), rs.end());
-        all.insert(all.end(), ag.begin(), ag.end());
-        all.insert(all.end(), bc.begin(), bc.end());
-        std::lock_guard<std::mutex> lock(mu);
-        results[b][g.rank] = all;
-      });
+      RunRanks(
+          n, 1, b == 0 ? CommBackend::kGloo : CommBackend::kShm, nullptr, [&](ProcessGroups& g) {
+            ASSERT_EQ(IsShm(g.world), b == 1);
+            const size_t count = 3000;
+            std::vector<float> x(count), rs(count / n), ag(count * n), bc(count);
+            for (size_t i = 0; i < count; ++i) {
+              x[i] = static_cast<float>((g.rank + 1) * (i % 97));
+              bc[i] = x[i];
+            }
+            std::vector<float> in = x;
+            ASSERT_TRUE(g.world->AllReduceSum(HostBuffer(x.data(), count)).ok());
+            ASSERT_TRUE(g.world
+                            ->ReduceScatterSum(HostBuffer(in.data(), count - count % n),
+                                               HostBuffer(rs.data(), count / n))
+                            .ok());
+            ASSERT_TRUE(
+                g.world->AllGather(HostBuffer(in.data(), count), HostBuffer(ag.data(), count * n))
+                    .ok());
+            ASSERT_TRUE(g.world->Broadcast(HostBuffer(bc.data(), count), n - 1).ok());
+            std::vector<float> all = x;
+            all.insert(all.end(), rs.begin(), rs.end());
+            all.insert(all.end(), ag.begin(), ag.end());
+            all.insert(all.end(), bc.begin(), bc.end());
+            std::lock_guard<std::mutex> lock(mu);
+            results[b][g.rank] = all;
+          });
     }
     for (int r = 0; r < n; ++r) EXPECT_EQ(results[0][r], results[1][r]) << "rank " << r;
   }
@@ -254,7 +256,7 @@ TEST(ShmGroups, AgreesWithGloo) {
 TEST(ShmGroups, DeterministicRunToRun) {
   std::vector<float> first;
   for (int run = 0; run < 2; ++run) {
-    RunRanks(4, 4, Backend::kShm, nullptr, [&](ProcessGroups& g) {
+    RunRanks(4, 4, CommBackend::kShm, nullptr, [&](ProcessGroups& g) {
       std::vector<float> x(777);
       for (size_t i = 0; i < x.size(); ++i) x[i] = Value<float>(g.rank, i) * 1e3f;
       ASSERT_TRUE(g.tp_group->AllReduceSum(HostBuffer(x.data(), x.size())).ok());
@@ -268,7 +270,7 @@ TEST(ShmGroups, DeterministicRunToRun) {
 }
 
 TEST(ShmGroups, TimesOutWhenAPeerNeverArrives) {
-  RunRanks(2, 2, Backend::kShm, nullptr, [](ProcessGroups& g) {
+  RunRanks(2, 2, CommBackend::kShm, nullptr, [](ProcessGroups& g) {
     CollectiveOptions opts;
     opts.timeout = std::chrono::milliseconds(300);
     float x = 1.0f;
@@ -294,7 +296,7 @@ TEST(ShmGroups, TimesOutWhenAPeerNeverArrives) {
 }
 
 TEST(ShmGroups, AbortWakesAWaiter) {
-  RunRanks(2, 2, Backend::kShm, nullptr, [](ProcessGroups& g) {
+  RunRanks(2, 2, CommBackend::kShm, nullptr, [](ProcessGroups& g) {
     auto* shm = dynamic_cast<ShmGroup*>(g.tp_group.get());
     ASSERT_NE(shm, nullptr);
     CollectiveOptions opts;
@@ -322,7 +324,7 @@ TEST(ShmGroups, AbortWakesAWaiter) {
 }
 
 TEST(ShmGroups, DepartedPeerIsUnavailableNamingIt) {
-  RunRanks(2, 2, Backend::kShm, nullptr, [](ProcessGroups& g) {
+  RunRanks(2, 2, CommBackend::kShm, nullptr, [](ProcessGroups& g) {
     if (g.rank == 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       g.world.reset();
@@ -353,7 +355,7 @@ TEST(ShmGroups, AutoFallsBackToGlooWhenARankCannotMap) {
     c.prefix = prefix;
     if (c.rank == 3) c.shm_dir = other.path();
   };
-  RunRanks(4, 2, Backend::kAuto, tweak, [&](ProcessGroups& g) {
+  RunRanks(4, 2, CommBackend::kAuto, tweak, [&](ProcessGroups& g) {
     EXPECT_FALSE(IsShm(g.world));
     EXPECT_EQ(IsShm(g.tp_group), g.dp_rank == 0);
     EXPECT_EQ(IsShm(g.dp_group), g.tp_rank == 0);
@@ -380,7 +382,7 @@ TEST(ShmGroups, AutoFallsBackToGlooWhenARankCannotMap) {
       c.prefix = prefix + "_forced";
       c.rendezvous_timeout = std::chrono::seconds(30);
       if (r == 1) c.shm_dir = other.path();
-      auto g = CreateProcessGroups(Backend::kShm, c);
+      auto g = CreateProcessGroups(CommBackend::kShm, c);
       ASSERT_FALSE(g.ok());
       EXPECT_EQ(g.status().code(), absl::StatusCode::kFailedPrecondition) << g.status();
       EXPECT_EQ(g.status().message().rfind("latchkey.backend: \"shm\"", 0), 0u) << g.status();
@@ -392,7 +394,7 @@ TEST(ShmGroups, AutoFallsBackToGlooWhenARankCannotMap) {
 }
 
 TEST(ShmGroups, RefusesDeviceBuffers) {
-  RunRanks(2, 2, Backend::kShm, nullptr, [](ProcessGroups& g) {
+  RunRanks(2, 2, CommBackend::kShm, nullptr, [](ProcessGroups& g) {
     std::vector<float> x(4, 1.0f);
     Buffer cuda = HostBuffer(x.data(), 4);
     cuda.device = Device::Cuda(0);
@@ -429,7 +431,7 @@ int ChildMain(const char* spec) {
   c.prefix = prefix;
   c.rendezvous_timeout = std::chrono::seconds(60);
   c.shm_slot_bytes = 64 * 1024;
-  auto g = CreateProcessGroups(Backend::kShm, c);
+  auto g = CreateProcessGroups(CommBackend::kShm, c);
   if (!g.ok()) {
     std::cout << "groups: " << g.status() << std::endl;
     return 3;
