@@ -45,7 +45,7 @@ absl::Status WithErrorInfo(absl::Status status, const ErrorInfo& info) {
 }
 
 std::optional<ErrorInfo> GetErrorInfo(const absl::Status& status) {
-  std::optional<absl::Cord> payload = status.GetPayload(kErrorInfoTypeUrl);
+  const auto payload = status.GetPayload(kErrorInfoTypeUrl);
   if (!payload) return std::nullopt;
   return DecodeErrorInfo(std::string(*payload));
 }
