@@ -16,6 +16,7 @@
 #include "worker/checkpoint/files.h"
 #include "worker/checkpoint/tensor_bytes.h"
 #include "worker/checkpoint/training_state.h"
+#include "worker/comm/flight_recorder.h"
 #include "worker/comm/process_groups.h"
 #include "worker/model/comm_buffer.h"
 #include "worker/model/gpt_bigcode.h"
