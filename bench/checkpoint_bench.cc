@@ -7,9 +7,9 @@
 // Started without RANK it launches itself once per rank (RANK/WORLD_SIZE/MASTER_PORT env, all
 // ranks on this machine) and rank 0 prints the table. Per model: one engine trains, a second one
 // (built the same way) loads; each repetition runs one window, saves the checkpoint after it
-// (Engine::SaveTrainingCheckpoint, the collective commit) and loads it into the second engine
-// (Engine::LoadTrainingCheckpoint: verification of every file's SHA-256 included). The first
-// repetition is warm-up. Times are rank 0's (it also writes the manifest and commits):
+// (SaveTrainingCheckpoint of the first engine's state: the collective commit) and loads it into
+// the second one's (LoadTrainingCheckpoint: verification of every file's SHA-256 included).
+// The first repetition is warm-up. Times are rank 0's (it also writes the manifest and commits):
 //   save s     wall time of the SaveTrainingCheckpoint call;
 //   blocked s  the training time the save blocked (CheckpointCommit::blocked_seconds, the JSONL's
 //              checkpoint_seconds; the save is synchronous, so it is the save's time as the
@@ -29,6 +29,7 @@
 #include "bench/stats.h"
 #include "common/job_spec.h"
 #include "common/latch.h"
+#include "worker/checkpoint/checkpointer.h"
 #include "worker/checkpoint/train_checkpoint.h"
 #include "worker/comm/process_groups.h"
 #include "worker/train/engine.h"
@@ -150,16 +151,14 @@ int main(int argc, char** argv) {
       latchkey::TrainingCheckpointRequest req;
       req.root = root;
       req.job_id = "standalone";
-      req.step = rep;
-      req.latch_generation = latch.generation;
-      req.next_first_micro_batch = m;
       req.compute_threads = threads;
       const auto t0 = Clock::now();
-      auto commit = (*trainer)->SaveTrainingCheckpoint(req);
+      auto commit = latchkey::SaveTrainingCheckpoint((*trainer)->state(), req);
       const double save_s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (!commit.ok()) return Fail(commit.status());
       const auto t1 = Clock::now();
-      absl::Status st = (*loader)->LoadTrainingCheckpoint(commit->dir, "", commit->manifest_sha256);
+      absl::Status st = latchkey::LoadTrainingCheckpoint((*loader)->state(), commit->dir, "",
+                                                         commit->manifest_sha256);
       const double load_s = std::chrono::duration<double>(Clock::now() - t1).count();
       if (!st.ok()) return Fail(st);
       // Nobody reads a folder rank 0 prunes.

@@ -20,8 +20,10 @@
 #include "tests/support/rank_threads.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
+#include "worker/checkpoint/checkpointer.h"
 #include "worker/checkpoint/files.h"
 #include "worker/checkpoint/train_checkpoint.h"
+#include "worker/checkpoint/training_state.h"
 #include "worker/comm/flight_recorder.h"
 #include "worker/train/engine.h"
 #include "worker/train/threads.h"
@@ -93,11 +95,11 @@ void RunWindows(Engine& engine, const JobSpec& spec, int rank, int64_t from, int
 // Saves after window `step` on every rank; records each rank's commit.
 void Save(Engine& engine, comm::ProcessGroups& g, const JobSpec& spec, const std::string& root,
           int64_t step, Reports& out) {
+  ASSERT_EQ(engine.state().position.step, step);
+  ASSERT_EQ(engine.state().position.next_first_micro_batch, spec.FirstMicroBatch(step + 1));
   TrainingCheckpointRequest req;
   req.root = root;
-  req.step = step;
-  req.next_first_micro_batch = spec.FirstMicroBatch(step + 1);
-  absl::StatusOr<CheckpointCommit> c = engine.SaveTrainingCheckpoint(req);
+  absl::StatusOr<CheckpointCommit> c = SaveTrainingCheckpoint(engine.state(), req);
   ASSERT_TRUE(c.ok()) << "rank " << g.rank << ": " << c.status();
   std::lock_guard<std::mutex> lock(out.mu);
   out.commits[g.rank] = *c;
@@ -129,7 +131,7 @@ TEST_P(Resume, SaveLoadAndContinueIsBitExact) {
     auto engine = CreateEngine(spec, &g);
     ASSERT_TRUE(engine.ok()) << engine.status();
     RunWindows(**engine, spec, g.rank, 0, kSteps, straight);
-    ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "straight-hf").ok());
+    ASSERT_TRUE(SaveHfCheckpoint((*engine)->state(), dir / "straight-hf").ok());
     Save(**engine, g, spec, dir / "straight", kSteps - 1, straight);
   });
   // Interrupted: steps 0..2 and a checkpoint; the engine and groups are then destroyed.
@@ -182,15 +184,15 @@ TEST_P(Resume, SaveLoadAndContinueIsBitExact) {
     g.recorder = std::make_shared<comm::FlightRecorder>();
     auto engine = CreateEngine(spec, &g);
     ASSERT_TRUE(engine.ok()) << engine.status();
-    absl::Status st =
-        (*engine)->LoadTrainingCheckpoint(commit.dir, "standalone", commit.manifest_sha256);
+    absl::Status st = LoadTrainingCheckpoint((*engine)->state(), commit.dir, "standalone",
+                                             commit.manifest_sha256);
     ASSERT_TRUE(st.ok()) << st;
     EXPECT_EQ(g.recorder->Snapshot().phase, RankPhase::kCheckpoint);
     RunWindows(**engine, spec, g.rank, kSaveAfter + 1, kSteps, resumed);
     const RankPosition pos = g.recorder->Snapshot();
     EXPECT_EQ(pos.window, kSteps - 1);
     EXPECT_EQ(pos.micro_batch, LatchFor(spec, kSteps - 1).n - 1);
-    ASSERT_TRUE((*engine)->SaveCheckpoint(dir / "resumed-hf").ok());
+    ASSERT_TRUE(SaveHfCheckpoint((*engine)->state(), dir / "resumed-hf").ok());
     Save(**engine, g, spec, dir / "resumed", kSteps - 1, resumed);
   });
   for (int r = 0; r < kWorld; ++r) {
@@ -245,7 +247,7 @@ std::vector<absl::Status> LoadEverywhere(const JobSpec& spec, int tp, const std:
   RunRankThreads(kWorld, tp, [&](comm::ProcessGroups& g) {
     auto engine = CreateEngine(spec, &g);
     ASSERT_TRUE(engine.ok()) << engine.status();
-    out[g.rank] = (*engine)->LoadTrainingCheckpoint(step_dir, job_id, "");
+    out[g.rank] = LoadTrainingCheckpoint((*engine)->state(), step_dir, job_id, "");
   });
   return out;
 }
@@ -294,9 +296,10 @@ TEST(ResumeRefusal, AnotherLayoutOrJobIsRefusedNamingTheField) {
   RunRankThreads(kWorld, kTp, [&](comm::ProcessGroups& g) {
     auto engine = CreateEngine(same, &g);
     ASSERT_TRUE(engine.ok()) << engine.status();
-    absl::Status st = (*engine)->LoadTrainingCheckpoint(c.dir, "standalone", wrong);
+    absl::Status st = LoadTrainingCheckpoint((*engine)->state(), c.dir, "standalone", wrong);
     EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
-    EXPECT_TRUE((*engine)->LoadTrainingCheckpoint(c.dir, "standalone", c.manifest_sha256).ok());
+    EXPECT_TRUE(
+        LoadTrainingCheckpoint((*engine)->state(), c.dir, "standalone", c.manifest_sha256).ok());
   });
 }
 

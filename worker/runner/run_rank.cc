@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "worker/checkpoint/checkpointer.h"
 #include "worker/comm/collective_error.h"
 #include "worker/comm/collective_stats.h"
 #include "worker/comm/flight_recorder.h"
@@ -53,14 +54,17 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
   RankOutputs& outputs = *proc.outputs;
   EngineOptions engine_options = options.engine;
   engine_options.device = job.device;
+  engine_options.load_init_from = LoadInitFrom;
+  engine_options.write_grads = WriteGradDump;
   auto engine = CreateEngine(spec, &*groups, engine_options);
   if (!engine.ok()) return engine.status();
+  TrainingState& state = (*engine)->state();
   const std::string& root = spec.checkpoint.dir;
   if (plan.resume_step >= 0) {
     const std::string step_dir = root + "/" + CheckpointStepDirName(plan.resume_step);
     const std::string job_id = plan.job_id == "standalone" ? "" : plan.job_id;
     if (absl::Status st =
-            (*engine)->LoadTrainingCheckpoint(step_dir, job_id, plan.resume_manifest_sha256);
+            LoadTrainingCheckpoint(state, step_dir, job_id, plan.resume_manifest_sha256);
         !st.ok()) {
       return Prefixed(st, "resume: ");
     }
@@ -83,12 +87,9 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
       TrainingCheckpointRequest req;
       req.root = root;
       req.job_id = plan.job_id;
-      req.step = s;
       req.attempt = plan.attempt;
-      req.latch_generation = latch->generation;
-      req.next_first_micro_batch = latch->first_micro_batch + latch->n;
       req.compute_threads = proc.compute_threads;
-      auto commit = (*engine)->SaveTrainingCheckpoint(req);
+      auto commit = SaveTrainingCheckpoint(state, req);
       if (!commit.ok())
         return Prefixed(commit.status(), "checkpoint after step " + std::to_string(s) + ": ");
       report->checkpoint_seconds = commit->blocked_seconds;
@@ -110,7 +111,7 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
   }
   proc.recorder->SetPhase(RankPhase::kIdle);
   if (!options.save_dir.empty()) {
-    if (absl::Status st = (*engine)->SaveCheckpoint(options.save_dir); !st.ok()) {
+    if (absl::Status st = SaveHfCheckpoint(state, options.save_dir); !st.ok()) {
       return Prefixed(st, "--save: ");
     }
     if (groups->rank == 0 && !options.outputs.quiet) {

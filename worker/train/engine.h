@@ -10,6 +10,9 @@
 // evaluation loss (evaluator.h) is computed after the update of the steps it is due on, outside
 // the step's `step_seconds` and its collective counts.
 //
+// The engine trains; saving and restoring what it trains is the checkpoint module's
+// (worker/checkpoint/checkpointer.h), through the engine's one view of its state (state()).
+//
 // Every number in the flat parameter, gradient and optimizer buffers is computed through FlatOps
 // (flat_ops.h) on the buffers' device, and every collective gets device-tagged buffers.
 // Torch stays inside the .cc files; this header is torch-free so the runner and the
@@ -23,18 +26,22 @@
 #ifndef LATCHKEY_WORKER_TRAIN_ENGINE_H_
 #define LATCHKEY_WORKER_TRAIN_ENGINE_H_
 
-#include <map>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
 #include "common/latch.h"
 #include "common/step_report.h"
-#include "worker/checkpoint/train_checkpoint.h"
 #include "worker/comm/process_groups.h"
 
 namespace latchkey {
+
+class ParamStore;
+struct TrainingState;  // worker/checkpoint/training_state.h
 
 // The tag of every collective the evaluation issues (comm::CollectiveOptions::tag): counted in
 // CollectiveStats and the worker's metrics, never in a step's collective_calls.
@@ -53,17 +60,14 @@ struct EngineOptions {
   // Where the flat buffers live and their arithmetic runs. CreateEngine fails UNIMPLEMENTED for
   // a device this build has no kernels for (the CPU only, today).
   comm::Device device = comm::Device::Cpu();
-};
-
-// Where and as what a resumable checkpoint is saved (docs/fault-tolerance.md).
-struct TrainingCheckpointRequest {
-  std::string root;    // latchkey.checkpoint.dir
-  std::string job_id;  // empty: "standalone"
-  int64_t step = 0;    // the window just run
-  int64_t attempt = 1;
-  int64_t latch_generation = 0;        // of latch(step)
-  int64_t next_first_micro_batch = 0;  // M of window step + 1
-  int compute_threads = 1;
+  // The checkpoint module's weight readers and writers (worker/checkpoint/checkpointer.h:
+  // LoadInitFrom, WriteGradDump), called by the engine at fixed points; the engine includes
+  // none of their code. Fills a fresh parameter store with TP rank `tp_rank`'s shard of
+  // spec.init_from: needed when the spec has one (CreateEngine fails FAILED_PRECONDITION naming
+  // latchkey.init_from without it).
+  std::function<absl::Status(const JobSpec& spec, int tp_rank, ParamStore& store)> load_init_from;
+  // Writes the gradient dump of dump_grads_step into `dir`: needed with dump_grads_dir.
+  std::function<absl::Status(const TrainingState& state, const std::string& dir)> write_grads;
 };
 
 class Engine {
@@ -72,30 +76,16 @@ class Engine {
   // Runs window latch.window (and, where due, the evaluation after it: StepReport::eval_loss).
   // REQUIRES: windows run in order, each latch valid for this job.
   virtual absl::StatusOr<StepReport> RunWindow(const Latch& latch) = 0;
-  // Gathers the shards and (on global rank 0 only) writes an HF checkpoint into `dir`.
-  // Every rank must call it (it issues collectives).
-  virtual absl::Status SaveCheckpoint(const std::string& dir) = 0;
   // Optimizer state bytes held by this rank (ZeRO-1 partitions it over DP).
   virtual int64_t optimizer_state_bytes() const = 0;
-  // Collective (every rank): writes this rank's state after window `r.step` into the attempt's
-  // temporary folder, confirms it with all ranks over the world group (an all-gather of every
-  // rank's size and SHA-256), rank 0 commits, and rank 0's outcome is broadcast. Returns the
-  // commit, the same on every rank; a rank that failed to write fails every rank.
-  virtual absl::StatusOr<CheckpointCommit> SaveTrainingCheckpoint(
-      const TrainingCheckpointRequest& r) = 0;
-  // Not collective. Replaces the parameters, the fp32 master (bf16), the optimizer state (AdamW
-  // exp_avg, exp_avg_sq and step count) and the dropout generator states with those of the
-  // checkpoint in `step_dir`, after verifying every file of it (DATA_LOSS naming the file) and,
-  // when `manifest_sha256` is non-empty, the manifest's SHA-256. Refuses (FAILED_PRECONDITION
-  // naming the field) a checkpoint of another job (unless `expected_job_id` is empty), world_size,
-  // tp, zero_stage, bf16, optimizer or model. A checkpoint refused for its layout, or one whose
-  // files do not verify, changes nothing.
-  virtual absl::Status LoadTrainingCheckpoint(const std::string& step_dir,
-                                              const std::string& expected_job_id,
-                                              const std::string& manifest_sha256) = 0;
+  // The view of this rank's training state (worker/checkpoint/training_state.h) the checkpoint
+  // module saves and restores through (worker/checkpoint/checkpointer.h). Valid while the
+  // engine lives; its position is the last window run. Between windows only.
+  virtual TrainingState& state() = 0;
 };
 
-// Builds the model shard (from spec.init_from or from the seed), the data source and optimizer.
+// Builds the model shard (from spec.init_from through options.load_init_from, or from the seed),
+// the data source and optimizer.
 // Errors name the spec field (e.g. "latchkey.init_from: ..."). `groups` must outlive the engine.
 absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const JobSpec& spec,
                                                      comm::ProcessGroups* groups,

@@ -17,7 +17,9 @@ namespace {
 const std::string kFixture = std::string(LATCHKEY_SOURCE_DIR) + "/testdata/gptbigcode-tiny";
 
 // TP 2 (rank 0 of 2) on the fixture's MQA model: 2 layers, so 4 TP all-reduces per forward and
-// 4 per backward, then one coalesced K/V all-reduce and the norm's at the boundary.
+// 4 per backward, then one coalesced K/V all-reduce and the norm's at the boundary. The weights
+// come from the seed: reading the fixture's HF folder is the checkpoint module's
+// (EngineOptions::load_init_from), not the engine's, and no count here depends on them.
 JobSpec TpSpec() {
   testing::SpecParams p;
   p.micro_batch = 1;
@@ -31,7 +33,7 @@ JobSpec TpSpec() {
   p.steps = 1;
   p.world_size = 2;
   p.kv_reduce = "coalesced";
-  p.init_from = kFixture + "/mqa";
+  p.model = testing::FixtureModel("mqa");
   p.data = testing::TokensData(kFixture + "/tokens.bin");
   auto spec = ParseJobSpec(testing::SpecJson(p), "/");
   EXPECT_TRUE(spec.ok()) << spec.status();

@@ -52,12 +52,7 @@ class AtenFlatOps final : public FlatOps {
 
   void PackDelta(const at::Tensor& x, const std::vector<FlatRange>& ranges,
                  const at::Tensor& snapshot, const at::Tensor& delta) const override {
-    F32(x, "x");
-    F32(snapshot, "snapshot");
-    F32(delta, "delta");
-    const int64_t total = CheckFlatRanges(x, ranges);
-    TORCH_CHECK(total == snapshot.numel() && total == delta.numel(),
-                "snapshot/delta size does not match ranges");
+    CheckDeltaArgs(x, ranges, snapshot, delta);
     at::NoGradGuard no_grad;
     int64_t at_ = 0;
     for (const FlatRange& r : ranges) {
@@ -70,12 +65,7 @@ class AtenFlatOps final : public FlatOps {
   void UnpackDelta(const at::Tensor& x, const std::vector<FlatRange>& ranges,
                    const at::Tensor& delta, const at::Tensor& snapshot,
                    bool add_snapshot) const override {
-    F32(x, "x");
-    F32(delta, "delta");
-    F32(snapshot, "snapshot");
-    const int64_t total = CheckFlatRanges(x, ranges);
-    TORCH_CHECK(total == snapshot.numel() && total == delta.numel(),
-                "snapshot/delta size does not match ranges");
+    CheckDeltaArgs(x, ranges, snapshot, delta);
     at::NoGradGuard no_grad;
     int64_t at_ = 0;
     for (const FlatRange& r : ranges) {
@@ -155,6 +145,17 @@ class AtenFlatOps final : public FlatOps {
     OnDevice(t, what);
     TORCH_CHECK(t.scalar_type() == at::kFloat, what, ": expected float32, got ", t.scalar_type());
     return t;
+  }
+  // PackDelta's and UnpackDelta's arguments: all fp32 on this device, the snapshot and the delta
+  // each as long as the ranges together.
+  void CheckDeltaArgs(const at::Tensor& x, const std::vector<FlatRange>& ranges,
+                      const at::Tensor& snapshot, const at::Tensor& delta) const {
+    F32(x, "x");
+    F32(snapshot, "snapshot");
+    F32(delta, "delta");
+    const int64_t total = CheckFlatRanges(x, ranges);
+    TORCH_CHECK(total == snapshot.numel() && total == delta.numel(),
+                "snapshot/delta size does not match ranges");
   }
 
   c10::Device device_;
