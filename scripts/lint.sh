@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Source hygiene, run by CI before the tests: every C++ file is clang-formatted (the
-# repository's .clang-format) and no source file is longer than 600 lines. Exit 1 names the
-# offending files. Fix formatting with:  git ls-files '*.cc' '*.h' | xargs clang-format -i
+# repository's .clang-format), no source file is longer than 600 lines, and the layering rules
+# below hold. Exit 1 names the offending files.
+# Fix formatting with:  git ls-files '*.cc' '*.h' | xargs clang-format -i
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -18,6 +19,31 @@ done < <(git ls-files '*.cc' '*.h')
 while IFS= read -r f; do
   if [ "$(wc -l < "$f")" -gt 600 ]; then long+=("$f ($(wc -l < "$f") lines)"); fi
 done < <(git ls-files '*.cc' '*.h' '*.py' '*.sh' '*.proto')
+# Architecture rules (docs/architecture.md, "Layering"): checked here so they stay true.
+# Decisions are made on Status codes and details (common/error_info.h), never on message text.
+# No StrContains at all outside tests, and no other substring test on a message().
+msg_tests=$(git grep -nE 'StrContains\(|(StartsWith|EndsWith)\([^;]*message\(\)|message\(\)[^;]*\.(find|rfind|compare)\(' \
+  -- '*.cc' '*.h' ':!tests/' ':!*_test.cc' ':!third_party/' || true)
+# The training code sees checkpoints only through the state view.
+train_ckpt=$(git grep -nE '#include "worker/checkpoint/' -- 'worker/train/' |
+  grep -v '#include "worker/checkpoint/training_state.h"' || true)
+# Collectives know nothing of checkpoints, training or the runner.
+comm_up=$(git grep -nE '#include "worker/(checkpoint|train|runner)/' -- 'worker/comm/' || true)
+# Programs are started through common/subprocess.h with an argv, never through a shell.
+shell=$(git grep -n 'std::system(' -- '*.cc' '*.h' ':!third_party/' || true)
+for rule in msg_tests train_ckpt comm_up shell; do
+  found=${!rule}
+  if [ -n "$found" ]; then
+    case $rule in
+      msg_tests) echo "lint: a decision on status message text (decide on codes and ErrorInfo details):" >&2 ;;
+      train_ckpt) echo "lint: worker/train/ includes worker/checkpoint/ beyond training_state.h:" >&2 ;;
+      comm_up) echo "lint: worker/comm/ includes worker/checkpoint/, worker/train/ or worker/runner/:" >&2 ;;
+      shell) echo "lint: std::system( (start programs through common/subprocess.h with an argv):" >&2 ;;
+    esac
+    printf '%s\n' "$found" | sed 's/^/  /' >&2
+    status=1
+  fi
+done
 if [ "${#unformatted[@]}" -gt 0 ]; then
   echo "lint: ${#unformatted[@]} file(s) differ from clang-format:" >&2
   printf '  %s\n' "${unformatted[@]}" >&2
@@ -28,5 +54,5 @@ if [ "${#long[@]}" -gt 0 ]; then
   printf '  %s\n' "${long[@]}" >&2
   status=1
 fi
-[ "$status" -eq 0 ] && echo "lint: $(git ls-files '*.cc' '*.h' | wc -l) C++ files formatted, none over 600 lines"
+[ "$status" -eq 0 ] && echo "lint: $(git ls-files '*.cc' '*.h' | wc -l) C++ files formatted, none over 600 lines, layering rules hold"
 exit "$status"
