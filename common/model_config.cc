@@ -20,8 +20,8 @@ using Json = nlohmann::ordered_json;
 using Member = std::variant<int ModelConfig::*, bool ModelConfig::*, double ModelConfig::*>;
 
 // One ModelConfig field: its key in every format, and whether it fixes the weights' shapes.
-// `null_is_zero`: JSON null reads as 0 and 0 writes as null, except in the manifest (which
-// predates that rule and stores the number).
+// `null_is_zero`: JSON null reads as 0 and 0 writes as null (HF's n_inner None), except in the
+// manifest, which stores the number as it is.
 struct Field {
   const char* key;
   Member member;
@@ -105,36 +105,19 @@ const ReadRule kHfRules[] = {
     {"scale_attn_weights"},
 };
 
-// The keys each format writes, in order. Keys that are no ModelConfig field are fixed values
-// (FixedValue).
-const char* const kSpecKeys[] = {
-    "model_type",        "n_layer",           "n_embd",      "n_head",
-    "n_inner",           "vocab_size",        "n_positions", "multi_query",
-    "resid_pdrop",       "embd_pdrop",        "attn_pdrop",  "layer_norm_epsilon",
-    "initializer_range", "scale_attn_weights"};
-// As transformers' save_pretrained orders them, with the keys HF needs to load the model.
-const char* const kHfKeys[] = {"model_type",
-                               "architectures",
-                               "vocab_size",
-                               "n_positions",
-                               "n_embd",
-                               "n_layer",
-                               "n_head",
-                               "n_inner",
-                               "activation_function",
-                               "resid_pdrop",
-                               "embd_pdrop",
-                               "attn_pdrop",
-                               "layer_norm_epsilon",
-                               "initializer_range",
-                               "scale_attn_weights",
-                               "attention_softmax_in_fp32",
-                               "scale_attention_softmax_in_fp32",
-                               "multi_query",
-                               "tie_word_embeddings",
-                               "bos_token_id",
-                               "eos_token_id",
-                               "torch_dtype"};
+// config.json's keys in the order latchkey writes them (kFields' keys are the model's, the others
+// FixedValue's). The spec writes "model_type" and every field (its JSON sorts them); the
+// manifest every field in kFields' order.
+const char* const kHfKeys[] = {
+    // The architecture and its sizes.
+    "model_type", "architectures", "vocab_size", "n_positions", "n_embd", "n_layer", "n_head",
+    "n_inner", "activation_function",
+    // Dropout, normalization, initialization, attention.
+    "resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon", "initializer_range",
+    "scale_attn_weights", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32",
+    "multi_query",
+    // Embeddings, special tokens, the weights' dtype.
+    "tie_word_embeddings", "bos_token_id", "eos_token_id", "torch_dtype"};
 
 // The values latchkey always writes for the keys that are no ModelConfig field.
 Json FixedValue(absl::string_view key, const ModelConfig& c) {
@@ -218,6 +201,13 @@ absl::Status ReadOneOf(JsonObjectReader& r, const char* key,
   return r.Error(key, absl::StrCat(DescribeJson(*v), " is not supported (", why, ")"));
 }
 
+// transformers' GPTBigCodeConfig() defaults, in ModelConfig's field order: 12 layers, n_embd 768,
+// 12 heads, n_inner None, vocab 50257, 1024 positions, MQA, dropout 0.1, epsilon 1e-5,
+// initializer range 0.02, scaled attention.
+ModelConfig HfConfigDefaults() {
+  return ModelConfig{12, 768, 12, 0, 50257, 1024, true, 0.1, 0.1, 0.1, 1e-5, 0.02, true};
+}
+
 absl::StatusOr<ModelConfig> ReadHfModel(const nlohmann::json& obj, absl::string_view source) {
   // Keys latchkey does not use (architectures, bos_token_id, ...) are ignored.
   JsonObjectReader r(obj, "", std::string(source));
@@ -287,22 +277,6 @@ bool FieldEqual(const Field& f, const ModelConfig& a, const ModelConfig& b, Mode
 
 }  // namespace
 
-ModelConfig HfConfigDefaults() {
-  ModelConfig c;
-  c.vocab_size = 50257;
-  c.n_positions = 1024;
-  c.n_embd = 768;
-  c.n_layer = 12;
-  c.n_head = 12;
-  c.n_inner = 0;
-  c.multi_query = true;
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.1;
-  c.layer_norm_epsilon = 1e-5;
-  c.initializer_range = 0.02;
-  c.scale_attn_weights = true;
-  return c;
-}
-
 absl::StatusOr<ModelConfig> ModelConfigFromJson(const nlohmann::json& obj, ModelJsonFormat format,
                                                 absl::string_view source) {
   switch (format) {
@@ -324,7 +298,8 @@ Json ModelConfigToJson(const ModelConfig& config, ModelJsonFormat format) {
   };
   switch (format) {
     case ModelJsonFormat::kJobSpec:
-      for (const char* key : kSpecKeys) put(key);
+      put("model_type");
+      for (const Field& f : kFields) put(f.key);
       break;
     case ModelJsonFormat::kHfConfig:
       for (const char* key : kHfKeys) put(key);

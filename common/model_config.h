@@ -7,7 +7,7 @@
 //               take ModelConfig's defaults (a missing *_pdrop is 0.0). Errors
 //               "model.<key>: <reason>". Written with every key, n_inner 0 as null.
 //   kHfConfig   an HF config.json (docs/checkpoints.md). Absent keys take HF GPTBigCodeConfig's
-//               defaults (HfConfigDefaults: a missing *_pdrop is 0.1), HF aliases
+//               defaults (vocab 50257, n_embd 768, ...; a missing *_pdrop is 0.1), HF aliases
 //               (hidden_size, ...) accepted, unknown keys ignored. Errors
 //               "<source>: <key>: <reason>". Written as transformers writes it.
 //   kManifest   a training checkpoint's manifest "model" object: every key required, as
@@ -52,10 +52,6 @@ struct ModelConfig {
 };
 
 enum class ModelJsonFormat { kJobSpec, kHfConfig, kManifest };
-
-// HF GPTBigCodeConfig's defaults (vocab 50257, n_positions 1024, n_embd 768, n_layer 12,
-// n_head 12, n_inner null, pdrops 0.1, ...): what a config.json's absent keys read as.
-ModelConfig HfConfigDefaults();
 
 // Reads `obj` (a JSON object; for kManifest any JSON value) as `format` describes above.
 // `source` prefixes kHfConfig's errors (a file name); the others ignore it.

@@ -14,25 +14,17 @@
 namespace latchkey {
 namespace {
 
-const std::string kFixture = std::string(LATCHKEY_SOURCE_DIR) + "/testdata/gptbigcode-tiny";
-
 // TP 2 (rank 0 of 2) on the fixture's MQA model: 2 layers, so 4 TP all-reduces per forward and
 // 4 per backward, then one coalesced K/V all-reduce and the norm's at the boundary.
 JobSpec TpSpec() {
-  testing::SpecParams p;
-  p.micro_batch = 1;
-  p.gas = 1;
-  p.zero_stage = std::nullopt;
-  p.optimizer = "SGD";
-  p.lr = 0.1;
-  p.tp = 2;
-  p.managed = std::nullopt;
+  testing::RunShape r;  // SGD from the fixture's checkpoint on its tokens
+  r.mb = 1;
+  r.tp = 2;
+  r.lr = 0.1;
+  r.steps = 1;
+  r.kv_reduce = "coalesced";
+  testing::SpecParams p = testing::FixtureParams(r);
   p.seq_len = 8;
-  p.steps = 1;
-  p.world_size = 2;
-  p.kv_reduce = "coalesced";
-  p.init_from = kFixture + "/mqa";
-  p.data = testing::TokensData(kFixture + "/tokens.bin");
   auto spec = ParseJobSpec(testing::SpecJson(p), "/");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
