@@ -29,6 +29,7 @@
 #include "bench/stats.h"
 #include "common/job_spec.h"
 #include "common/latch.h"
+#include "tests/support/tiny_model.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/checkpoint/train_checkpoint.h"
 #include "worker/comm/process_groups.h"
@@ -55,12 +56,7 @@ const Model kModels[] = {{"demo (4 x 128)", 4, 128, 8, 128}, {"24 x 256", 24, 25
 
 latchkey::JobSpec Spec(const Model& m, const std::string& root) {
   latchkey::JobSpec s;
-  s.model.n_layer = m.layers;
-  s.model.n_embd = m.embd;
-  s.model.n_head = m.heads;
-  s.model.vocab_size = 256;
-  s.model.n_positions = m.positions;
-  s.model.multi_query = true;
+  s.model = latchkey::testing::SmallModel(m.layers, m.embd, m.heads, m.positions);
   s.micro_batch_size = 1;
   s.gradient_accumulation_steps = 1;
   s.zero_stage = 1;

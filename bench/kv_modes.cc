@@ -22,6 +22,7 @@
 #include "bench/stats.h"
 #include "common/job_spec.h"
 #include "common/latch.h"
+#include "tests/support/tiny_model.h"
 #include "worker/comm/process_groups.h"
 #include "worker/train/engine.h"
 #include "worker/train/threads.h"
@@ -49,12 +50,7 @@ std::vector<int> ParseList(const std::string& s) {
 
 latchkey::JobSpec Spec(const Args& a, int gas) {
   latchkey::JobSpec s;
-  s.model.n_layer = a.layers;
-  s.model.n_embd = a.embd;
-  s.model.n_head = a.heads;
-  s.model.vocab_size = 256;
-  s.model.n_positions = a.seq;
-  s.model.multi_query = true;
+  s.model = latchkey::testing::SmallModel(a.layers, a.embd, a.heads, a.seq);
   s.micro_batch_size = 1;
   s.gradient_accumulation_steps = gas;
   s.optimizer.type = latchkey::OptimizerType::kSgd;

@@ -41,37 +41,6 @@ absl::Status ResolvePath(const std::string& field, const std::string& base_dir,
   return absl::OkStatus();
 }
 
-absl::Status ParseModel(JsonObjectReader s, ModelConfig* m) {
-  std::string type;
-  LK_RETURN_IF_ERROR(s.Require("model_type"));
-  LK_RETURN_IF_ERROR(s.String("model_type", &type));
-  if (type != "gpt_bigcode") {
-    return s.Error("model_type", absl::StrCat("must be \"gpt_bigcode\", got \"", type, "\""));
-  }
-  for (const char* key : {"n_layer", "n_embd", "n_head", "vocab_size", "n_positions"}) {
-    LK_RETURN_IF_ERROR(s.Require(key));
-  }
-  LK_RETURN_IF_ERROR(s.Int("n_layer", &m->n_layer, AtLeast(1)));
-  LK_RETURN_IF_ERROR(s.Int("n_embd", &m->n_embd, AtLeast(1)));
-  LK_RETURN_IF_ERROR(s.Int("n_head", &m->n_head, AtLeast(1)));
-  const json* inner = s.Get("n_inner");
-  if (inner != nullptr && !inner->is_null()) {
-    LK_RETURN_IF_ERROR(s.Int("n_inner", &m->n_inner, AtLeast(1)));
-  } else {
-    m->n_inner = 0;
-  }
-  LK_RETURN_IF_ERROR(s.Int("vocab_size", &m->vocab_size, AtLeast(1)));
-  LK_RETURN_IF_ERROR(s.Int("n_positions", &m->n_positions, AtLeast(1)));
-  LK_RETURN_IF_ERROR(s.Bool("multi_query", &m->multi_query));
-  LK_RETURN_IF_ERROR(s.Bool("scale_attn_weights", &m->scale_attn_weights));
-  LK_RETURN_IF_ERROR(s.Double("resid_pdrop", &m->resid_pdrop, kUnitInterval));
-  LK_RETURN_IF_ERROR(s.Double("embd_pdrop", &m->embd_pdrop, kUnitInterval));
-  LK_RETURN_IF_ERROR(s.Double("attn_pdrop", &m->attn_pdrop, kUnitInterval));
-  LK_RETURN_IF_ERROR(s.Double("layer_norm_epsilon", &m->layer_norm_epsilon, kPositive));
-  LK_RETURN_IF_ERROR(s.Double("initializer_range", &m->initializer_range, kNonNegative));
-  return s.RefuseUnknown();
-}
-
 absl::Status ParseOptimizer(JsonObjectReader s, OptimizerConfig* o,
                             std::vector<std::string>* warn) {
   std::string type;
@@ -316,7 +285,7 @@ absl::Status ParseTop(const json& root, const std::string& base_dir, JobSpec* sp
 
   LK_RETURN_IF_ERROR(top.Require("model"));
   LK_RETURN_IF_ERROR(top.Object("model", &obj));
-  LK_RETURN_IF_ERROR(ParseModel(top.Child("model", *obj), &spec->model));
+  LK_ASSIGN_OR_RETURN(spec->model, ModelConfigFromJson(*obj, ModelJsonFormat::kJobSpec));
 
   LK_RETURN_IF_ERROR(
       top.Int("train_micro_batch_size_per_gpu", &spec->micro_batch_size, AtLeast(1)));

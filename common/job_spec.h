@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/backend.h"
+#include "common/model_config.h"
 
 namespace latchkey {
 
@@ -31,26 +32,6 @@ enum class OptimizerType { kSgd, kAdamW };
 
 // latchkey.backend and latchkey.device: CommBackend and DeviceKind (common/backend.h).
 enum class TokenDtype { kUint16, kUint32 };
-
-// HF GPTBigCode config keys (subset latchkey uses). n_inner 0 means 4 * n_embd.
-struct ModelConfig {
-  int n_layer = 2;
-  int n_embd = 64;
-  int n_head = 8;
-  int n_inner = 0;
-  int vocab_size = 256;
-  int n_positions = 64;
-  bool multi_query = true;
-  double resid_pdrop = 0.0;
-  double embd_pdrop = 0.0;
-  double attn_pdrop = 0.0;
-  double layer_norm_epsilon = 1e-5;
-  double initializer_range = 0.02;
-  bool scale_attn_weights = true;
-
-  int inner() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
-  int head_dim() const { return n_embd / n_head; }
-};
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
@@ -168,15 +149,13 @@ absl::Status ValidateModelForTp(const ModelConfig& model, int tp, bool has_parti
 // `warnings` are not carried (they describe the submitted text, not the job).
 std::string JobSpecToJson(const JobSpec& spec);
 
-// Field-wise equality (JobSpec's includes `warnings`).
-bool operator==(const ModelConfig& a, const ModelConfig& b);
+// Field-wise equality (JobSpec's includes `warnings`; ModelConfig's is in model_config.h).
 bool operator==(const OptimizerConfig& a, const OptimizerConfig& b);
 bool operator==(const DataConfig& a, const DataConfig& b);
 bool operator==(const SchedulerConfig& a, const SchedulerConfig& b);
 bool operator==(const EvalConfig& a, const EvalConfig& b);
 bool operator==(const CheckpointConfig& a, const CheckpointConfig& b);
 bool operator==(const JobSpec& a, const JobSpec& b);
-inline bool operator!=(const ModelConfig& a, const ModelConfig& b) { return !(a == b); }
 inline bool operator!=(const OptimizerConfig& a, const OptimizerConfig& b) { return !(a == b); }
 inline bool operator!=(const DataConfig& a, const DataConfig& b) { return !(a == b); }
 inline bool operator!=(const SchedulerConfig& a, const SchedulerConfig& b) { return !(a == b); }

@@ -87,22 +87,7 @@ nlohmann::json SchedulerJson(const SchedulerConfig& c) {
 
 std::string JobSpecToJson(const JobSpec& spec) {
   using json = nlohmann::json;
-  const ModelConfig& m = spec.model;
-  json model = {{"model_type", "gpt_bigcode"},
-                {"n_layer", m.n_layer},
-                {"n_embd", m.n_embd},
-                {"n_head", m.n_head},
-                {"n_inner", nullptr},
-                {"vocab_size", m.vocab_size},
-                {"n_positions", m.n_positions},
-                {"multi_query", m.multi_query},
-                {"resid_pdrop", m.resid_pdrop},
-                {"embd_pdrop", m.embd_pdrop},
-                {"attn_pdrop", m.attn_pdrop},
-                {"layer_norm_epsilon", m.layer_norm_epsilon},
-                {"initializer_range", m.initializer_range},
-                {"scale_attn_weights", m.scale_attn_weights}};
-  if (m.n_inner > 0) model["n_inner"] = m.n_inner;
+  const json model = ModelConfigToJson(spec.model, ModelJsonFormat::kJobSpec);
 
   const OptimizerConfig& o = spec.optimizer;
   json optimizer;
@@ -166,15 +151,6 @@ std::string JobSpecToJson(const JobSpec& spec) {
   if (spec.scheduler.type != SchedulerType::kNone)
     root["scheduler"] = SchedulerJson(spec.scheduler);
   return root.dump();
-}
-
-bool operator==(const ModelConfig& a, const ModelConfig& b) {
-  auto t = [](const ModelConfig& m) {
-    return std::tie(m.n_layer, m.n_embd, m.n_head, m.n_inner, m.vocab_size, m.n_positions,
-                    m.multi_query, m.resid_pdrop, m.embd_pdrop, m.attn_pdrop, m.layer_norm_epsilon,
-                    m.initializer_range, m.scale_attn_weights);
-  };
-  return t(a) == t(b);
 }
 
 bool operator==(const OptimizerConfig& a, const OptimizerConfig& b) {

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/temp_dir.h"
+#include "tests/support/tiny_model.h"
 
 namespace latchkey {
 namespace {
@@ -43,18 +44,11 @@ TEST(JobSpecTest, ParsesDesignExample) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(kExample, "/jobs/a");
   ASSERT_TRUE(spec.ok()) << spec.status();
   const ModelConfig& m = spec->model;
-  EXPECT_EQ(m.n_layer, 2);
-  EXPECT_EQ(m.n_embd, 64);
-  EXPECT_EQ(m.n_head, 8);
-  EXPECT_EQ(m.n_inner, 0);
+  // Every field: 2 layers, n_embd 64, 8 heads, n_inner null, vocab 256, 64 positions, MQA, and
+  // the defaults of the keys left out (no dropout, epsilon 1e-5, scaled attention).
+  EXPECT_EQ(testing::ModelDiff(m, testing::TinyModel()), "");
   EXPECT_EQ(m.inner(), 256);
   EXPECT_EQ(m.head_dim(), 8);
-  EXPECT_EQ(m.vocab_size, 256);
-  EXPECT_EQ(m.n_positions, 64);
-  EXPECT_TRUE(m.multi_query);
-  EXPECT_EQ(m.resid_pdrop, 0.0);
-  EXPECT_EQ(m.layer_norm_epsilon, 1e-5);
-  EXPECT_TRUE(m.scale_attn_weights);
   EXPECT_EQ(spec->micro_batch_size, 2);
   EXPECT_EQ(spec->gradient_accumulation_steps, 4);
   EXPECT_EQ(spec->gradient_clipping, 1.0);

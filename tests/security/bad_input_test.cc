@@ -543,9 +543,7 @@ TEST(BadInputCoordinatorTest, SubmitJobRefusesAndStoresNothing) {
 // reading a file inside the root trains.
 TEST(BadInputWorkerTest, StandaloneWorkerRefusesASymlinkOutOfItsDataRoot) {
   auto run = [](const std::string& tokens, const std::string& name) {
-    SpecParams p;
-    p.tp = 1;
-    p.world_size = 1;
+    SpecParams p = SingleRankParams();
     p.steps = 1;
     p.gas = 1;
     p.micro_batch = 1;

@@ -59,7 +59,22 @@ nlohmann::json SpecObject(const SpecParams& p) {
   return j;
 }
 
+SpecParams SingleRankParams() {
+  SpecParams p;
+  p.world_size = 1;
+  p.tp = 1;
+  return p;
+}
+
 std::string SpecJson(const SpecParams& p) { return SpecObject(p).dump(); }
+
+RunShape Dp2Tp2Shape() {
+  RunShape r;
+  r.mb = 1;
+  r.dp = 2;
+  r.tp = 2;
+  return r;
+}
 
 SpecParams FixtureParams(const RunShape& r) {
   SpecParams p;

@@ -19,7 +19,8 @@
 
 namespace latchkey::testing {
 
-// The "model" block of a GPTBigCode job.
+// The "model" block of a GPTBigCode job; the defaults are the fixture's model (tiny_model.h's
+// TinyModel() as a ModelConfig).
 struct ModelShape {
   int n_layer = 2;
   int n_embd = 64;
@@ -62,6 +63,9 @@ struct SpecParams {
   nlohmann::json extra_top = nlohmann::json::object();
 };
 
+// SpecParams on one rank (world_size 1, TP 1), the rest as SpecParams' defaults.
+SpecParams SingleRankParams();
+
 nlohmann::json SpecObject(const SpecParams& p = {});
 std::string SpecJson(const SpecParams& p = {});
 
@@ -83,6 +87,9 @@ struct RunShape {
   nlohmann::json scheduler;            // the top-level "scheduler" block; null: left out
   nlohmann::json eval;                 // the "latchkey.eval" block; null: left out
 };
+// DP 2 x TP 2 (4 ranks) with one-sample micro-batches, the rest as RunShape's defaults: the
+// smallest layout with both kinds of parallelism, where the window and evaluation tests run.
+RunShape Dp2Tp2Shape();
 SpecParams FixtureParams(const RunShape& r);
 nlohmann::json FixtureSpec(const RunShape& r);
 

@@ -84,12 +84,9 @@ TEST(EvalTest, KLargerThanTheFileWrapsAround) {
 // on, so its random streams must not be touched), and each step's collective counts are the
 // training window's alone.
 TEST(EvalTest, TrainingAndStepCollectiveCountsUnchangedByEval) {
-  RunShape s;
+  RunShape s = Dp2Tp2Shape();
   s.variant = "mqa";
-  s.mb = 1;
   s.gas = 2;
-  s.dp = 2;
-  s.tp = 2;
   s.zero = 1;
   s.steps = 3;
   s.optimizer = "AdamW";

@@ -81,10 +81,7 @@ class DpTpParity : public ::testing::TestWithParam<DpCase> {};
 
 TEST_P(DpTpParity, Dp2Tp2MatchesUnsharded) {
   const DpCase& c = GetParam();
-  RunShape s;
-  s.mb = 1;
-  s.dp = 2;
-  s.tp = 2;
+  RunShape s = Dp2Tp2Shape();
   s.gas = c.gas;
   s.zero = c.zero;
   s.kv_reduce = c.kv;
@@ -134,10 +131,7 @@ INSTANTIATE_TEST_SUITE_P(Windows, DpTpParity,
 
 // Any no_sync mask gives the same result; the count of DP reductions follows the mask.
 TEST(NoSyncMasks, AnyMaskSameResult) {
-  RunShape s;
-  s.mb = 1;
-  s.dp = 2;
-  s.tp = 2;
+  RunShape s = Dp2Tp2Shape();
   s.gas = 4;
   s.steps = 3;
   s.lr = 0.1;
@@ -238,12 +232,9 @@ TEST(Clipping, UpdateIsScaledByTheClipCoefficient) {
 // partition: about 1/DP of stage 0's bytes.
 TEST(Zero1, OptimizerStateIsPartitioned) {
   for (bool bf16 : {false, true}) {
-    RunShape s;
+    RunShape s = Dp2Tp2Shape();
     s.optimizer = "AdamW";
     s.lr = 0.001;
-    s.dp = 2;
-    s.tp = 2;
-    s.mb = 1;
     s.steps = 2;
     auto run = [&](int zero) {
       s.zero = zero;

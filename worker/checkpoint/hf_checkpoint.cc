@@ -1,8 +1,5 @@
 #include "worker/checkpoint/hf_checkpoint.h"
 
-#include <climits>
-#include <initializer_list>
-#include <limits>
 #include <map>
 #include <utility>
 #include <vector>
@@ -10,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/json_reader.h"
+#include "common/model_config.h"
 #include "common/spec_limits.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -18,25 +16,6 @@
 
 namespace latchkey {
 namespace {
-
-constexpr IntBounds kPositive{1, INT_MAX, "positive"};
-constexpr DoubleRange kNonNegative{0.0, false, std::numeric_limits<double>::infinity(), true};
-
-// `key` (or its first present alias) as a positive int.
-absl::Status ReadSize(JsonObjectReader& r, std::initializer_list<const char*> keys, int* out) {
-  return r.Int(r.FirstPresent(keys), out, kPositive);
-}
-
-// A string key that must be one of `allowed` when present.
-absl::Status ReadOneOf(JsonObjectReader& r, const char* key,
-                       std::initializer_list<const char*> allowed, const char* why) {
-  const nlohmann::json* v = r.Get(key);
-  if (v == nullptr) return absl::OkStatus();
-  for (const char* a : allowed) {
-    if (v->is_string() && v->get_ref<const std::string&>() == a) return absl::OkStatus();
-  }
-  return r.Error(key, absl::StrCat(DescribeJson(*v), " is not supported (", why, ")"));
-}
 
 // name -> shape of every GPTBigCodeForCausalLM tensor, lm_head included.
 std::map<std::string, std::vector<int64_t>> ExpectedShapes(const ModelConfig& c) {
@@ -54,101 +33,20 @@ std::string Shape(const std::vector<int64_t>& s) {
 
 absl::StatusOr<ModelConfig> ParseHfConfig(absl::string_view json_text, absl::string_view source) {
   LK_ASSIGN_OR_RETURN(const nlohmann::json obj, ParseJsonObject(json_text, source));
-  // HF GPTBigCodeConfig defaults for absent keys.
-  ModelConfig c;
-  c.vocab_size = 50257;
-  c.n_positions = 1024;
-  c.n_embd = 768;
-  c.n_layer = 12;
-  c.n_head = 12;
-  c.n_inner = 0;
-  c.multi_query = true;
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.1;
-  c.layer_norm_epsilon = 1e-5;
-  c.initializer_range = 0.02;
-  c.scale_attn_weights = true;
-
-  // Keys latchkey does not use (architectures, bos_token_id, ...) are ignored.
-  JsonObjectReader r(obj, "", std::string(source));
-  LK_RETURN_IF_ERROR(
-      ReadOneOf(r, "model_type", {"gpt_bigcode"}, "latchkey reads GPTBigCode checkpoints only"));
-  LK_RETURN_IF_ERROR(ReadOneOf(r, "activation_function", {"gelu_pytorch_tanh", "gelu_new"},
-                               "latchkey implements the tanh GELU only"));
-  LK_RETURN_IF_ERROR(ReadSize(r, {"vocab_size"}, &c.vocab_size));
-  LK_RETURN_IF_ERROR(ReadSize(r, {"n_positions", "max_position_embeddings"}, &c.n_positions));
-  LK_RETURN_IF_ERROR(ReadSize(r, {"n_embd", "hidden_size"}, &c.n_embd));
-  LK_RETURN_IF_ERROR(ReadSize(r, {"n_layer", "num_hidden_layers"}, &c.n_layer));
-  LK_RETURN_IF_ERROR(ReadSize(r, {"n_head", "num_attention_heads"}, &c.n_head));
-  const nlohmann::json* inner = r.Get("n_inner");
-  if (inner != nullptr && inner->is_null()) {
-    c.n_inner = 0;
-  } else {
-    LK_RETURN_IF_ERROR(r.Int("n_inner", &c.n_inner, IntBounds{0, INT_MAX, ">= 0 or null"}));
-  }
-  LK_RETURN_IF_ERROR(r.Bool("multi_query", &c.multi_query));
-  LK_RETURN_IF_ERROR(r.Double("resid_pdrop", &c.resid_pdrop, kNonNegative));
-  LK_RETURN_IF_ERROR(r.Double("embd_pdrop", &c.embd_pdrop, kNonNegative));
-  LK_RETURN_IF_ERROR(r.Double("attn_pdrop", &c.attn_pdrop, kNonNegative));
-  LK_RETURN_IF_ERROR(r.Double("layer_norm_epsilon", &c.layer_norm_epsilon, kNonNegative));
-  LK_RETURN_IF_ERROR(r.Double("initializer_range", &c.initializer_range, kNonNegative));
-  LK_RETURN_IF_ERROR(r.Bool("scale_attn_weights", &c.scale_attn_weights));
-  bool tie = true;
-  LK_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &tie));
-  if (!tie) {
-    return r.Error("tie_word_embeddings",
-                   "false is not supported (latchkey ties lm_head to transformer.wte)");
-  }
-  if (c.n_embd % c.n_head != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": n_embd ", c.n_embd, " is not divisible by n_head ", c.n_head));
-  }
-  return c;
+  return ModelConfigFromJson(obj, ModelJsonFormat::kHfConfig, source);
 }
 
 std::string SerializeHfConfig(const ModelConfig& c) {
-  nlohmann::ordered_json j;
-  j["model_type"] = "gpt_bigcode";
-  j["architectures"] = {"GPTBigCodeForCausalLM"};
-  j["vocab_size"] = c.vocab_size;
-  j["n_positions"] = c.n_positions;
-  j["n_embd"] = c.n_embd;
-  j["n_layer"] = c.n_layer;
-  j["n_head"] = c.n_head;
-  j["n_inner"] = c.n_inner > 0 ? nlohmann::ordered_json(c.n_inner) : nlohmann::ordered_json();
-  j["activation_function"] = "gelu_pytorch_tanh";
-  j["resid_pdrop"] = c.resid_pdrop;
-  j["embd_pdrop"] = c.embd_pdrop;
-  j["attn_pdrop"] = c.attn_pdrop;
-  j["layer_norm_epsilon"] = c.layer_norm_epsilon;
-  j["initializer_range"] = c.initializer_range;
-  j["scale_attn_weights"] = c.scale_attn_weights;
-  j["attention_softmax_in_fp32"] = true;
-  j["scale_attention_softmax_in_fp32"] = true;
-  j["multi_query"] = c.multi_query;
-  j["tie_word_embeddings"] = true;
-  j["bos_token_id"] = c.vocab_size - 1;
-  j["eos_token_id"] = c.vocab_size - 1;
-  j["torch_dtype"] = "float32";
-  return j.dump(2) + "\n";
+  return ModelConfigToJson(c, ModelJsonFormat::kHfConfig).dump(2) + "\n";
 }
 
 absl::Status CheckConfigAgrees(const ModelConfig& spec_model, const ModelConfig& ckpt,
                                const std::string& field) {
   std::vector<std::string> diffs;
-  auto check = [&](const char* key, auto spec_value, auto ckpt_value) {
-    if (spec_value != ckpt_value) {
-      diffs.push_back(absl::StrCat("checkpoint ", key, " ", ckpt_value, " disagrees with model.",
-                                   key, " ", spec_value));
-    }
-  };
-  check("n_layer", spec_model.n_layer, ckpt.n_layer);
-  check("n_embd", spec_model.n_embd, ckpt.n_embd);
-  check("n_head", spec_model.n_head, ckpt.n_head);
-  check("n_inner", spec_model.inner(), ckpt.inner());
-  check("vocab_size", spec_model.vocab_size, ckpt.vocab_size);
-  check("n_positions", spec_model.n_positions, ckpt.n_positions);
-  check("multi_query", spec_model.multi_query ? "true" : "false",
-        ckpt.multi_query ? "true" : "false");
+  for (const ModelFieldDiff& d : DiffModelConfigs(spec_model, ckpt, ModelFields::kShape)) {
+    diffs.push_back(
+        absl::StrCat("checkpoint ", d.key, " ", d.b, " disagrees with model.", d.key, " ", d.a));
+  }
   if (diffs.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", absl::StrJoin(diffs, "; ")));
 }

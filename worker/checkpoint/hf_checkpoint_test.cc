@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/temp_dir.h"
+#include "tests/support/tiny_model.h"
 #include "worker/checkpoint/files.h"
 #include "worker/model/gpt_bigcode_params.h"
 
@@ -15,6 +16,9 @@ namespace latchkey {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ModelDiff;
+using testing::TinyMhaModel;
+using testing::TinyModel;
 namespace fs = std::filesystem;
 
 const std::string kFixtures = std::string(LATCHKEY_SOURCE_DIR) + "/testdata/gptbigcode-tiny";
@@ -32,35 +36,17 @@ std::string CopyFixture(const std::string& variant) {
   return dir;
 }
 
-ModelConfig Tiny(bool multi_query = true) {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_embd = 64;
-  c.n_head = 8;
-  c.n_inner = 0;
-  c.vocab_size = 256;
-  c.n_positions = 64;
-  c.multi_query = multi_query;
-  return c;
-}
-
 TEST(HfCheckpointTest, ReadsFixtures) {
   for (bool mqa : {true, false}) {
     SCOPED_TRACE(mqa);
     absl::StatusOr<HfCheckpoint> ck = ReadHfCheckpoint(kFixtures + (mqa ? "/mqa" : "/mha"));
     ASSERT_TRUE(ck.ok()) << ck.status();
     const ModelConfig& c = ck->config;
-    EXPECT_EQ(c.n_layer, 2);
-    EXPECT_EQ(c.n_embd, 64);
-    EXPECT_EQ(c.n_head, 8);
-    EXPECT_EQ(c.n_inner, 0);
+    // Every field: 2 layers, n_embd 64, 8 heads, n_inner null, vocab 256, 64 positions, no
+    // dropout, epsilon 1e-5.
+    EXPECT_EQ(ModelDiff(c, TinyModel(mqa)), "");
     EXPECT_EQ(c.inner(), 256);
-    EXPECT_EQ(c.vocab_size, 256);
-    EXPECT_EQ(c.n_positions, 64);
-    EXPECT_EQ(c.multi_query, mqa);
-    EXPECT_DOUBLE_EQ(c.layer_norm_epsilon, 1e-5);
-    EXPECT_DOUBLE_EQ(c.resid_pdrop, 0.0);
-    EXPECT_TRUE(CheckConfigAgrees(Tiny(mqa), c, "latchkey.init_from").ok());
+    EXPECT_TRUE(CheckConfigAgrees(TinyModel(mqa), c, "latchkey.init_from").ok());
     const StTensor* c_attn = ck->weights.Find("transformer.h.0.attn.c_attn.weight");
     ASSERT_NE(c_attn, nullptr);
     EXPECT_EQ(c_attn->shape, (std::vector<int64_t>{mqa ? 80 : 192, 64}));
@@ -100,7 +86,7 @@ TEST(HfCheckpointTest, WriteThenReadRoundTrip) {
 }
 
 TEST(HfCheckpointTest, ConfigJsonHasExactlyTheDesignKeys) {
-  ModelConfig c = Tiny();
+  ModelConfig c = TinyModel();
   nlohmann::json j = nlohmann::json::parse(SerializeHfConfig(c));
   std::set<std::string> keys;
   for (const auto& [k, v] : j.items()) keys.insert(k);
@@ -151,14 +137,10 @@ TEST(HfCheckpointTest, ConfigJsonHasExactlyTheDesignKeys) {
 TEST(HfCheckpointTest, ConfigDefaultsAndAliases) {
   absl::StatusOr<ModelConfig> c = ParseHfConfig("{}");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->vocab_size, 50257);
-  EXPECT_EQ(c->n_positions, 1024);
-  EXPECT_EQ(c->n_embd, 768);
-  EXPECT_EQ(c->n_layer, 12);
-  EXPECT_EQ(c->n_head, 12);
-  EXPECT_EQ(c->n_inner, 0);
-  EXPECT_TRUE(c->multi_query);
-  EXPECT_DOUBLE_EQ(c->attn_pdrop, 0.1);
+  // transformers' GPTBigCodeConfig(): n_layer 12, n_embd 768, n_head 12, n_inner None, vocab
+  // 50257, n_positions 1024, multi_query, dropout 0.1, epsilon 1e-5, initializer range 0.02.
+  const ModelConfig hf{12, 768, 12, 0, 50257, 1024, true, 0.1, 0.1, 0.1, 1e-5, 0.02, true};
+  EXPECT_EQ(ModelDiff(*c, hf), "");
   c = ParseHfConfig(R"({"hidden_size":32,"num_attention_heads":4,"num_hidden_layers":1,
                         "max_position_embeddings":16,"n_inner":64})");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -210,7 +192,7 @@ TEST(HfCheckpointTest, ReadsTheConfigTransformersWrites) {
   EXPECT_TRUE(c->multi_query);
   EXPECT_DOUBLE_EQ(c->attn_pdrop, 0.1);
   EXPECT_DOUBLE_EQ(c->layer_norm_epsilon, 1e-5);
-  EXPECT_TRUE(CheckConfigAgrees(Tiny(), *c, "latchkey.init_from").ok());
+  EXPECT_TRUE(CheckConfigAgrees(TinyModel(), *c, "latchkey.init_from").ok());
 
   // The folder save_pretrained writes: its config.json, the weights, and generation_config.json
   // (ignored).
@@ -257,14 +239,14 @@ TEST(HfCheckpointTest, ConfigErrors) {
 }
 
 TEST(HfCheckpointTest, ConfigAgreement) {
-  ModelConfig spec = Tiny();
-  ModelConfig ck = Tiny();
+  ModelConfig spec = TinyModel();
+  ModelConfig ck = TinyModel();
   ck.n_inner = 256;  // 4 * n_embd: same as null
   EXPECT_TRUE(CheckConfigAgrees(spec, ck, "latchkey.init_from").ok());
   ck.layer_norm_epsilon = 1e-6;  // not a shape key
   EXPECT_TRUE(CheckConfigAgrees(spec, ck, "latchkey.init_from").ok());
 
-  ck = Tiny();
+  ck = TinyModel();
   ck.n_head = 4;
   absl::Status s = CheckConfigAgrees(spec, ck, "latchkey.init_from");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -287,13 +269,13 @@ TEST(HfCheckpointTest, ConfigAgreement) {
        "checkpoint multi_query false disagrees with model.multi_query true"},
   };
   for (const Case& c : cases) {
-    ck = Tiny();
+    ck = TinyModel();
     c.mutate(&ck);
     s = CheckConfigAgrees(spec, ck, "latchkey.init_from");
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(Msg(s), HasSubstr("latchkey.init_from: " + c.fragment));
   }
-  ck = Tiny();
+  ck = TinyModel();
   ck.n_layer = 1;
   ck.vocab_size = 512;
   s = CheckConfigAgrees(spec, ck, "f");
@@ -376,16 +358,16 @@ TEST(HfCheckpointTest, ParameterTableMatchesTheFixtures) {
 
 TEST(HfCheckpointTest, WeightsMustMatchConfig) {
   StFile w = *ReadSafetensorsFile(kFixtures + "/mqa/model.safetensors");
-  EXPECT_TRUE(CheckWeightsMatchConfig(Tiny(), w, "w").ok());
+  EXPECT_TRUE(CheckWeightsMatchConfig(TinyModel(), w, "w").ok());
 
-  ModelConfig c = Tiny();
+  ModelConfig c = TinyModel();
   c.n_layer = 3;
   absl::Status s = CheckWeightsMatchConfig(c, w, "w");
   EXPECT_THAT(Msg(s), HasSubstr("w: missing tensor 'transformer.h.2.attn.c_attn.bias' [80]"));
-  s = CheckWeightsMatchConfig(Tiny(/*multi_query=*/false), w, "w");
+  s = CheckWeightsMatchConfig(TinyMhaModel(), w, "w");
   EXPECT_THAT(Msg(s), HasSubstr("tensor 'transformer.h.0.attn.c_attn.bias' has shape [80], "
                                 "config.json implies [192]"));
-  c = Tiny();
+  c = TinyModel();
   c.n_layer = 1;
   s = CheckWeightsMatchConfig(c, w, "w");
   EXPECT_THAT(Msg(s), HasSubstr("unexpected tensor 'transformer.h.1."));
@@ -393,12 +375,12 @@ TEST(HfCheckpointTest, WeightsMustMatchConfig) {
   StFile with_head = w;
   with_head.tensors.push_back(
       {"lm_head.weight", StDtype::kF32, {256, 64}, w.Find("transformer.wte.weight")->data});
-  EXPECT_TRUE(CheckWeightsMatchConfig(Tiny(), with_head, "w").ok());
+  EXPECT_TRUE(CheckWeightsMatchConfig(TinyModel(), with_head, "w").ok());
   StFile ints = w;
   ints.tensors[0].dtype = StDtype::kI32;
-  EXPECT_THAT(Msg(CheckWeightsMatchConfig(Tiny(), ints, "w")), HasSubstr("dtype I32"));
+  EXPECT_THAT(Msg(CheckWeightsMatchConfig(TinyModel(), ints, "w")), HasSubstr("dtype I32"));
 
-  c = Tiny();
+  c = TinyModel();
   c.n_head = 0;
   EXPECT_THAT(Msg(CheckWeightsMatchConfig(c, w, "w")), HasSubstr("w: invalid model config"));
   c.n_head = 6;
@@ -406,7 +388,7 @@ TEST(HfCheckpointTest, WeightsMustMatchConfig) {
 
   // A config.json that disagrees with its weights is refused when reading.
   std::string dir = CopyFixture("mqa");
-  c = Tiny();
+  c = TinyModel();
   c.n_inner = 128;
   ASSERT_TRUE(WriteFileAtomically(dir + "/config.json", SerializeHfConfig(c)).ok());
   absl::StatusOr<HfCheckpoint> ck = ReadHfCheckpoint(dir);

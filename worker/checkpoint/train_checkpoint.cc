@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/model_config.h"
 #include "common/spec_limits.h"
 #include "nlohmann/json.hpp"
 #include "worker/checkpoint/files.h"
@@ -71,42 +72,6 @@ absl::Status RemoveAll(const std::string& path) {
   std::filesystem::remove_all(path, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", ec.message()));
   return absl::OkStatus();
-}
-
-nlohmann::ordered_json ModelToJson(const ModelConfig& m) {
-  nlohmann::ordered_json j;
-  j["n_layer"] = m.n_layer;
-  j["n_embd"] = m.n_embd;
-  j["n_head"] = m.n_head;
-  j["n_inner"] = m.n_inner;
-  j["vocab_size"] = m.vocab_size;
-  j["n_positions"] = m.n_positions;
-  j["multi_query"] = m.multi_query;
-  j["resid_pdrop"] = m.resid_pdrop;
-  j["embd_pdrop"] = m.embd_pdrop;
-  j["attn_pdrop"] = m.attn_pdrop;
-  j["layer_norm_epsilon"] = m.layer_norm_epsilon;
-  j["initializer_range"] = m.initializer_range;
-  j["scale_attn_weights"] = m.scale_attn_weights;
-  return j;
-}
-
-ModelConfig ModelFromJson(const nlohmann::json& j) {
-  ModelConfig m;
-  m.n_layer = j.at("n_layer").get<int>();
-  m.n_embd = j.at("n_embd").get<int>();
-  m.n_head = j.at("n_head").get<int>();
-  m.n_inner = j.at("n_inner").get<int>();
-  m.vocab_size = j.at("vocab_size").get<int>();
-  m.n_positions = j.at("n_positions").get<int>();
-  m.multi_query = j.at("multi_query").get<bool>();
-  m.resid_pdrop = j.at("resid_pdrop").get<double>();
-  m.embd_pdrop = j.at("embd_pdrop").get<double>();
-  m.attn_pdrop = j.at("attn_pdrop").get<double>();
-  m.layer_norm_epsilon = j.at("layer_norm_epsilon").get<double>();
-  m.initializer_range = j.at("initializer_range").get<double>();
-  m.scale_attn_weights = j.at("scale_attn_weights").get<bool>();
-  return m;
 }
 
 // "step-00000011" -> 11; -1 for any other name.
@@ -169,7 +134,7 @@ std::string SerializeManifest(const CheckpointManifest& m) {
   j["bf16"] = m.bf16;
   j["optimizer"] = m.optimizer;
   j["compute_threads"] = m.compute_threads;
-  j["model"] = ModelToJson(m.model);
+  j["model"] = ModelConfigToJson(m.model, ModelJsonFormat::kManifest);
   nlohmann::ordered_json files = nlohmann::ordered_json::array();
   for (const CheckpointFileEntry& f : m.files) {
     nlohmann::ordered_json e;
@@ -206,7 +171,13 @@ absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& text,
     m.bf16 = j.at("bf16").get<bool>();
     m.optimizer = j.at("optimizer").get<std::string>();
     m.compute_threads = j.at("compute_threads").get<int>();
-    m.model = ModelFromJson(j.at("model"));
+    absl::StatusOr<ModelConfig> model =
+        ModelConfigFromJson(j.at("model"), ModelJsonFormat::kManifest);
+    if (!model.ok()) {
+      return absl::DataLossError(
+          absl::StrCat(source, ": malformed manifest: ", model.status().message()));
+    }
+    m.model = *model;
     for (const auto& f : j.at("files")) {
       CheckpointFileEntry e;
       e.name = f.at("name").get<std::string>();
@@ -275,8 +246,9 @@ absl::Status CheckManifestFits(const std::string& dir, const CheckpointManifest&
   if (m.bf16 != want.bf16)
     return refuse("bf16", m.bf16 ? "true" : "false", want.bf16 ? "true" : "false");
   if (m.optimizer != want.optimizer) return refuse("optimizer", m.optimizer, want.optimizer);
-  if (ModelToJson(m.model) != ModelToJson(want.model)) {
-    return refuse("model", ModelToJson(m.model).dump(), ModelToJson(want.model).dump());
+  if (m.model != want.model) {
+    return refuse("model", ModelConfigToJson(m.model, ModelJsonFormat::kManifest).dump(),
+                  ModelConfigToJson(want.model, ModelJsonFormat::kManifest).dump());
   }
   return absl::OkStatus();
 }

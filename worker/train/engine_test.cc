@@ -14,8 +14,6 @@
 namespace latchkey {
 namespace {
 
-const std::string kFixture = std::string(LATCHKEY_SOURCE_DIR) + "/testdata/gptbigcode-tiny";
-
 // TP 2 (rank 0 of 2) on the fixture's MQA model: 2 layers, so 4 TP all-reduces per forward and
 // 4 per backward, then one coalesced K/V all-reduce and the norm's at the boundary. The weights
 // come from the seed: reading the fixture's HF folder is the checkpoint module's
@@ -34,7 +32,7 @@ JobSpec TpSpec() {
   p.world_size = 2;
   p.kv_reduce = "coalesced";
   p.model = testing::FixtureModel("mqa");
-  p.data = testing::TokensData(kFixture + "/tokens.bin");
+  p.data = testing::TokensData(testing::FixtureDir() + "/tokens.bin");
   auto spec = ParseJobSpec(testing::SpecJson(p), "/");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
