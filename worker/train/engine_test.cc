@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "common/latch.h"
+#include "tests/support/launch.h"
 #include "tests/support/scripted_group.h"
 #include "tests/support/specs.h"
 #include "worker/comm/collective_error.h"
