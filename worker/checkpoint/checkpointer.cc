@@ -4,7 +4,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -29,20 +31,34 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The confirmation record of one rank: ok, bytes, SHA-256 words.
-constexpr int kRecord = 10;
+// A SHA-256 as it travels between ranks: its 64 hex characters, as bytes.
+constexpr int kDigestBytes = 64;
+// The confirmation record of one rank: ok (1 byte), the file's size (int64, host order: every
+// rank of a job runs one build), the file's SHA-256.
+constexpr int kSizeAt = 1;
+constexpr int kDigestAt = kSizeAt + 8;
+constexpr int kRecord = kDigestAt + kDigestBytes;
+// Rank 0's commit outcome: ok (1 byte), the manifest's SHA-256.
+constexpr int kOutcome = 1 + kDigestBytes;
 
-// All-gathers n host doubles over the world into out (world_size * n), or broadcasts them
-// from rank 0 (out == values), through buffers on the training device (collectives take
+void PutDigest(const std::string& hex, uint8_t* out) {
+  std::memcpy(out, hex.data(), std::min<size_t>(hex.size(), kDigestBytes));
+}
+std::string GetDigest(const uint8_t* in) {
+  return std::string(reinterpret_cast<const char*>(in), kDigestBytes);
+}
+
+// All-gathers n host bytes over the world into out (world_size * n), or broadcasts them from
+// rank 0 (out == values), through uint8 buffers on the training device (collectives take
 // device-tagged buffers only).
-absl::Status ExchangeDoubles(const TrainingState& s, double* values, int64_t n, double* out,
-                             bool gather) {
+absl::Status ExchangeBytes(const TrainingState& s, uint8_t* values, int64_t n, uint8_t* out,
+                           bool gather) {
   const comm::ProcessGroups& g = *s.groups;
-  at::Tensor in = at::from_blob(values, {n}, at::kDouble).to(s.params->device());
+  at::Tensor in = at::from_blob(values, {n}, at::kByte).to(s.params->device());
   at::Tensor t = gather ? at::empty({n * g.world_size}, in.options()) : in;
   LK_RETURN_IF_ERROR(gather ? g.world->AllGather(CommBuffer(in), CommBuffer(t))
                             : g.world->Broadcast(CommBuffer(t), 0));
-  if (!t.is_cpu() || gather) std::memcpy(out, t.cpu().data_ptr<double>(), t.numel() * 8);
+  if (!t.is_cpu() || gather) std::memcpy(out, t.cpu().data_ptr<uint8_t>(), t.numel());
   return absl::OkStatus();
 }
 
@@ -104,50 +120,52 @@ absl::StatusOr<CheckpointCommit> SaveTrainingCheckpoint(const TrainingState& sta
   absl::StatusOr<CheckpointFileEntry> entry =
       WriteCheckpointRankFile(temp, g.rank, RankState(state, step));
   if (entry.ok()) MaybeCrash("checkpoint.after_rank_files", g.rank, step);
-  // Confirmations: every rank's record (ok, bytes, SHA-256 words) reaches every rank.
-  double mine[kRecord] = {};
+  // Confirmations: every rank's record (ok, size, SHA-256) reaches every rank.
+  uint8_t mine[kRecord] = {};
   if (entry.ok()) {
-    mine[0] = 1.0;
-    mine[1] = static_cast<double>(entry->bytes);
-    Sha256ToWords(entry->sha256, mine + 2);
+    mine[0] = 1;
+    const int64_t size = entry->bytes;
+    std::memcpy(mine + kSizeAt, &size, sizeof(size));
+    PutDigest(entry->sha256, mine + kDigestAt);
   }
-  std::vector<double> all(kRecord * g.world_size);
-  LK_RETURN_IF_ERROR(ExchangeDoubles(state, mine, kRecord, all.data(), /*gather=*/true));
+  std::vector<uint8_t> all(kRecord * g.world_size);
+  LK_RETURN_IF_ERROR(ExchangeBytes(state, mine, kRecord, all.data(), /*gather=*/true));
   if (!entry.ok()) return entry.status();
   CheckpointManifest manifest = Manifest(state, req);
   CheckpointCommit c;
   std::string failed;
   for (int r = 0; r < g.world_size; ++r) {
-    const double* x = all.data() + r * kRecord;
-    if (x[0] != 1.0) failed += (failed.empty() ? "" : ",") + std::to_string(r);
-    manifest.files.push_back(
-        {CheckpointRankFileName(r), static_cast<int64_t>(x[1]), Sha256FromWords(x + 2)});
-    c.bytes += static_cast<int64_t>(x[1]);
+    const uint8_t* x = all.data() + r * kRecord;
+    if (x[0] != 1) failed += (failed.empty() ? "" : ",") + std::to_string(r);
+    int64_t size = 0;
+    std::memcpy(&size, x + kSizeAt, sizeof(size));
+    manifest.files.push_back({CheckpointRankFileName(r), size, GetDigest(x + kDigestAt)});
+    c.bytes += size;
   }
   if (!failed.empty()) {
     return absl::InternalError("checkpoint of step " + std::to_string(step) + " in " + temp +
                                ": rank(s) " + failed + " could not write their file");
   }
   // Rank 0 commits; its outcome (ok, manifest SHA-256) reaches every rank, then a barrier.
-  double outcome[9] = {};
+  uint8_t outcome[kOutcome] = {};
   absl::Status commit_status;
   if (g.rank == 0) {
     MaybeCrash("checkpoint.before_commit", g.rank, step);
     absl::StatusOr<std::string> sha = CommitCheckpoint(req.root, temp, manifest);
-    outcome[0] = sha.ok() ? 1.0 : 0.0;
-    if (sha.ok()) Sha256ToWords(*sha, outcome + 1);
+    outcome[0] = sha.ok() ? 1 : 0;
+    if (sha.ok()) PutDigest(*sha, outcome + 1);
     commit_status = sha.status();
   }
-  LK_RETURN_IF_ERROR(ExchangeDoubles(state, outcome, 9, outcome, /*gather=*/false));
+  LK_RETURN_IF_ERROR(ExchangeBytes(state, outcome, kOutcome, outcome, /*gather=*/false));
   LK_RETURN_IF_ERROR(g.world->Barrier());
   LK_RETURN_IF_ERROR(commit_status);
-  if (outcome[0] != 1.0) {
+  if (outcome[0] != 1) {
     return absl::InternalError("checkpoint of step " + std::to_string(step) +
                                ": rank 0 could not commit " + temp);
   }
   c.step = step;
   c.dir = JoinPath(req.root, CheckpointStepDirName(step));
-  c.manifest_sha256 = Sha256FromWords(outcome + 1);
+  c.manifest_sha256 = GetDigest(outcome + 1);
   c.blocked_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return c;
 }

@@ -217,22 +217,6 @@ std::string CheckpointRankFileName(int rank) {
   return absl::StrFormat("rank-%05d.safetensors", rank);
 }
 
-void Sha256ToWords(const std::string& hex, double words[8]) {
-  const bool valid =
-      hex.size() == 64 && hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
-  for (int i = 0; i < 8; ++i) {
-    words[i] = valid ? static_cast<double>(std::stoul(hex.substr(8 * i, 8), nullptr, 16)) : 0.0;
-  }
-}
-
-std::string Sha256FromWords(const double words[8]) {
-  std::string out;
-  for (int i = 0; i < 8; ++i) {
-    out += absl::StrFormat("%08x", static_cast<uint32_t>(words[i]));
-  }
-  return out;
-}
-
 absl::Status CheckManifestFits(const std::string& dir, const CheckpointManifest& m,
                                const CheckpointManifest& want, const std::string& job_id) {
   const auto refuse = [&](absl::string_view field, const auto& have, const auto& need) {

@@ -68,12 +68,6 @@ std::string CheckpointStepDirName(int64_t step);                   // "step-0000
 std::string CheckpointTempDirName(int64_t step, int64_t attempt);  // ".step-00000011.a2.tmp"
 std::string CheckpointRankFileName(int rank);                      // "rank-00001.safetensors"
 
-// A SHA-256 hex string as its 8 big-endian 32-bit words, each exact in a double (so a
-// collective over float64 buffers carries it unchanged), and back. A string that is not 64 hex
-// digits gives zeros.
-void Sha256ToWords(const std::string& hex, double words[8]);
-std::string Sha256FromWords(const double words[8]);
-
 // Whether a verified checkpoint's manifest `m` (read from `dir`) fits a job laid out as `want`:
 // FAILED_PRECONDITION "checkpoint <dir>: <field> <its value>, this job has <value>" naming the
 // first field that differs among job_id (only when `job_id` is non-empty, compared with it),

@@ -240,20 +240,6 @@ TEST(TrainCheckpointTest, MalformedManifestIsDataLoss) {
   EXPECT_THAT(Msg(m.status()), HasSubstr("manifest.json"));
 }
 
-TEST(TrainCheckpointTest, Sha256WordsRoundTripExactly) {
-  const std::string sha = Sha256Hex("latchkey");
-  double words[8];
-  Sha256ToWords(sha, words);
-  EXPECT_EQ(words[0], static_cast<double>(std::stoul(sha.substr(0, 8), nullptr, 16)));
-  EXPECT_EQ(Sha256FromWords(words), sha);
-  const std::string high = std::string(8, 'f') + std::string(56, '0');
-  Sha256ToWords(high, words);
-  EXPECT_EQ(words[0], 4294967295.0);
-  EXPECT_EQ(Sha256FromWords(words), high);
-  Sha256ToWords("not a digest", words);
-  EXPECT_EQ(Sha256FromWords(words), std::string(64, '0'));
-}
-
 TEST(TrainCheckpointTest, ManifestOfAnotherLayoutIsRefusedNamingTheField) {
   const CheckpointManifest want = Manifest(4, 2);
   EXPECT_TRUE(CheckManifestFits("d", want, want, "job-a").ok());
