@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include "common/latch.h"
-#include "tests/support/launch.h"
 #include "tests/support/scripted_group.h"
 #include "tests/support/specs.h"
 #include "worker/comm/collective_error.h"
@@ -20,20 +19,15 @@ namespace {
 // come from the seed: reading the fixture's HF folder is the checkpoint module's
 // (EngineOptions::load_init_from), not the engine's, and no count here depends on them.
 JobSpec TpSpec() {
-  testing::SpecParams p;
-  p.micro_batch = 1;
-  p.gas = 1;
-  p.zero_stage = std::nullopt;
-  p.optimizer = "SGD";
-  p.lr = 0.1;
-  p.tp = 2;
-  p.managed = std::nullopt;
+  testing::RunShape r;  // SGD on the fixture's model and tokens
+  r.mb = 1;
+  r.tp = 2;
+  r.lr = 0.1;
+  r.steps = 1;
+  r.kv_reduce = "coalesced";
+  testing::SpecParams p = testing::FixtureParams(r);
   p.seq_len = 8;
-  p.steps = 1;
-  p.world_size = 2;
-  p.kv_reduce = "coalesced";
-  p.model = testing::FixtureModel("mqa");
-  p.data = testing::TokensData(testing::FixtureDir() + "/tokens.bin");
+  p.init_from.clear();  // seeded weights (see above)
   auto spec = ParseJobSpec(testing::SpecJson(p), "/");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
