@@ -5,10 +5,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "client/job_client.h"
+#include "common/error_info.h"
 #include "gtest/gtest.h"
+#include "proto/grpc_status.h"
 #include "proto/wire.h"
 #include "tests/coordinator/grpc_fixture.h"
 
@@ -116,6 +119,15 @@ TEST_F(AttemptsTest, RecoveryFencesTheOldAttemptAndTheNewOneResumesFromTheCheckp
   grpc::Status late = Step(job, "a", 1, 0, 1, 0.0);
   EXPECT_EQ(late.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_EQ(late.error_message(), fenced);
+  // The fence as data: ATTEMPT_FENCED with both attempts, whatever the message says.
+  for (const grpc::Status& st : {ended, late}) {
+    const std::optional<ErrorInfo> info = GetErrorInfo(FromGrpcStatus(st));
+    ASSERT_TRUE(info.has_value()) << st.error_message();
+    EXPECT_EQ(info->domain, "latchkey.v1");
+    EXPECT_EQ(info->reason, "ATTEMPT_FENCED");
+    EXPECT_EQ(info->IntMetadata("job_attempt"), 2);
+    EXPECT_EQ(info->IntMetadata("worker_attempt"), 1);
+  }
   EXPECT_EQ(workers_->Heartbeat(Ctx().get(), hb, &hbr).error_code(), grpc::StatusCode::ABORTED);
 
   // The new attempt: a fresh rendezvous, the checkpoint to resume from.
