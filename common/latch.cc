@@ -91,9 +91,9 @@ Latch DecideLatch(const JobSpec& spec, const LatchPolicy& policy, int64_t window
 }
 
 bool Latch::operator==(const Latch& o) const {
-  return std::tie(job_id, window, generation, first_micro_batch, n, kv_mode, no_sync, reason) ==
-         std::tie(o.job_id, o.window, o.generation, o.first_micro_batch, o.n, o.kv_mode, o.no_sync,
-                  o.reason);
+  return std::tie(job_id, window, generation, first_micro_batch, first_sample, n, kv_mode, no_sync,
+                  reason) == std::tie(o.job_id, o.window, o.generation, o.first_micro_batch,
+                                      o.first_sample, o.n, o.kv_mode, o.no_sync, o.reason);
 }
 
 }  // namespace latchkey

@@ -33,6 +33,9 @@ struct Latch {
   int64_t window = 0;             // s
   int64_t generation = 0;         // policy generation it was decided under
   int64_t first_micro_batch = 0;  // M_s
+  // Global stream positions (samples) consumed before window s, over every DP rank: window s
+  // reads [first_sample, first_sample + n * DP * MB) (docs/data.md).
+  int64_t first_sample = 0;
   int n = 1;                      // n_s
   KvMode kv_mode = KvMode::kPerMicroBatch;
   std::vector<bool> no_sync;  // size n; the last entry is always false

@@ -35,6 +35,7 @@ struct DataPosition {
   int64_t step = -1;                   // the window last run; -1 before the first
   int64_t latch_generation = 0;        // of latch(step)
   int64_t next_first_micro_batch = 0;  // M of window step + 1
+  int64_t next_first_sample = 0;       // global stream positions consumed through window step
 };
 
 struct TrainingState {

@@ -104,7 +104,9 @@ class EngineImpl final : public Engine {
     const double lr = schedule_.ForStep(latch.window);
     absl::StatusOr<double> loss = Window(latch, lr);
     if (!loss.ok()) return loss.status();
-    state_.position = {latch.window, latch.generation, latch.first_micro_batch + latch.n};
+    state_.position = {
+        latch.window, latch.generation, latch.first_micro_batch + latch.n,
+        latch.first_sample + static_cast<int64_t>(latch.n) * g_->dp * spec_.micro_batch_size};
     StepReport r;
     r.lr = lr;
     r.step = latch.window;
