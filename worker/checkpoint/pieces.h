@@ -27,20 +27,14 @@ namespace latchkey {
 // The layout a manifest was written by.
 LayoutSpec LayoutOfManifest(const CheckpointManifest& m);
 
-// What one rank wrote: its file and the SHA-256 (hex) of every region it holds, in
-// table.held_by(rank) order (the writer's digest is its piece's).
-struct WrittenShare {
-  CheckpointFileEntry file;
-  std::vector<std::string> digests;
-};
-
-// Digests of every region `rank` holds; `values[k]` holds the values of
+// The SHA-256 (hex) of every region `rank` holds, in table.held_by(rank) order (the writer's
+// digest is its piece's); `values[k]` holds the values of
 // table.HeldRange(rank, table.kinds()[k]) (from its begin).
 std::vector<std::string> ShareDigests(const LayoutTable& table, int rank,
                                       const std::vector<const float*>& values);
 
-// Writes `rank`'s file (the regions it is the writer of, as F32 pieces named PieceKey) into
-// `temp_dir` through WriteCheckpointRankFile. `digests` are ShareDigests' (computed once).
+// Writes `rank`'s file (the regions it is the writer of, as F32 pieces named PieceKey; values as
+// for ShareDigests) into `temp_dir` through WriteCheckpointRankFile.
 absl::StatusOr<CheckpointFileEntry> WriteShare(const LayoutTable& table,
                                                const std::string& temp_dir, int rank, int64_t step,
                                                const std::vector<const float*>& values);
