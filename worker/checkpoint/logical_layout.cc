@@ -84,7 +84,7 @@ Rect Intersect(const Rect& a, const Rect& b) {
 absl::StatusOr<LayoutTable> LayoutTable::Build(const LayoutSpec& spec) {
   if (spec.tp < 1) return absl::InvalidArgumentError("tensor_parallel.autotp_size: must be >= 1");
   if (spec.dp < 1) return absl::InvalidArgumentError("latchkey.world_size: dp must be >= 1");
-  if (spec.zero_stage != 0 && spec.zero_stage != 1) {
+  if (spec.zero_stage < 0 || spec.zero_stage > 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("zero_optimization.stage: ", spec.zero_stage, " has no checkpoint layout"));
   }

@@ -46,8 +46,9 @@ struct LayoutSpec {
   bool adamw = false;  // AdamW's moments exist (SGD has none)
 
   int world() const { return tp * dp; }
-  // ZeRO-1 partitions only over a parallel DP group (the engine's rule).
-  bool zero1() const { return zero_stage == 1 && dp > 1; }
+  // ZeRO-1 (and 2, which partitions the optimizer state alike) partitions only over a parallel
+  // DP group (the engine's rule). The engine's partition is checked against it at every save.
+  bool zero1() const { return zero_stage >= 1 && dp > 1; }
 };
 
 // A rectangle of a parameter in global index space, as rows x cols (a 1-D tensor of n elements
