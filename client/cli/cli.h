@@ -28,6 +28,7 @@ enum ExitCode : int {
   kConflict = 5,         // FAILED_PRECONDITION / ABORTED: wrong state, stale generation
   kUnavailable = 6,      // UNAVAILABLE / DEADLINE_EXCEEDED: coordinator unreachable or slow
   kUnauthenticated = 7,  // UNAUTHENTICATED / PERMISSION_DENIED
+  kDataLoss = 8,         // DATA_LOSS: a checkpoint file or piece does not match its checksum
   kJobFailed = 10,       // watched job ended failed
   kJobCancelled = 11,    // watched job ended cancelled
 };
@@ -35,7 +36,8 @@ enum ExitCode : int {
 inline constexpr char kExitCodeHelp[] =
     "Exit codes: 0 ok (watch: job succeeded), 1 error, 2 usage, 3 invalid argument/spec, "
     "4 job not found, 5 wrong state/conflict, 6 coordinator unreachable/timeout, "
-    "7 unauthenticated or permission denied (token), 10 watched job failed, 11 watched job "
+    "7 unauthenticated or permission denied (token), 8 checkpoint data loss (a file or piece "
+    "that does not match its checksum), 10 watched job failed, 11 watched job "
     "cancelled.";
 
 struct CliContext {
@@ -67,6 +69,8 @@ void AddCancelCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddUpdateCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddLatchesCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code);  // up_command.cc
+// checkpoint_command.cc: `checkpoint inspect | export | convert` (no coordinator).
+void AddCheckpointCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 
 // What a caller of WatchUntilEnd may add: a look at every update before its line is printed
 // (`latchkey up`'s supervisor), and the job as the watch last saw it.

@@ -53,6 +53,8 @@ int Fail(const absl::Status& status) {
     case absl::StatusCode::kUnauthenticated:
     case absl::StatusCode::kPermissionDenied:
       return kUnauthenticated;
+    case absl::StatusCode::kDataLoss:
+      return kDataLoss;
     default:
       return kError;
   }

@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   AddUpdateCommand(app, ctx, &exit_code);
   AddLatchesCommand(app, ctx, &exit_code);
   AddUpCommand(app, ctx, &exit_code);
+  AddCheckpointCommand(app, ctx, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

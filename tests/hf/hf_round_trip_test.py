@@ -5,6 +5,10 @@
    `latchkey-worker --standalone` at TP 2 and saved with `--save DIR` loads with
    `GPTBigCodeForCausalLM.from_pretrained(DIR)`; its loss on known samples equals the step-0
    loss latchkey reports when it starts from DIR (`latchkey.init_from`), within 1e-5.
+3. checkpoint -> transformers: `latchkey checkpoint export STEP_DIR --hf OUT` of a resumable
+   checkpoint written at TP 2 (latchkey-checkpoint/2, pieces in logical index space) loads with
+   `from_pretrained(OUT)`, and its loss on the samples of the next window equals the loss
+   latchkey reported for that window (computed with the checkpoint's weights), within 1e-5.
 2. transformers -> latchkey: a GPTBigCodeForCausalLM built from a GPTBigCodeConfig (n_inner
    None, transformers' own extra keys) and written with `save_pretrained(DIR,
    safe_serialization=True)` starts latchkey (`latchkey.init_from: DIR`); latchkey's step-0 loss
@@ -38,8 +42,12 @@ def parse_args():
     p.add_argument("--worker", required=True, help="latchkey-worker binary")
     p.add_argument("--venv", required=True, help="venv made by scripts/hf-venv.sh")
     p.add_argument("--tokens", required=True, help="uint16 token file, vocab 256")
+    p.add_argument("--cli", help="latchkey CLI binary (checkpoint export); absent: part 3 is "
+                                 "skipped (a build without the CLI)")
     args = p.parse_args()
     args.worker, args.tokens = os.path.abspath(args.worker), os.path.abspath(args.tokens)
+    if args.cli:
+        args.cli = os.path.abspath(args.cli)
     return args
 
 
@@ -115,11 +123,11 @@ def run_workers(work, name, job, extra_args=()):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def samples(count):
+def samples(count, first=0):
     import numpy as np
     import torch
     tokens = np.fromfile(ARGS.tokens, dtype="<u2").astype(np.int64)
-    rows = [tokens[k * SEQ_LEN:k * SEQ_LEN + SEQ_LEN + 1] for k in range(count)]
+    rows = [tokens[k * SEQ_LEN:k * SEQ_LEN + SEQ_LEN + 1] for k in range(first, first + count)]
     return torch.from_numpy(np.stack(rows))
 
 
@@ -164,6 +172,29 @@ def latchkey_to_transformers(work, multi_query):
     reference = hf_loss(hf, samples(MICRO_BATCH))
     ours = latchkey_step0_loss(work, f"{tag}-resume", model, saved, 2)
     check_close(f"{tag} latchkey-saved checkpoint, loss of samples 0..3", ours, reference)
+
+
+def checkpoint_to_transformers(work, multi_query):
+    from transformers import GPTBigCodeForCausalLM
+    tag = "mqa" if multi_query else "mha"
+    job = spec(model_json(multi_query), ARGS.tokens, 2, 4, 0.05)
+    run_dir = os.path.join(work, f"{tag}-ckpt-train")
+    job["latchkey"]["checkpoint"] = {"dir": os.path.join(run_dir, "ckpt"), "every_steps": 2}
+    trained = run_workers(work, f"{tag}-ckpt-train", job)
+    assert [r["step"] for r in trained] == [0, 1, 2, 3], trained
+    step_dir = os.path.join(run_dir, "ckpt", "step-00000001")
+    out = os.path.join(work, f"{tag}-exported")
+    result = subprocess.run([ARGS.cli, "checkpoint", "export", step_dir, "--hf", out],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"checkpoint export: {result.returncode}: {result.stderr}"
+    with open(os.path.join(step_dir, "manifest.json")) as f:
+        assert json.load(f)["format"] == "latchkey-checkpoint/2"
+    hf = GPTBigCodeForCausalLM.from_pretrained(out)
+    assert hf.config.multi_query == multi_query
+    # Window 2 (GAS 1, DP 1) reads samples 8..11 with the weights after step 1.
+    reference = hf_loss(hf, samples(MICRO_BATCH, first=2 * MICRO_BATCH))
+    check_close(f"{tag} exported checkpoint step-00000001, loss of window 2", trained[2]["loss"],
+                reference)
 
 
 def transformers_to_latchkey(work, multi_query):
@@ -229,6 +260,10 @@ def main():
     with tempfile.TemporaryDirectory(prefix="latchkey-hf-") as work:
         for multi_query in (True, False):
             latchkey_to_transformers(work, multi_query)
+            if ARGS.cli:
+                checkpoint_to_transformers(work, multi_query)
+            else:
+                print("no --cli: checkpoint export not checked (a build without the CLI)")
             transformers_to_latchkey(work, multi_query)
     print("PASS")
 

@@ -1,16 +1,19 @@
 // Resuming from a checkpoint is bit-exact: a run that saves after step 2 and continues in brand
 // new process groups and a brand new engine (loaded from the checkpoint alone) reports the same
 // losses and gradient norms and ends with byte-identical parameters, optimizer state and master
-// as an uninterrupted run; for DP 2 x TP 2 with dropout and clipping under ZeRO-1 AdamW (fp32
-// and bf16) and ZeRO-0 (SGD fp32, AdamW bf16). A damaged checkpoint and one of another layout are
-// refused. The engine's straggler measure (boundary_wait_seconds) is checked here too. Ranks run
-// as threads (tests/support/rank_threads.h).
+// as an uninterrupted run; for DP 2 x TP 2 with clipping under ZeRO-1 AdamW (fp32 and bf16) and
+// ZeRO-0 (SGD fp32, AdamW bf16), each without dropout and with dropout 0.1 (a checkpoint carries
+// the seed, not generator states: with dropout this holds where masks are a function of the
+// seed and the stream position, docs/model.md). A damaged checkpoint, and one of another job or
+// optimizer, are refused; one of another layout loads. The engine's straggler measure
+// (boundary_wait_seconds) is checked here too. Ranks run as threads (tests/support/rank_threads.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -41,6 +44,7 @@ struct Variant {
   bool bf16;
   int zero;
   const char* optimizer;
+  double dropout = 0.1;
 };
 
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
@@ -55,9 +59,9 @@ JobSpec MakeSpec(const Variant& v, int tp = kTp, int world = kWorld) {
   p.zero_stage = v.zero;
   p.optimizer = v.optimizer;
   p.lr = std::string(v.optimizer) == "SGD" ? 0.05 : 0.001;
-  p.model["resid_pdrop"] = 0.1;
-  p.model["attn_pdrop"] = 0.1;
-  p.model["embd_pdrop"] = 0.1;
+  p.model["resid_pdrop"] = v.dropout;
+  p.model["attn_pdrop"] = v.dropout;
+  p.model["embd_pdrop"] = v.dropout;
   nlohmann::json spec = SpecObject(p);
   if (v.bf16) spec["bf16"] = {{"enabled", true}};
   absl::StatusOr<JobSpec> parsed = ParseJobSpec(spec.dump(), "/");
@@ -65,8 +69,11 @@ JobSpec MakeSpec(const Variant& v, int tp = kTp, int world = kWorld) {
   return *parsed;
 }
 
+// latch(window) as a standalone gate makes it: first_sample is the stream position of M_s.
 Latch LatchFor(const JobSpec& spec, int64_t window) {
-  return DecideLatch(spec, InitialPolicy(spec), window, spec.FirstMicroBatch(window));
+  Latch l = DecideLatch(spec, InitialPolicy(spec), window, spec.FirstMicroBatch(window));
+  l.first_sample = l.first_micro_batch * (spec.world_size / spec.tp) * spec.micro_batch_size;
+  return l;
 }
 
 // What every rank reported, by rank then step.
@@ -156,25 +163,43 @@ TEST_P(Resume, SaveLoadAndContinueIsBitExact) {
   EXPECT_EQ(manifest->next_window, 3);
   EXPECT_EQ(manifest->next_first_micro_batch, spec.FirstMicroBatch(3));
   EXPECT_EQ(manifest->dp, 2);
-  // Rank 3 is dp_rank 1, tp_rank 1; it took 3 optimizer steps.
+  EXPECT_EQ(manifest->version, 2);
+  EXPECT_EQ(manifest->optimizer_step, 3);
+  EXPECT_EQ(manifest->seed, 7u);
+  EXPECT_EQ(manifest->next_first_sample,
+            spec.FirstMicroBatch(3) * manifest->dp * spec.micro_batch_size);
+  // Rank 3 is dp_rank 1, tp_rank 1; its file holds only F32 pieces of logical tensors.
   absl::StatusOr<StFile> rank3 = ReadCheckpointRankFile(commit.dir, 3);
   ASSERT_TRUE(rank3.ok()) << rank3.status();
   EXPECT_EQ(rank3->metadata.at("rank"), "3");
   EXPECT_EQ(rank3->metadata.at("tp_rank"), "1");
   EXPECT_EQ(rank3->metadata.at("dp_rank"), "1");
   EXPECT_EQ(rank3->metadata.at("step"), "2");
-  EXPECT_EQ(rank3->metadata.at("optimizer_step"), "3");
-  std::vector<std::string> names;
-  for (const StTensor& t : rank3->tensors) names.push_back(t.name);
-  std::vector<std::string> want_names = {"params", "rng.local", "rng.replicated"};
-  if (GetParam().bf16) want_names.push_back("master");
-  if (std::string(GetParam().optimizer) == "AdamW") {
-    want_names.insert(want_names.end(), {"optimizer.exp_avg", "optimizer.exp_avg_sq"});
+  ASSERT_FALSE(rank3->tensors.empty());
+  for (const StTensor& t : rank3->tensors) {
+    EXPECT_EQ(t.dtype, StDtype::kF32) << t.name;
+    EXPECT_EQ(t.name.rfind("rng", 0), std::string::npos) << t.name;
   }
-  std::sort(want_names.begin(), want_names.end());
-  EXPECT_EQ(names, want_names);
-  EXPECT_EQ(rank3->Find("params")->dtype, StDtype::kF32);
-  EXPECT_EQ(rank3->Find("rng.local")->dtype, StDtype::kU8);
+  // Every parameter as param/*, and with AdamW exp_avg/* and exp_avg_sq/*, each tiled by its
+  // pieces in global index space.
+  std::map<std::string, int> kinds;
+  for (const CheckpointTensor& t : manifest->tensors) {
+    ++kinds[t.kind];
+    int64_t full = 1, covered = 0;
+    for (int64_t d : t.shape) full *= d;
+    for (const CheckpointPiece& p : t.pieces) {
+      int64_t n = 1;
+      for (int64_t d : p.shape) n *= d;
+      covered += n;
+      EXPECT_EQ(p.sha256.size(), 64u);
+    }
+    EXPECT_EQ(covered, full) << t.kind << "/" << t.param;
+  }
+  const int n_params = 2 + 12 * spec.model.n_layer + 2;
+  EXPECT_EQ(kinds["param"], n_params);
+  const bool adamw = std::string(GetParam().optimizer) == "AdamW";
+  EXPECT_EQ(kinds["exp_avg"], adamw ? n_params : 0);
+  EXPECT_EQ(kinds["exp_avg_sq"], adamw ? n_params : 0);
   int64_t total = 0;
   for (const CheckpointFileEntry& f : manifest->files) total += f.bytes;
   EXPECT_EQ(total, commit.bytes);
@@ -204,7 +229,7 @@ TEST_P(Resume, SaveLoadAndContinueIsBitExact) {
       EXPECT_EQ(got.lr, want.lr) << "rank " << r << " step " << s;
     }
   }
-  // Dropout was active: the losses move from step to step.
+  // The losses move from step to step.
   EXPECT_NE(straight.by_rank[0].at(3).loss, straight.by_rank[0].at(4).loss);
   const std::string a = *ReadWholeFile(dir / "straight-hf/model.safetensors");
   const std::string b = *ReadWholeFile(dir / "resumed-hf/model.safetensors");
@@ -221,10 +246,14 @@ TEST_P(Resume, SaveLoadAndContinueIsBitExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Resume,
-                         ::testing::Values(Variant{"zero1_adamw_fp32", false, 1, "AdamW"},
-                                           Variant{"zero1_adamw_bf16", true, 1, "AdamW"},
-                                           Variant{"zero0_sgd_fp32", false, 0, "SGD"},
-                                           Variant{"zero0_adamw_bf16", true, 0, "AdamW"}),
+                         ::testing::Values(Variant{"zero1_adamw_fp32", false, 1, "AdamW", 0.0},
+                                           Variant{"zero1_adamw_bf16", true, 1, "AdamW", 0.0},
+                                           Variant{"zero0_sgd_fp32", false, 0, "SGD", 0.0},
+                                           Variant{"zero0_adamw_bf16", true, 0, "AdamW", 0.0},
+                                           Variant{"zero1_adamw_fp32_dropout", false, 1, "AdamW"},
+                                           Variant{"zero1_adamw_bf16_dropout", true, 1, "AdamW"},
+                                           Variant{"zero0_sgd_fp32_dropout", false, 0, "SGD"},
+                                           Variant{"zero0_adamw_bf16_dropout", true, 0, "AdamW"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // A checkpoint after step 0 of the fp32 ZeRO-1 AdamW job, under `root`.
@@ -256,14 +285,27 @@ TEST(ResumeRefusal, CorruptedRankFileIsDataLoss) {
   ConfigureComputeThreads(kWorld);
   const ScopedTempDir dir("resume");
   const CheckpointCommit c = SaveOneStep(dir / "ckpt");
-  const std::string victim = c.dir + "/" + CheckpointRankFileName(1);
+  // A flipped byte inside a piece every rank reads (the replicated embedding's weights): every
+  // rank checks that piece's SHA-256 and refuses, naming its file.
+  absl::StatusOr<CheckpointManifest> m = VerifyCheckpoint(c.dir, "");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const CheckpointPiece* piece = nullptr;
+  for (const CheckpointTensor& t : m->tensors) {
+    if (t.kind == "param" && t.param == "transformer.wte.weight") piece = &t.pieces[0];
+  }
+  ASSERT_NE(piece, nullptr);
+  const std::string victim = c.dir + "/" + piece->file;
   std::string bytes = *ReadWholeFile(victim);
-  bytes[bytes.size() / 2] ^= 0x01;
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = (header << 8) | static_cast<uint8_t>(bytes[i]);
+  const nlohmann::json entries = nlohmann::json::parse(bytes.substr(8, header));
+  const int64_t at = 8 + header + entries.at(piece->key).at("data_offsets")[0].get<int64_t>();
+  bytes[at + 17] ^= 0x01;
   ASSERT_TRUE(WriteFileAtomically(victim, bytes).ok());
   const JobSpec spec = MakeSpec(Variant{"zero1", false, 1, "AdamW"});
   for (const absl::Status& st : LoadEverywhere(spec, kTp, c.dir)) {
     EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
-    EXPECT_NE(st.message().find("rank-00001.safetensors"), std::string::npos) << st;
+    EXPECT_NE(st.message().find(piece->file), std::string::npos) << st;
   }
   // And it is never chosen as the one to resume from.
   absl::StatusOr<std::optional<int64_t>> newest = NewestValidCheckpoint(dir / "ckpt", "");
@@ -271,14 +313,16 @@ TEST(ResumeRefusal, CorruptedRankFileIsDataLoss) {
   EXPECT_FALSE(newest->has_value());
 }
 
-TEST(ResumeRefusal, AnotherLayoutOrJobIsRefusedNamingTheField) {
+TEST(ResumeRefusal, AnotherJobOrOptimizerIsRefusedNamingTheFieldAnotherLayoutLoads) {
   ConfigureComputeThreads(kWorld);
   const ScopedTempDir dir("resume");
   const CheckpointCommit c = SaveOneStep(dir / "ckpt");
-  // DP 4 x TP 1: same world size, another tp.
+  // DP 4 x TP 1 and ZeRO-0: same world size, another layout.
   for (const absl::Status& st : LoadEverywhere(MakeSpec({"tp1", false, 1, "AdamW"}, 1), 1, c.dir)) {
-    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
-    EXPECT_NE(st.message().find(": tp 2, this job has 1"), std::string::npos) << st;
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  for (const absl::Status& st : LoadEverywhere(MakeSpec({"z0", false, 0, "AdamW"}), kTp, c.dir)) {
+    EXPECT_TRUE(st.ok()) << st;
   }
   for (const absl::Status& st : LoadEverywhere(MakeSpec({"sgd", false, 1, "SGD"}), kTp, c.dir)) {
     EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;

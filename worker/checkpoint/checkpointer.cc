@@ -1,5 +1,7 @@
-// Resumable training checkpoints of a TrainingState: this rank's file, the confirmation of every
-// rank's file over the world group, rank 0's commit, and loading after verification.
+// Saving resumable training checkpoints of a TrainingState (latchkey-checkpoint/2): the host
+// staging of this rank's share, the write of its pieces, and the commit (every rank's outcome and
+// region digests over the world group, the replica comparison, rank 0's manifest). Loading is
+// in checkpoint_load.cc.
 #include "worker/checkpoint/checkpointer.h"
 
 #include <ATen/ATen.h>
@@ -16,12 +18,12 @@
 #include "common/crash_point.h"
 #include "common/status_macros.h"
 #include "worker/checkpoint/files.h"
-#include "worker/checkpoint/tensor_bytes.h"
+#include "worker/checkpoint/logical_layout.h"
+#include "worker/checkpoint/pieces.h"
 #include "worker/checkpoint/training_state.h"
 #include "worker/comm/flight_recorder.h"
 #include "worker/comm/process_groups.h"
 #include "worker/model/comm_buffer.h"
-#include "worker/model/gpt_bigcode.h"
 #include "worker/model/param_store.h"
 #include "worker/train/flat_ops.h"
 #include "worker/train/optimizer.h"
@@ -34,10 +36,11 @@ using Clock = std::chrono::steady_clock;
 // A SHA-256 as it travels between ranks: its 64 hex characters, as bytes.
 constexpr int kDigestBytes = 64;
 // The confirmation record of one rank: ok (1 byte), the file's size (int64, host order: every
-// rank of a job runs one build), the file's SHA-256.
+// rank of a job runs one build), the file's SHA-256, then the SHA-256 of every region the rank
+// holds (LayoutTable::held_by order), padded to the most any rank holds.
 constexpr int kSizeAt = 1;
 constexpr int kDigestAt = kSizeAt + 8;
-constexpr int kRecord = kDigestAt + kDigestBytes;
+constexpr int kRegionsAt = kDigestAt + kDigestBytes;
 // Rank 0's commit outcome: ok (1 byte), the manifest's SHA-256.
 constexpr int kOutcome = 1 + kDigestBytes;
 
@@ -62,96 +65,200 @@ absl::Status ExchangeBytes(const TrainingState& s, uint8_t* values, int64_t n, u
   return absl::OkStatus();
 }
 
-// This rank's file of a checkpoint after window `step` (docs/fault-tolerance.md).
-StFile RankState(const TrainingState& s, int64_t step) {
-  const comm::ProcessGroups& g = *s.groups;
-  ParamStore& store = *s.params;
-  StFile f;
-  const at::Tensor& flat = s.bf16() ? store.flat_compute() : store.flat_params();
-  // fp32 always: in bf16 mode the compute copy, widened exactly.
-  f.tensors.push_back(
-      RawStTensor("params", flat.narrow(0, 0, store.numel()).to(at::kFloat), StDtype::kF32));
-  if (s.bf16()) f.tensors.push_back(RawStTensor("master", s.master, StDtype::kF32));
-  for (const auto& [name, t] : s.optimizer->state()) {
-    f.tensors.push_back(RawStTensor("optimizer." + name, t, StDtype::kF32));
-  }
-  f.tensors.push_back(
-      RawStTensor("rng.replicated", s.model->replicated_generator_state(), StDtype::kU8));
-  f.tensors.push_back(RawStTensor("rng.local", s.model->local_generator_state(), StDtype::kU8));
-  f.metadata = {{"rank", std::to_string(g.rank)},
-                {"tp_rank", std::to_string(g.tp_rank)},
-                {"dp_rank", std::to_string(g.dp_rank)},
-                {"step", std::to_string(step)},
-                {"optimizer_step", std::to_string(s.optimizer->steps())}};
-  return f;
+// The layout a state is laid out in.
+LayoutSpec LayoutOfState(const TrainingState& s) {
+  return LayoutSpec{s.spec->model, s.groups->tp,
+                    s.groups->dp,  s.spec->zero_stage,
+                    s.bf16(),      s.spec->optimizer.type == OptimizerType::kAdamW};
 }
 
-// The manifest of a checkpoint of `s` at its position (files left empty).
-CheckpointManifest Manifest(const TrainingState& s, const TrainingCheckpointRequest& req) {
-  const comm::ProcessGroups& g = *s.groups;
-  const JobSpec& spec = *s.spec;
-  return CheckpointManifest{req.job_id.empty() ? "standalone" : req.job_id,
-                            s.position.step,
-                            req.attempt,
-                            s.position.latch_generation,
-                            s.position.step + 1,
-                            s.position.next_first_micro_batch,
-                            g.world_size,
-                            g.tp,
-                            g.dp,
-                            spec.zero_stage,
-                            spec.bf16,
-                            spec.optimizer.type == OptimizerType::kSgd ? "SGD" : "AdamW",
-                            req.compute_threads,
-                            spec.model,
-                            {},
-                            static_cast<int64_t>(std::time(nullptr))};
+bool SameLayout(const LayoutSpec& a, const LayoutSpec& b) {
+  return a.model == b.model && a.tp == b.tp && a.dp == b.dp && a.zero_stage == b.zero_stage &&
+         a.bf16 == b.bf16 && a.adamw == b.adamw;
+}
+
+// The flat tensor of the state that holds `kind` over HeldRange (from its begin).
+at::Tensor HeldTensor(const TrainingState& s, TensorKind kind, int64_t begin, int64_t n) {
+  switch (kind) {
+    case TensorKind::kParam:
+      return s.bf16() ? s.master.narrow(0, 0, n) : s.params->flat_params().narrow(0, begin, n);
+    case TensorKind::kExpAvg:
+      return s.optimizer->state().at("exp_avg").narrow(0, 0, n);
+    case TensorKind::kExpAvgSq:
+      return s.optimizer->state().at("exp_avg_sq").narrow(0, 0, n);
+  }
+  return {};
 }
 
 }  // namespace
 
-absl::StatusOr<CheckpointCommit> SaveTrainingCheckpoint(const TrainingState& state,
-                                                        const TrainingCheckpointRequest& req) {
+struct StagedCheckpoint::Impl {
+  int64_t step = -1;
+  int rank = 0;
+  int world = 1;
+  std::string root;
+  std::string temp;
+  std::unique_ptr<LayoutTable> table;
+  std::vector<std::vector<float>> values;  // per table->kinds(), HeldRange of this rank
+  CheckpointManifest manifest;             // files and tensors filled at commit
+  // WriteStagedCheckpoint's results.
+  CheckpointFileEntry entry;
+  std::vector<std::string> digests;
+};
+
+StagedCheckpoint::StagedCheckpoint() : impl_(std::make_unique<Impl>()) {}
+StagedCheckpoint::~StagedCheckpoint() = default;
+int64_t StagedCheckpoint::step() const { return impl_->step; }
+int64_t StagedCheckpoint::bytes() const {
+  int64_t n = 0;
+  for (const std::vector<float>& v : impl_->values) n += v.capacity() * sizeof(float);
+  return n;
+}
+
+absl::Status StageTrainingCheckpoint(const TrainingState& state,
+                                     const TrainingCheckpointRequest& req,
+                                     StagedCheckpoint& staged) {
+  StagedCheckpoint::Impl& x = *staged.impl_;
   const comm::ProcessGroups& g = *state.groups;
-  const int64_t step = state.position.step;
-  if (g.recorder) g.recorder->SetPhase(RankPhase::kCheckpoint);
-  const auto start = Clock::now();
-  const std::string temp = JoinPath(req.root, CheckpointTempDirName(step, req.attempt));
-  absl::StatusOr<CheckpointFileEntry> entry =
-      WriteCheckpointRankFile(temp, g.rank, RankState(state, step));
-  if (entry.ok()) MaybeCrash("checkpoint.after_rank_files", g.rank, step);
-  // Confirmations: every rank's record (ok, size, SHA-256) reaches every rank.
-  uint8_t mine[kRecord] = {};
-  if (entry.ok()) {
-    mine[0] = 1;
-    const int64_t size = entry->bytes;
-    std::memcpy(mine + kSizeAt, &size, sizeof(size));
-    PutDigest(entry->sha256, mine + kDigestAt);
+  const LayoutSpec layout = LayoutOfState(state);
+  if (x.table == nullptr || !SameLayout(x.table->spec(), layout)) {
+    absl::StatusOr<LayoutTable> table = LayoutTable::Build(layout);
+    if (!table.ok()) return table.status();
+    x.table = std::make_unique<LayoutTable>(*std::move(table));
   }
-  std::vector<uint8_t> all(kRecord * g.world_size);
-  LK_RETURN_IF_ERROR(ExchangeBytes(state, mine, kRecord, all.data(), /*gather=*/true));
+  const LayoutTable& t = *x.table;
+  const std::vector<TensorKind> kinds = t.kinds();
+  x.values.resize(kinds.size());
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const auto [begin, end] = t.HeldRange(g.rank, kinds[k]);
+    const bool partitioned = kinds[k] != TensorKind::kParam || state.bf16();
+    if (partitioned && begin != std::min(state.part_begin, t.numel())) {
+      return absl::InternalError("checkpoint: the engine's partition starts at " +
+                                 std::to_string(state.part_begin) + ", the layout's at " +
+                                 std::to_string(begin));
+    }
+    std::vector<float>& v = x.values[k];
+    v.resize(end - begin);  // keeps the capacity of an earlier save
+    if (v.empty()) continue;
+    at::from_blob(v.data(), {end - begin}, at::kFloat)
+        .copy_(HeldTensor(state, kinds[k], begin, end - begin));
+  }
+  if (const char* who = std::getenv("LATCHKEY_TEST_PERTURB_REPLICA_RANK");
+      who != nullptr && std::atoi(who) == g.rank) {
+    for (int i : t.held_by(g.rank)) {
+      const Region& r = t.regions()[i];
+      if (r.holders.size() < 2) continue;
+      const size_t k = std::find(kinds.begin(), kinds.end(), r.kind) - kinds.begin();
+      float& f = x.values[k][r.flat_begin - t.HeldRange(g.rank, r.kind).first];
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof(bits));
+      bits ^= 1u;
+      std::memcpy(&f, &bits, sizeof(bits));
+      break;
+    }
+  }
+  const JobSpec& spec = *state.spec;
+  CheckpointManifest& m = x.manifest;
+  m = CheckpointManifest();
+  m.job_id = req.job_id.empty() ? "standalone" : req.job_id;
+  m.step = state.position.step;
+  m.attempt = req.attempt;
+  m.latch_generation = state.position.latch_generation;
+  m.next_window = state.position.step + 1;
+  m.next_first_micro_batch = state.position.next_first_micro_batch;
+  m.next_first_sample = state.position.next_first_sample;
+  m.seed = spec.seed;
+  m.world_size = g.world_size;
+  m.tp = g.tp;
+  m.dp = g.dp;
+  m.zero_stage = spec.zero_stage;
+  m.bf16 = spec.bf16;
+  m.optimizer = spec.optimizer.type == OptimizerType::kSgd ? "SGD" : "AdamW";
+  m.optimizer_step = state.optimizer->steps();
+  m.compute_threads = req.compute_threads;
+  m.model = spec.model;
+  m.created_unix_seconds = static_cast<int64_t>(std::time(nullptr));
+  x.step = m.step;
+  x.rank = g.rank;
+  x.world = g.world_size;
+  x.root = req.root;
+  x.temp = JoinPath(req.root, CheckpointTempDirName(m.step, req.attempt));
+  x.entry = {};
+  x.digests.clear();
+  return absl::OkStatus();
+}
+
+absl::Status WriteStagedCheckpoint(StagedCheckpoint& staged) {
+  StagedCheckpoint::Impl& x = *staged.impl_;
+  if (x.step < 0 || x.table == nullptr) {
+    return absl::FailedPreconditionError("checkpoint: nothing staged to write");
+  }
+  std::vector<const float*> values;
+  for (const std::vector<float>& v : x.values) values.push_back(v.data());
+  x.digests = ShareDigests(*x.table, x.rank, values);
+  absl::StatusOr<CheckpointFileEntry> entry = WriteShare(*x.table, x.temp, x.rank, x.step, values);
   if (!entry.ok()) return entry.status();
-  CheckpointManifest manifest = Manifest(state, req);
+  x.entry = *entry;
+  MaybeCrash("checkpoint.after_rank_files", x.rank, x.step);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointCommit> CommitStagedCheckpoint(const TrainingState& state,
+                                                        StagedCheckpoint& staged,
+                                                        const absl::Status& write_status) {
+  StagedCheckpoint::Impl& x = *staged.impl_;
+  const comm::ProcessGroups& g = *state.groups;
+  if (x.table == nullptr) return absl::FailedPreconditionError("checkpoint: nothing staged");
+  const LayoutTable& t = *x.table;
+  const int64_t step = x.step;
+  if (g.recorder) g.recorder->SetPhase(RankPhase::kCheckpoint);
+  // Confirmations: every rank's record (ok, size, SHA-256, region digests) reaches every rank.
+  size_t most = 0;
+  for (int r = 0; r < g.world_size; ++r) most = std::max(most, t.held_by(r).size());
+  const int64_t record = kRegionsAt + static_cast<int64_t>(most) * kDigestBytes;
+  std::vector<uint8_t> mine(record, 0);
+  if (write_status.ok()) {
+    mine[0] = 1;
+    const int64_t size = x.entry.bytes;
+    std::memcpy(mine.data() + kSizeAt, &size, sizeof(size));
+    PutDigest(x.entry.sha256, mine.data() + kDigestAt);
+    for (size_t i = 0; i < x.digests.size(); ++i) {
+      PutDigest(x.digests[i], mine.data() + kRegionsAt + i * kDigestBytes);
+    }
+  }
+  std::vector<uint8_t> all(record * g.world_size);
+  LK_RETURN_IF_ERROR(ExchangeBytes(state, mine.data(), record, all.data(), /*gather=*/true));
+  if (!write_status.ok()) return write_status;
+  CheckpointManifest manifest = x.manifest;
   CheckpointCommit c;
   std::string failed;
+  std::vector<std::vector<std::string>> digests(g.world_size);
   for (int r = 0; r < g.world_size; ++r) {
-    const uint8_t* x = all.data() + r * kRecord;
-    if (x[0] != 1) failed += (failed.empty() ? "" : ",") + std::to_string(r);
+    const uint8_t* rec = all.data() + r * record;
+    if (rec[0] != 1) failed += (failed.empty() ? "" : ",") + std::to_string(r);
     int64_t size = 0;
-    std::memcpy(&size, x + kSizeAt, sizeof(size));
-    manifest.files.push_back({CheckpointRankFileName(r), size, GetDigest(x + kDigestAt)});
+    std::memcpy(&size, rec + kSizeAt, sizeof(size));
+    manifest.files.push_back({CheckpointRankFileName(r), size, GetDigest(rec + kDigestAt)});
+    for (size_t i = 0; i < t.held_by(r).size(); ++i) {
+      digests[r].push_back(GetDigest(rec + kRegionsAt + i * kDigestBytes));
+    }
     c.bytes += size;
   }
+  const std::string& temp = x.temp;
   if (!failed.empty()) {
     return absl::InternalError("checkpoint of step " + std::to_string(step) + " in " + temp +
                                ": rank(s) " + failed + " could not write their file");
   }
+  // Every rank sees the same digests, so every rank refuses a disagreement alike.
+  absl::StatusOr<std::vector<CheckpointTensor>> tensors = TensorsFromDigests(t, digests, step);
+  if (!tensors.ok()) return tensors.status();
+  manifest.tensors = *std::move(tensors);
   // Rank 0 commits; its outcome (ok, manifest SHA-256) reaches every rank, then a barrier.
   uint8_t outcome[kOutcome] = {};
   absl::Status commit_status;
   if (g.rank == 0) {
     MaybeCrash("checkpoint.before_commit", g.rank, step);
-    absl::StatusOr<std::string> sha = CommitCheckpoint(req.root, temp, manifest);
+    absl::StatusOr<std::string> sha = CommitCheckpoint(x.root, temp, manifest);
     outcome[0] = sha.ok() ? 1 : 0;
     if (sha.ok()) PutDigest(*sha, outcome + 1);
     commit_status = sha.status();
@@ -164,75 +271,23 @@ absl::StatusOr<CheckpointCommit> SaveTrainingCheckpoint(const TrainingState& sta
                                ": rank 0 could not commit " + temp);
   }
   c.step = step;
-  c.dir = JoinPath(req.root, CheckpointStepDirName(step));
+  c.dir = JoinPath(x.root, CheckpointStepDirName(step));
   c.manifest_sha256 = GetDigest(outcome + 1);
-  c.blocked_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return c;
 }
 
-absl::Status LoadTrainingCheckpoint(TrainingState& state, const std::string& step_dir,
-                                    const std::string& expected_job_id,
-                                    const std::string& manifest_sha256) {
+absl::StatusOr<CheckpointCommit> SaveTrainingCheckpoint(const TrainingState& state,
+                                                        const TrainingCheckpointRequest& req) {
   const comm::ProcessGroups& g = *state.groups;
-  ParamStore& store = *state.params;
-  const FlatOps& ops = *state.ops;
   if (g.recorder) g.recorder->SetPhase(RankPhase::kCheckpoint);
-  LK_ASSIGN_OR_RETURN(const CheckpointManifest m, VerifyCheckpoint(step_dir, manifest_sha256));
-  LK_RETURN_IF_ERROR(CheckManifestFits(step_dir, m, Manifest(state, {}), expected_job_id));
-  LK_ASSIGN_OR_RETURN(const StFile file, ReadCheckpointRankFile(step_dir, g.rank));
-  const std::string src = JoinPath(step_dir, CheckpointRankFileName(g.rank));
-  const auto meta = [&](const std::string& key) -> int64_t {
-    auto it = file.metadata.find(key);
-    return it == file.metadata.end() ? -1 : std::atoll(it->second.c_str());
-  };
-  if (meta("rank") != g.rank || meta("tp_rank") != g.tp_rank || meta("dp_rank") != g.dp_rank ||
-      meta("step") != m.step || meta("optimizer_step") < 0) {
-    return absl::DataLossError(src + ": metadata (rank, tp_rank, dp_rank, step, optimizer_step) " +
-                               "does not fit rank " + std::to_string(g.rank) + " of step " +
-                               std::to_string(m.step));
-  }
-  // Read and check everything before anything is replaced.
-  absl::Status bad;
-  const auto read = [&](const std::string& name, StDtype dtype, at::ScalarType type,
-                        int64_t count) {
-    absl::StatusOr<at::Tensor> t = RawTensor(file, src, name, dtype, type, count);
-    if (!t.ok() && bad.ok()) bad = t.status();
-    return t.ok() ? *t : at::Tensor();
-  };
-  const int64_t n = store.numel();
-  const int64_t chunk = state.part_numel();
-  const bool bf16 = state.bf16();
-  const at::Tensor params = read("params", StDtype::kF32, at::kFloat, n);
-  const at::Tensor master = bf16 ? read("master", StDtype::kF32, at::kFloat, chunk) : params;
-  std::map<std::string, at::Tensor> opt;
-  for (const auto& [name, t] : state.optimizer->state()) {
-    opt[name] = read("optimizer." + name, StDtype::kF32, at::kFloat, chunk);
-  }
-  const at::Tensor rng_replicated = read("rng.replicated", StDtype::kU8, at::kByte,
-                                         state.model->replicated_generator_state().numel());
-  const at::Tensor rng_local =
-      read("rng.local", StDtype::kU8, at::kByte, state.model->local_generator_state().numel());
-  LK_RETURN_IF_ERROR(bad);
-  if (absl::Status st = state.optimizer->LoadState(meta("optimizer_step"), opt); !st.ok()) {
-    return absl::DataLossError(src + ": " + std::string(st.message()));
-  }
-  state.model->set_generator_states(rng_replicated, rng_local);
-  state.position = {m.step, m.latch_generation, m.next_first_micro_batch};
-  const c10::Device device = store.device();
-  if (!bf16) {
-    ops.Copy(store.flat_params().narrow(0, 0, n), params.to(device));
-    return absl::OkStatus();
-  }
-  // The compute copy: the saved one, with this rank's partition recomputed from the master
-  // exactly as the engine's optimizer step does; the two must agree.
-  ops.Copy(state.master, master.to(device));
-  const at::Tensor& compute = store.flat_compute();
-  ops.Copy(compute.narrow(0, 0, n), params.to(device));
-  ops.Copy(compute.narrow(0, state.part_begin, chunk), state.master);
-  if (!at::equal(compute.narrow(0, 0, n).cpu().to(at::kFloat), params)) {
-    return absl::DataLossError(src + ": params disagree with the bf16 rounding of master");
-  }
-  return absl::OkStatus();
+  const auto start = Clock::now();
+  StagedCheckpoint staged;
+  // A rank that cannot stage still takes part in the commit's exchange, which fails every rank.
+  const absl::Status stage = StageTrainingCheckpoint(state, req, staged);
+  const absl::Status written = stage.ok() ? WriteStagedCheckpoint(staged) : stage;
+  LK_ASSIGN_OR_RETURN(CheckpointCommit c, CommitStagedCheckpoint(state, staged, written));
+  c.blocked_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return c;
 }
 
 }  // namespace latchkey

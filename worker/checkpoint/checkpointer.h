@@ -12,6 +12,8 @@
 #ifndef LATCHKEY_WORKER_CHECKPOINT_CHECKPOINTER_H_
 #define LATCHKEY_WORKER_CHECKPOINT_CHECKPOINTER_H_
 
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -33,20 +35,70 @@ struct TrainingCheckpointRequest {
   int compute_threads = 1;
 };
 
-// Collective (every rank): writes this rank's state after window state.position.step into the
-// attempt's temporary folder, confirms it with all ranks over the world group (an all-gather of
-// every rank's size and SHA-256), rank 0 commits, and rank 0's outcome is broadcast. Returns the
-// commit, the same on every rank; a rank that failed to write fails every rank.
+// A host copy of this rank's share of one checkpoint: everything the rank will write or hash,
+// taken on the training thread so training may go on while it is written. Reusable: staging
+// into the same object again reuses its host buffers when the sizes fit (no reallocation).
+class StagedCheckpoint {
+ public:
+  StagedCheckpoint();
+  ~StagedCheckpoint();
+  StagedCheckpoint(const StagedCheckpoint&) = delete;
+  StagedCheckpoint& operator=(const StagedCheckpoint&) = delete;
+  int64_t step() const;   // the step staged (-1 before the first Stage)
+  int64_t bytes() const;  // host bytes held by the staging buffers
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  friend absl::Status StageTrainingCheckpoint(const TrainingState&,
+                                              const TrainingCheckpointRequest&, StagedCheckpoint&);
+  friend absl::Status WriteStagedCheckpoint(StagedCheckpoint&);
+  friend absl::StatusOr<CheckpointCommit> CommitStagedCheckpoint(const TrainingState&,
+                                                                 StagedCheckpoint&,
+                                                                 const absl::Status&);
+};
+
+// Training thread, NOT collective: copies this rank's state at state.position into `staged`
+// (device -> host where needed): the values of every logical tensor this rank holds
+// (logical_layout.h), and the manifest's fields. Blocks training only for the copy.
+// Test hook: env LATCHKEY_TEST_PERTURB_REPLICA_RANK=R makes rank R flip one bit of the first
+// replicated region it holds, so the commit must refuse the save.
+absl::Status StageTrainingCheckpoint(const TrainingState& state,
+                                     const TrainingCheckpointRequest& req,
+                                     StagedCheckpoint& staged);
+
+// Any thread, NOT collective, touches no TrainingState and issues no collective: writes this
+// rank's file of the staged checkpoint (the pieces it is the writer of) into the attempt's
+// temporary folder, fsyncs it and computes its size and SHA-256 and the SHA-256 of every region
+// the rank holds (the replicas the commit compares).
+absl::Status WriteStagedCheckpoint(StagedCheckpoint& staged);
+
+// Training thread, COLLECTIVE over the world group (every rank calls it in the same window
+// boundary): exchanges every rank's outcome (`write_status` is this rank's
+// WriteStagedCheckpoint result) and region digests, compares the replicas (DATA_LOSS naming the
+// tensor and the ranks when they disagree, on every rank), rank 0 commits the manifest, rank 0's
+// outcome is broadcast, barrier. Returns the commit (same on every rank) or the failure (a rank
+// that failed to write fails every rank). CheckpointCommit::blocked_seconds is left 0: the
+// caller measures times.
+absl::StatusOr<CheckpointCommit> CommitStagedCheckpoint(const TrainingState& state,
+                                                        StagedCheckpoint& staged,
+                                                        const absl::Status& write_status);
+
+// Collective: Stage, Write, Commit in order on the calling thread (the synchronous save);
+// blocked_seconds = the whole time.
 absl::StatusOr<CheckpointCommit> SaveTrainingCheckpoint(const TrainingState& state,
                                                         const TrainingCheckpointRequest& r);
 
-// Not collective. Replaces the parameters, the fp32 master (bf16), the optimizer state (AdamW
-// exp_avg, exp_avg_sq and step count), the dropout generator states and the data position with
-// those of the checkpoint in `step_dir`, after verifying every file of it (DATA_LOSS naming the
-// file) and, when `manifest_sha256` is non-empty, the manifest's SHA-256. Refuses
-// (FAILED_PRECONDITION naming the field) a checkpoint of another job (unless `expected_job_id` is
-// empty), world_size, tp, zero_stage, bf16, optimizer or model. A checkpoint refused for its
-// layout, or one whose files do not verify, changes nothing.
+// Not collective. Replaces the parameters (bf16: the fp32 master of this rank's partition and
+// the compute copy, its bf16 rounding), the optimizer state (AdamW exp_avg, exp_avg_sq and step
+// count) and the data position with those of the checkpoint in `step_dir`, whatever layout
+// wrote it (latchkey-checkpoint/2 or /1): this rank reads only the byte ranges of the pieces
+// that meet what it holds, checks each piece's SHA-256 (version 1: every file's) and every
+// file's size (DATA_LOSS naming the file), and, when `manifest_sha256` is non-empty, the
+// manifest's SHA-256. Dropout generator states are not restored (version 1's rng.* tensors are
+// ignored). Refuses (FAILED_PRECONDITION naming the field) a checkpoint of another job (unless
+// `expected_job_id` is empty), optimizer or model. A refused checkpoint, or one whose pieces do
+// not verify, changes nothing.
 absl::Status LoadTrainingCheckpoint(TrainingState& state, const std::string& step_dir,
                                     const std::string& expected_job_id,
                                     const std::string& manifest_sha256);

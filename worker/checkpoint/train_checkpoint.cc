@@ -118,23 +118,55 @@ absl::StatusOr<RootEntries> ListRoot(const std::string& root) {
   return out;
 }
 
+nlohmann::ordered_json TensorsToJson(const std::vector<CheckpointTensor>& tensors) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const CheckpointTensor& t : tensors) {
+    nlohmann::ordered_json e;
+    e["name"] = t.kind + "/" + t.param;
+    e["kind"] = t.kind;
+    e["param"] = t.param;
+    e["dtype"] = "F32";
+    e["shape"] = t.shape;
+    nlohmann::ordered_json pieces = nlohmann::ordered_json::array();
+    for (const CheckpointPiece& p : t.pieces) {
+      nlohmann::ordered_json q;
+      q["file"] = p.file;
+      q["key"] = p.key;
+      q["offsets"] = p.offsets;
+      q["shape"] = p.shape;
+      q["sha256"] = p.sha256;
+      pieces.push_back(std::move(q));
+    }
+    e["pieces"] = std::move(pieces);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 std::string SerializeManifest(const CheckpointManifest& m) {
   nlohmann::ordered_json j;
-  j["format"] = kTrainCheckpointFormat;
+  const bool v2 = m.version >= 2;
+  j["format"] = v2 ? kTrainCheckpointFormat : kTrainCheckpointFormatV1;
   j["job_id"] = m.job_id;
   j["step"] = m.step;
   j["attempt"] = m.attempt;
   j["latch_generation"] = m.latch_generation;
   j["next_window"] = m.next_window;
   j["next_first_micro_batch"] = m.next_first_micro_batch;
+  if (v2) {
+    j["next_first_sample"] = m.next_first_sample;
+    j["seed"] = m.seed;
+  }
   j["world_size"] = m.world_size;
   j["tp"] = m.tp;
   j["dp"] = m.dp;
   j["zero_stage"] = m.zero_stage;
   j["bf16"] = m.bf16;
   j["optimizer"] = m.optimizer;
+  if (v2) j["optimizer_step"] = m.optimizer_step;
   j["compute_threads"] = m.compute_threads;
   j["model"] = ModelConfigToJson(m.model, ModelJsonFormat::kManifest);
+  if (v2) j["tensors"] = TensorsToJson(m.tensors);
   nlohmann::ordered_json files = nlohmann::ordered_json::array();
   for (const CheckpointFileEntry& f : m.files) {
     nlohmann::ordered_json e;
@@ -148,15 +180,48 @@ std::string SerializeManifest(const CheckpointManifest& m) {
   return j.dump(2) + "\n";
 }
 
+// Version 2's logical tensors; every piece's file must be one the manifest lists.
+absl::Status ParseTensors(const nlohmann::json& j, const std::string& source,
+                          CheckpointManifest& m) {
+  for (const auto& t : j) {
+    CheckpointTensor e;
+    e.kind = t.at("kind").get<std::string>();
+    e.param = t.at("param").get<std::string>();
+    e.shape = t.at("shape").get<std::vector<int64_t>>();
+    for (const auto& p : t.at("pieces")) {
+      CheckpointPiece q;
+      q.file = p.at("file").get<std::string>();
+      q.key = p.at("key").get<std::string>();
+      q.offsets = p.at("offsets").get<std::vector<int64_t>>();
+      q.shape = p.at("shape").get<std::vector<int64_t>>();
+      q.sha256 = p.at("sha256").get<std::string>();
+      const bool listed =
+          std::any_of(m.files.begin(), m.files.end(),
+                      [&](const CheckpointFileEntry& f) { return f.name == q.file; });
+      if (!listed || q.offsets.size() != e.shape.size() || q.shape.size() != e.shape.size()) {
+        return absl::DataLossError(absl::StrCat(source, ": tensor ", e.kind, "/", e.param,
+                                                ": piece ", q.key, " in ", q.file,
+                                                " names an unlisted file or has another rank"));
+      }
+      e.pieces.push_back(std::move(q));
+    }
+    m.tensors.push_back(std::move(e));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& text,
                                                  const std::string& source) {
   CheckpointManifest m;
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
     const std::string format = j.at("format").get<std::string>();
-    if (format != kTrainCheckpointFormat) {
+    if (format == kTrainCheckpointFormatV1) {
+      m.version = 1;
+    } else if (format != kTrainCheckpointFormat) {
       return absl::DataLossError(absl::StrCat(source, ": format \"", format, "\", expected \"",
-                                              kTrainCheckpointFormat, "\""));
+                                              kTrainCheckpointFormat, "\" or \"",
+                                              kTrainCheckpointFormatV1, "\""));
     }
     m.job_id = j.at("job_id").get<std::string>();
     m.step = j.at("step").get<int64_t>();
@@ -186,18 +251,50 @@ absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& text,
       m.files.push_back(std::move(e));
     }
     m.created_unix_seconds = j.at("created_unix_seconds").get<int64_t>();
+    if (m.version >= 2) {
+      m.next_first_sample = j.at("next_first_sample").get<int64_t>();
+      m.seed = j.at("seed").get<uint64_t>();
+      m.optimizer_step = j.at("optimizer_step").get<int64_t>();
+      if (absl::Status st = ParseTensors(j.at("tensors"), source, m); !st.ok()) return st;
+    }
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(source, ": malformed manifest: ", e.what()));
   }
-  if (m.world_size < 1 || static_cast<int>(m.files.size()) != m.world_size) {
-    return absl::DataLossError(
-        absl::StrCat(source, ": lists ", m.files.size(), " files for world_size ", m.world_size));
+  if (m.world_size < 1 || static_cast<int>(m.files.size()) != m.world_size || m.tp < 1 ||
+      m.dp < 1 || m.tp * m.dp != m.world_size) {
+    return absl::DataLossError(absl::StrCat(source, ": lists ", m.files.size(),
+                                            " files for world_size ", m.world_size, " (tp ", m.tp,
+                                            ", dp ", m.dp, ")"));
   }
   for (int r = 0; r < m.world_size; ++r) {
     if (m.files[r].name != CheckpointRankFileName(r)) {
       return absl::DataLossError(absl::StrCat(source, ": file ", r, " is \"", m.files[r].name,
                                               "\", expected \"", CheckpointRankFileName(r), "\""));
     }
+  }
+  return m;
+}
+
+// The manifest of step_dir, its SHA-256 checked against `expected` when non-empty.
+absl::StatusOr<CheckpointManifest> ReadManifestOnly(const std::string& step_dir,
+                                                    absl::string_view expected) {
+  if (absl::Status st = CheckPathUnderEnvRoots("latchkey.checkpoint.dir", step_dir); !st.ok()) {
+    return st;
+  }
+  const std::string path = JoinPath(step_dir, kManifestName);
+  absl::StatusOr<std::string> text = ReadWholeFile(path);
+  if (!text.ok()) return text.status();
+  if (!expected.empty()) {
+    const std::string sha = Sha256Hex(*text);
+    if (sha != expected) {
+      return absl::DataLossError(absl::StrCat(path, ": SHA-256 ", sha, ", expected ", expected));
+    }
+  }
+  absl::StatusOr<CheckpointManifest> m = ParseManifest(*text, path);
+  if (!m.ok()) return m.status();
+  const std::string base = std::filesystem::path(step_dir).lexically_normal().filename().string();
+  if (int64_t step = ParseStepDirName(base); step >= 0 && step != m->step) {
+    return absl::DataLossError(absl::StrCat(path, ": step ", m->step, " in folder ", base));
   }
   return m;
 }
@@ -224,11 +321,6 @@ absl::Status CheckManifestFits(const std::string& dir, const CheckpointManifest&
         absl::StrCat("checkpoint ", dir, ": ", field, " ", have, ", this job has ", need));
   };
   if (!job_id.empty() && m.job_id != job_id) return refuse("job_id", m.job_id, job_id);
-  if (m.world_size != want.world_size) return refuse("world_size", m.world_size, want.world_size);
-  if (m.tp != want.tp) return refuse("tp", m.tp, want.tp);
-  if (m.zero_stage != want.zero_stage) return refuse("zero_stage", m.zero_stage, want.zero_stage);
-  if (m.bf16 != want.bf16)
-    return refuse("bf16", m.bf16 ? "true" : "false", want.bf16 ? "true" : "false");
   if (m.optimizer != want.optimizer) return refuse("optimizer", m.optimizer, want.optimizer);
   if (m.model != want.model) {
     return refuse("model", ModelConfigToJson(m.model, ModelJsonFormat::kManifest).dump(),
@@ -290,27 +382,40 @@ absl::StatusOr<std::string> CommitCheckpoint(const std::string& root, const std:
   return Sha256Hex(text);
 }
 
-absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& step_dir,
-                                                    absl::string_view expected_manifest_sha256) {
-  if (absl::Status st = CheckPathUnderEnvRoots("latchkey.checkpoint.dir", step_dir); !st.ok()) {
-    return st;
-  }
-  const std::string path = JoinPath(step_dir, kManifestName);
-  absl::StatusOr<std::string> text = ReadWholeFile(path);
-  if (!text.ok()) return text.status();
-  if (!expected_manifest_sha256.empty()) {
-    const std::string sha = Sha256Hex(*text);
-    if (sha != expected_manifest_sha256) {
+ResumePoint ResumePointFor(const CheckpointManifest& m, int dp, int micro_batch) {
+  ResumePoint p;
+  p.next_window = m.next_window;
+  p.next_first_sample = m.next_first_sample >= 0
+                            ? m.next_first_sample
+                            : m.next_first_micro_batch * m.dp * static_cast<int64_t>(micro_batch);
+  const int64_t per_micro_batch = static_cast<int64_t>(dp) * micro_batch;
+  p.next_first_micro_batch = dp == m.dp || per_micro_batch <= 0
+                                 ? m.next_first_micro_batch
+                                 : p.next_first_sample / per_micro_batch;
+  return p;
+}
+
+absl::StatusOr<CheckpointManifest> ReadCheckpointManifest(
+    const std::string& step_dir, absl::string_view expected_manifest_sha256) {
+  absl::StatusOr<CheckpointManifest> m = ReadManifestOnly(step_dir, expected_manifest_sha256);
+  if (!m.ok()) return m.status();
+  for (const CheckpointFileEntry& f : m->files) {
+    const std::string file_path = JoinPath(step_dir, f.name);
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(file_path, ec);
+    if (ec) return absl::DataLossError(absl::StrCat(file_path, ": ", ec.message()));
+    if (static_cast<int64_t>(size) != f.bytes) {
       return absl::DataLossError(
-          absl::StrCat(path, ": SHA-256 ", sha, ", expected ", expected_manifest_sha256));
+          absl::StrCat(file_path, ": ", size, " bytes, the manifest says ", f.bytes));
     }
   }
-  absl::StatusOr<CheckpointManifest> m = ParseManifest(*text, path);
+  return m;
+}
+
+absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& step_dir,
+                                                    absl::string_view expected_manifest_sha256) {
+  absl::StatusOr<CheckpointManifest> m = ReadManifestOnly(step_dir, expected_manifest_sha256);
   if (!m.ok()) return m.status();
-  const std::string base = std::filesystem::path(step_dir).lexically_normal().filename().string();
-  if (int64_t step = ParseStepDirName(base); step >= 0 && step != m->step) {
-    return absl::DataLossError(absl::StrCat(path, ": step ", m->step, " in folder ", base));
-  }
   for (const CheckpointFileEntry& f : m->files) {
     const std::string file_path = JoinPath(step_dir, f.name);
     absl::StatusOr<std::string> bytes = ReadWholeFile(file_path);

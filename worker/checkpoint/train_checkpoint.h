@@ -28,7 +28,10 @@
 
 namespace latchkey {
 
-inline constexpr char kTrainCheckpointFormat[] = "latchkey-checkpoint/1";
+// The format written; version 1 (one flat file per rank, loadable only by its own layout when
+// it was written, now by any) is still read.
+inline constexpr char kTrainCheckpointFormat[] = "latchkey-checkpoint/2";
+inline constexpr char kTrainCheckpointFormatV1[] = "latchkey-checkpoint/1";
 
 struct CheckpointFileEntry {
   std::string name;  // e.g. "rank-00001.safetensors"
@@ -36,21 +39,47 @@ struct CheckpointFileEntry {
   std::string sha256;  // lowercase hex
 };
 
+// One stored rectangle of a logical tensor (logical_layout.h): `key` in `file`, covering
+// `offsets` + `shape` of the global tensor, F32, row-major; `sha256` of its bytes.
+struct CheckpointPiece {
+  std::string file;
+  std::string key;
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> shape;
+  std::string sha256;  // version 1: empty (its file's SHA-256 covers it)
+  // Version 1 only (never written): where the piece starts in the elements of tensor `key`.
+  int64_t element_offset = 0;
+};
+
+// A logical tensor: "param/<HF name>", "exp_avg/<HF name>" or "exp_avg_sq/<HF name>".
+struct CheckpointTensor {
+  std::string kind;   // TensorKindName
+  std::string param;  // HF name
+  std::vector<int64_t> shape;
+  std::vector<CheckpointPiece> pieces;
+};
+
 struct CheckpointManifest {
+  int version = 2;     // 1: latchkey-checkpoint/1
   std::string job_id;  // "standalone" without a coordinator
   int64_t step = 0;    // the state after this step
   int64_t attempt = 1;
-  int64_t latch_generation = 0;  // of latch(step)
-  int64_t next_window = 0;       // step + 1
-  int64_t next_first_micro_batch = 0;
+  int64_t latch_generation = 0;        // of latch(step)
+  int64_t next_window = 0;             // step + 1
+  int64_t next_first_micro_batch = 0;  // in micro-batches of the writing layout
+  int64_t next_first_sample = -1;      // stream positions consumed; -1 in version 1
+  uint64_t seed = 0;                   // latchkey.seed (version 2)
+  // The writing layout.
   int world_size = 1;
   int tp = 1;
   int dp = 1;
   int zero_stage = 0;
   bool bf16 = false;
-  std::string optimizer;  // "AdamW" or "SGD"
+  std::string optimizer;        // "AdamW" or "SGD"
+  int64_t optimizer_step = -1;  // steps the optimizer took; version 1: in the rank files
   int compute_threads = 1;
   ModelConfig model;
+  std::vector<CheckpointTensor> tensors;   // version 2
   std::vector<CheckpointFileEntry> files;  // one per global rank, rank order
   int64_t created_unix_seconds = 0;
 };
@@ -68,10 +97,11 @@ std::string CheckpointStepDirName(int64_t step);                   // "step-0000
 std::string CheckpointTempDirName(int64_t step, int64_t attempt);  // ".step-00000011.a2.tmp"
 std::string CheckpointRankFileName(int rank);                      // "rank-00001.safetensors"
 
-// Whether a verified checkpoint's manifest `m` (read from `dir`) fits a job laid out as `want`:
+// Whether a verified checkpoint's manifest `m` (read from `dir`) fits the job `want` describes,
+// whatever layout wrote it (world_size, tp, dp, zero_stage and bf16 may all differ):
 // FAILED_PRECONDITION "checkpoint <dir>: <field> <its value>, this job has <value>" naming the
 // first field that differs among job_id (only when `job_id` is non-empty, compared with it),
-// world_size, tp, zero_stage, bf16, optimizer and model (every ModelConfig field).
+// optimizer and model (every ModelConfig field).
 absl::Status CheckManifestFits(const std::string& dir, const CheckpointManifest& m,
                                const CheckpointManifest& want, const std::string& job_id);
 
@@ -86,6 +116,23 @@ absl::StatusOr<CheckpointFileEntry> WriteCheckpointRankFile(const std::string& t
 // manifest's bytes.
 absl::StatusOr<std::string> CommitCheckpoint(const std::string& root, const std::string& temp_dir,
                                              const CheckpointManifest& manifest);
+
+// Where the data stream stands after the checkpoint, for a job with `dp` DP ranks and
+// micro-batches of `micro_batch` samples: next_first_sample from the manifest (version 1:
+// next_first_micro_batch of the writing layout x its dp x micro_batch), next_first_micro_batch
+// the manifest's when dp is the writing layout's, else next_first_sample / (dp x micro_batch).
+struct ResumePoint {
+  int64_t next_window = 0;
+  int64_t next_first_micro_batch = 0;
+  int64_t next_first_sample = 0;
+};
+ResumePoint ResumePointFor(const CheckpointManifest& m, int dp, int micro_batch);
+
+// Reads and parses step_dir's manifest (its SHA-256 checked when `expected_manifest_sha256` is
+// non-empty) and checks that every file it lists exists with the listed size (DATA_LOSS naming
+// the file otherwise), without reading the files.
+absl::StatusOr<CheckpointManifest> ReadCheckpointManifest(
+    const std::string& step_dir, absl::string_view expected_manifest_sha256);
 
 // Reads root/step-N's manifest and checks every file it lists (present, size, SHA-256).
 // `expected_manifest_sha256` non-empty: the manifest's own SHA-256 must equal it.

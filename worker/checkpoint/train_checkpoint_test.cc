@@ -240,7 +240,7 @@ TEST(TrainCheckpointTest, MalformedManifestIsDataLoss) {
   EXPECT_THAT(Msg(m.status()), HasSubstr("manifest.json"));
 }
 
-TEST(TrainCheckpointTest, ManifestOfAnotherLayoutIsRefusedNamingTheField) {
+TEST(TrainCheckpointTest, AnotherLayoutFitsAnotherJobOptimizerOrModelIsRefused) {
   const CheckpointManifest want = Manifest(4, 2);
   EXPECT_TRUE(CheckManifestFits("d", want, want, "job-a").ok());
   EXPECT_TRUE(CheckManifestFits("d", want, want, "").ok());
@@ -250,24 +250,57 @@ TEST(TrainCheckpointTest, ManifestOfAnotherLayoutIsRefusedNamingTheField) {
     return Msg(st);
   };
   EXPECT_THAT(refused(want, "job-b"), HasSubstr("checkpoint d: job_id job-a, this job has job-b"));
+  // Any layout loads any checkpoint of the same job, optimizer and model.
   CheckpointManifest m = want;
   m.world_size = 4;
-  EXPECT_THAT(refused(m, ""), HasSubstr("world_size 4, this job has 2"));
-  m = want;
   m.tp = 1;
-  EXPECT_THAT(refused(m, ""), HasSubstr("tp 1, this job has 2"));
-  m = want;
+  m.dp = 4;
   m.zero_stage = 0;
-  EXPECT_THAT(refused(m, ""), HasSubstr("zero_stage 0, this job has 1"));
-  m = want;
   m.bf16 = false;
-  EXPECT_THAT(refused(m, ""), HasSubstr("bf16 false, this job has true"));
+  EXPECT_TRUE(CheckManifestFits("d", m, want, "job-a").ok());
   m = want;
   m.optimizer = "SGD";
   EXPECT_THAT(refused(m, ""), HasSubstr("optimizer SGD, this job has AdamW"));
   m = want;
   m.model.attn_pdrop = 0.2;
   EXPECT_THAT(refused(m, ""), HasSubstr("model "));
+}
+
+TEST(TrainCheckpointTest, ResumePointKeepsTheStreamPositionAcrossDp) {
+  CheckpointManifest m = Manifest(2, 4);
+  m.dp = 2;
+  m.tp = 2;
+  m.next_first_micro_batch = 12;  // 3 windows of 4 micro-batches at dp 2
+  m.next_first_sample = 12 * 2 * 2;
+  ResumePoint same = ResumePointFor(m, 2, 2);
+  EXPECT_EQ(same.next_window, 3);
+  EXPECT_EQ(same.next_first_micro_batch, 12);
+  EXPECT_EQ(same.next_first_sample, 48);
+  ResumePoint dp1 = ResumePointFor(m, 1, 2);
+  EXPECT_EQ(dp1.next_first_micro_batch, 24);
+  EXPECT_EQ(dp1.next_first_sample, 48);
+  m.version = 1;
+  m.next_first_sample = -1;  // version 1: derived from the writing layout
+  ResumePoint v1 = ResumePointFor(m, 4, 2);
+  EXPECT_EQ(v1.next_first_sample, 48);
+  EXPECT_EQ(v1.next_first_micro_batch, 6);
+}
+
+TEST(TrainCheckpointTest, Version1ManifestsStillParse) {
+  const testing::ScopedTempDir root("train-ckpt");
+  const std::string temp = JoinPath(root.path(), CheckpointTempDirName(3, 1));
+  CheckpointManifest m = Manifest(3, 1);
+  m.version = 1;
+  m.files.push_back(*WriteCheckpointRankFile(temp, 0, RankFile(0, 3)));
+  ASSERT_TRUE(CommitCheckpoint(root.path(), temp, m).ok());
+  const std::string text = *ReadWholeFile(root / "step-00000003/manifest.json");
+  EXPECT_THAT(text, HasSubstr("\"latchkey-checkpoint/1\""));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("next_first_sample")));
+  absl::StatusOr<CheckpointManifest> back = VerifyCheckpoint(root / "step-00000003", "");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->version, 1);
+  EXPECT_EQ(back->next_first_sample, -1);
+  EXPECT_TRUE(back->tensors.empty());
 }
 
 }  // namespace

@@ -33,6 +33,8 @@ struct AttemptPlan {
   // SHA-256 of its manifest.json it must have (empty: not checked). -1: start from scratch.
   int64_t resume_step = -1;
   std::string resume_manifest_sha256;
+  // The folder of that checkpoint; empty: latchkey.checkpoint.dir/step-N.
+  std::string resume_dir;
   int64_t first_window() const { return resume_step + 1; }
 };
 

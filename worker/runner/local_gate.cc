@@ -1,5 +1,6 @@
 #include "worker/runner/local_gate.h"
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -8,10 +9,12 @@
 
 namespace latchkey {
 
-LocalGate::LocalGate(const JobSpec& spec, comm::RendezvousConfig rendezvous, bool resume)
+LocalGate::LocalGate(const JobSpec& spec, comm::RendezvousConfig rendezvous, bool resume,
+                     std::string resume_from)
     : spec_(spec),
       rendezvous_(std::move(rendezvous)),
       resume_(resume),
+      resume_from_(std::move(resume_from)),
       policy_(InitialPolicy(spec)) {}
 
 absl::StatusOr<AttemptPlan> LocalGate::Begin() {
@@ -19,26 +22,43 @@ absl::StatusOr<AttemptPlan> LocalGate::Begin() {
   plan.attempt = 1;
   plan.rendezvous = rendezvous_;
   plan.job_id = "standalone";
-  if (resume_) {
-    const std::string& dir = spec_.checkpoint.dir;
-    auto newest = NewestValidCheckpoint(dir, plan.job_id);
+  std::string dir;
+  if (!resume_from_.empty()) {
+    dir = resume_from_;
+  } else if (resume_) {
+    const std::string& root = spec_.checkpoint.dir;
+    auto newest = NewestValidCheckpoint(root, plan.job_id);
     if (!newest.ok()) {
       return absl::Status(newest.status().code(),
                           "latchkey.checkpoint.dir: " + std::string(newest.status().message()));
     }
-    if (newest->has_value()) plan.resume_step = **newest;
-    if (rendezvous_.rank == 0) {
-      if (plan.resume_step >= 0) {
-        std::cerr << "latchkey-worker: resuming from " << dir << "/"
-                  << CheckpointStepDirName(plan.resume_step) << "\n";
-      } else {
-        std::cerr << "latchkey-worker: no checkpoint in " << dir << ": starting at step 0\n";
-      }
+    if (newest->has_value()) {
+      dir = root + "/" + CheckpointStepDirName(**newest);
+    } else if (rendezvous_.rank == 0) {
+      std::cerr << "latchkey-worker: no checkpoint in " << root << ": starting at step 0\n";
     }
   }
-  next_window_ = plan.first_window();
-  next_first_micro_batch_ = spec_.FirstMicroBatch(next_window_);
-  next_first_sample_ = next_first_micro_batch_ * SamplesPerMicroBatch(spec_);
+  next_window_ = 0;
+  next_first_micro_batch_ = 0;
+  next_first_sample_ = 0;
+  if (!dir.empty()) {
+    const std::string field = resume_from_.empty() ? "latchkey.checkpoint.dir" : "--resume-from";
+    auto m = ReadCheckpointManifest(dir, "");
+    if (!m.ok()) {
+      return absl::Status(m.status().code(), field + ": " + std::string(m.status().message()));
+    }
+    const int dp = rendezvous_.world_size / std::max(rendezvous_.tp, 1);
+    const ResumePoint point = ResumePointFor(*m, dp, spec_.micro_batch_size);
+    plan.resume_step = m->step;
+    plan.resume_dir = dir;
+    next_window_ = point.next_window;
+    next_first_micro_batch_ = point.next_first_micro_batch;
+    next_first_sample_ = point.next_first_sample;
+    if (rendezvous_.rank == 0) {
+      std::cerr << "latchkey-worker: resuming from " << dir << " (written at tp " << m->tp
+                << " x dp " << m->dp << ", zero_stage " << m->zero_stage << ")\n";
+    }
+  }
   return plan;
 }
 

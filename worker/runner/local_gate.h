@@ -1,7 +1,10 @@
 // LatchSource for standalone ranks: latch(s) from the gate (common/latch.h) over the spec's
 // initial policy, computed locally and identically on every rank; nothing is reported. One
 // attempt; with `resume` it starts after the newest valid checkpoint of latchkey.checkpoint.dir
-// (job id "standalone"), or at step 0 when there is none.
+// (job id "standalone"), or at step 0 when there is none; with `resume_from` after the
+// checkpoint in that folder. Whatever layout wrote the checkpoint, the first latch starts at
+// its data position: first_sample = the manifest's next_first_sample, first_micro_batch the
+// same stream position in this layout's micro-batches (train_checkpoint.h, ResumePointFor).
 #ifndef LATCHKEY_WORKER_RUNNER_LOCAL_GATE_H_
 #define LATCHKEY_WORKER_RUNNER_LOCAL_GATE_H_
 
@@ -13,8 +16,9 @@ namespace latchkey {
 class LocalGate final : public LatchSource {
  public:
   // `spec` must outlive the gate. `rendezvous`: where the ranks meet (torchrun-style env).
-  // `resume` REQUIRES spec.checkpoint.enabled().
-  LocalGate(const JobSpec& spec, comm::RendezvousConfig rendezvous, bool resume = false);
+  // `resume` REQUIRES spec.checkpoint.enabled(). `resume_from`: a step-N folder (empty: none).
+  LocalGate(const JobSpec& spec, comm::RendezvousConfig rendezvous, bool resume = false,
+            std::string resume_from = "");
 
   absl::StatusOr<AttemptPlan> Begin() override;
   absl::StatusOr<Latch> Await(int64_t window) override;
@@ -27,10 +31,11 @@ class LocalGate final : public LatchSource {
   const JobSpec& spec_;
   comm::RendezvousConfig rendezvous_;
   bool resume_ = false;
+  std::string resume_from_;
   LatchPolicy policy_;
   int64_t next_window_ = 0;
   int64_t next_first_micro_batch_ = 0;  // M of next_window_
-  int64_t next_first_sample_ = 0;       // first_sample of next_window_
+  int64_t next_first_sample_ = 0;       // stream positions consumed before next_window_
 };
 
 }  // namespace latchkey

@@ -63,6 +63,7 @@ int Standalone(const latchkey::WorkerFlags& flags, const latchkey::WorkerEnv& en
   opts.run = flags.run;
   opts.collective_timeout = flags.collective_timeout;
   opts.resume = flags.resume;
+  opts.resume_from = flags.resume_from;
   absl::StatusOr<latchkey::JobSpec> spec = latchkey::LoadJobSpecFile(opts.spec_path);
   if (!spec.ok()) return RunFailed(spec.status().message());
   if (absl::Status st = latchkey::CheckStandaloneOptions(opts, *spec); !st.ok()) {

@@ -61,7 +61,10 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
   TrainingState& state = (*engine)->state();
   const std::string& root = spec.checkpoint.dir;
   if (plan.resume_step >= 0) {
-    const std::string step_dir = root + "/" + CheckpointStepDirName(plan.resume_step);
+    // Whatever layout wrote it: the load reshards (checkpointer.h).
+    const std::string step_dir = !plan.resume_dir.empty()
+                                     ? plan.resume_dir
+                                     : root + "/" + CheckpointStepDirName(plan.resume_step);
     const std::string job_id = plan.job_id == "standalone" ? "" : plan.job_id;
     if (absl::Status st =
             LoadTrainingCheckpoint(state, step_dir, job_id, plan.resume_manifest_sha256);

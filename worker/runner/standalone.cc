@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "worker/checkpoint/files.h"
 #include "worker/runner/device.h"
 #include "worker/runner/local_gate.h"
 
@@ -11,6 +12,13 @@ absl::Status CheckStandaloneOptions(const StandaloneOptions& options, const JobS
   if (options.resume && !spec.checkpoint.enabled()) {
     return absl::InvalidArgumentError(
         "--resume needs latchkey.checkpoint (latchkey.checkpoint.dir) in " + options.spec_path);
+  }
+  // A folder that is not a committed checkpoint is a usage error; a damaged one is the run's
+  // (DATA_LOSS when the gate or the load reads it).
+  if (!options.resume_from.empty() &&
+      !IsRegularFile(JoinPath(options.resume_from, "manifest.json"))) {
+    return absl::InvalidArgumentError("--resume-from " + options.resume_from +
+                                      ": no manifest.json (not a committed checkpoint folder)");
   }
   return absl::OkStatus();
 }
@@ -39,7 +47,7 @@ absl::Status RunStandalone(const StandaloneOptions& options, JobSpec spec, const
   rdv.tp = job.spec.tp;
   rdv.local_address = env.transport_host;
   rdv.collective_timeout = options.collective_timeout;
-  LocalGate gate(job.spec, rdv, options.resume);
+  LocalGate gate(job.spec, rdv, options.resume, options.resume_from);
   return RunRank(job, gate, options.run);
 }
 

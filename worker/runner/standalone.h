@@ -26,10 +26,14 @@ struct StandaloneOptions {
   // --resume: continue after the newest valid checkpoint in latchkey.checkpoint.dir (step 0
   // when there is none). The spec must have latchkey.checkpoint.
   bool resume = false;
+  // --resume-from: continue after the checkpoint in this step-N folder, whatever layout or
+  // checkpoint root wrote it.
+  std::string resume_from;
 };
 
-// The one check of the options against the spec they run: --resume needs latchkey.checkpoint.
-// INVALID_ARGUMENT naming the spec file otherwise.
+// The one check of the options against the spec they run: --resume needs latchkey.checkpoint
+// (INVALID_ARGUMENT naming the spec file otherwise); --resume-from needs a folder with a
+// manifest.json (INVALID_ARGUMENT naming --resume-from otherwise).
 absl::Status CheckStandaloneOptions(const StandaloneOptions& options, const JobSpec& spec);
 
 // Runs this rank of `spec` (loaded from options.spec_path and passed CheckStandaloneOptions):

@@ -13,7 +13,8 @@ const char kWorkerUsage[] =
     "[options]\n"
     "       (join token: $LATCHKEY_JOIN_TOKEN or --join-token-file; TLS: --tls-ca F,\n"
     "        mTLS: --tls-cert F --tls-key F, or $LATCHKEY_TLS_CA/CERT/KEY)\n"
-    "       latchkey-worker --standalone --spec SPEC.json [--resume] [options]\n"
+    "       latchkey-worker --standalone --spec SPEC.json [--resume | --resume-from DIR] "
+    "[options]\n"
     "       latchkey-worker tokenize TEXT_FILE OUT.bin\n"
     "options: --metrics-jsonl FILE  --save DIR  --port-file FILE  --quiet\n"
     "         --metrics-port N (0 = any free port)  --metrics-host ADDR  --linger-seconds S\n"
@@ -59,6 +60,8 @@ const std::vector<Flag>& FlagTable() {
   static const std::vector<Flag> table = {
       Switch("--standalone", [](WorkerFlags& f) { f.standalone = true; }),
       Switch("--resume", [](WorkerFlags& f) { f.resume = true; }),
+      Value("--resume-from", "--resume-from needs a checkpoint folder (step-N)",
+            Store(&WorkerFlags::resume_from)),
       Value("--spec", "--spec needs a file", Store(&WorkerFlags::spec_path)),
       Value("--coordinator", "--coordinator needs HOST:PORT", Store(&WorkerFlags::coordinator)),
       Value("--job", "--job needs a job id", Store(&WorkerFlags::job)),
@@ -172,11 +175,16 @@ absl::Status ValidateWorkerFlags(const WorkerFlags& flags) {
     if (flags.spec_path.empty()) {
       return absl::InvalidArgumentError("--spec is required with --standalone");
     }
+    if (flags.resume && !flags.resume_from.empty()) {
+      return absl::InvalidArgumentError(
+          "--resume-from names the checkpoint to resume from: drop --resume");
+    }
     return absl::OkStatus();
   }
-  if (flags.resume) {
-    return absl::InvalidArgumentError(
-        "--resume is for --standalone (the coordinator says where to resume)");
+  if (flags.resume || !flags.resume_from.empty()) {
+    return absl::InvalidArgumentError(std::string(flags.resume ? "--resume" : "--resume-from") +
+                                      " is for --standalone (the coordinator says where to "
+                                      "resume)");
   }
 #ifdef LATCHKEY_WITH_COORDINATOR
   if (flags.job.empty())

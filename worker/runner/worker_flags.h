@@ -26,6 +26,7 @@ extern const char kWorkerUsage[];
 struct WorkerFlags {
   bool standalone = false;  // --standalone (else: coordinator mode)
   bool resume = false;      // --resume (standalone only)
+  std::string resume_from;  // --resume-from DIR (standalone only): one step-N folder
   std::string spec_path;    // --spec
   std::string coordinator;  // --coordinator, else LATCHKEY_COORDINATOR
   std::string job;          // --job, else LATCHKEY_JOB_ID
@@ -44,9 +45,10 @@ struct WorkerFlags {
 absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& args,
                                              const WorkerEnv& env);
 
-// What each mode needs, in the order it is checked: --standalone needs --spec; --resume is
-// for --standalone; coordinator mode needs a job id. (--resume against the spec's
-// latchkey.checkpoint is the standalone run's own check: standalone.h.)
+// What each mode needs, in the order it is checked: --standalone needs --spec; --resume and
+// --resume-from exclude each other and are for --standalone; coordinator mode needs a job id.
+// (--resume against the spec's latchkey.checkpoint is the standalone run's own check:
+// standalone.h.)
 absl::Status ValidateWorkerFlags(const WorkerFlags& flags);
 
 }  // namespace latchkey
