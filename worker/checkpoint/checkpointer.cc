@@ -1,5 +1,6 @@
-// Resumable training checkpoints of a TrainingState: this rank's file, the confirmation of every
-// rank's file over the world group, rank 0's commit, and loading after verification.
+// Resumable training checkpoints of a TrainingState: this rank's file (staged into host buffers,
+// then written), the confirmation of every rank's file over the world group, rank 0's commit,
+// and loading after verification.
 #include "worker/checkpoint/checkpointer.h"
 
 #include <ATen/ATen.h>
@@ -62,28 +63,46 @@ absl::Status ExchangeBytes(const TrainingState& s, uint8_t* values, int64_t n, u
   return absl::OkStatus();
 }
 
-// This rank's file of a checkpoint after window `step` (docs/fault-tolerance.md).
-StFile RankState(const TrainingState& s, int64_t step) {
+// Copies `t` into `out` as tensor `name` (shape t's, bytes of `dtype`, which t's dtype is
+// converted to), reusing out.data's buffer when it already has the size: the copy goes straight
+// from the tensor's device into the staging bytes.
+void StageTensor(const std::string& name, const at::Tensor& t, StDtype dtype, at::ScalarType type,
+                 StTensor& out) {
+  out.name = name;
+  out.dtype = dtype;
+  out.shape = t.sizes().vec();
+  const int64_t bytes = t.numel() * static_cast<int64_t>(c10::elementSize(type));
+  if (static_cast<int64_t>(out.data.size()) != bytes) out.data.resize(bytes);
+  if (bytes == 0) return;
+  at::from_blob(out.data.data(), t.sizes(), at::TensorOptions().dtype(type)).copy_(t);
+}
+
+// Stages this rank's file of a checkpoint after window `step` (docs/fault-tolerance.md) into
+// `f`, whose tensors' buffers are reused when the layout did not change.
+void StageRankState(const TrainingState& s, int64_t step, StFile& f) {
   const comm::ProcessGroups& g = *s.groups;
   ParamStore& store = *s.params;
-  StFile f;
+  size_t next = 0;
+  const auto slot = [&]() -> StTensor& {
+    if (next == f.tensors.size()) f.tensors.emplace_back();
+    return f.tensors[next++];
+  };
   const at::Tensor& flat = s.bf16() ? store.flat_compute() : store.flat_params();
   // fp32 always: in bf16 mode the compute copy, widened exactly.
-  f.tensors.push_back(
-      RawStTensor("params", flat.narrow(0, 0, store.numel()).to(at::kFloat), StDtype::kF32));
-  if (s.bf16()) f.tensors.push_back(RawStTensor("master", s.master, StDtype::kF32));
+  StageTensor("params", flat.narrow(0, 0, store.numel()), StDtype::kF32, at::kFloat, slot());
+  if (s.bf16()) StageTensor("master", s.master, StDtype::kF32, at::kFloat, slot());
   for (const auto& [name, t] : s.optimizer->state()) {
-    f.tensors.push_back(RawStTensor("optimizer." + name, t, StDtype::kF32));
+    StageTensor("optimizer." + name, t, StDtype::kF32, at::kFloat, slot());
   }
-  f.tensors.push_back(
-      RawStTensor("rng.replicated", s.model->replicated_generator_state(), StDtype::kU8));
-  f.tensors.push_back(RawStTensor("rng.local", s.model->local_generator_state(), StDtype::kU8));
+  StageTensor("rng.replicated", s.model->replicated_generator_state(), StDtype::kU8, at::kByte,
+              slot());
+  StageTensor("rng.local", s.model->local_generator_state(), StDtype::kU8, at::kByte, slot());
+  f.tensors.resize(next);
   f.metadata = {{"rank", std::to_string(g.rank)},
                 {"tp_rank", std::to_string(g.tp_rank)},
                 {"dp_rank", std::to_string(g.dp_rank)},
                 {"step", std::to_string(step)},
                 {"optimizer_step", std::to_string(s.optimizer->steps())}};
-  return f;
 }
 
 // The manifest of a checkpoint of `s` at its position (files left empty).
@@ -110,36 +129,84 @@ CheckpointManifest Manifest(const TrainingState& s, const TrainingCheckpointRequ
 
 }  // namespace
 
-absl::StatusOr<CheckpointCommit> SaveTrainingCheckpoint(const TrainingState& state,
-                                                        const TrainingCheckpointRequest& req) {
+struct StagedCheckpoint::Impl {
+  int64_t step = -1;
+  int rank = 0;
+  std::string root;
+  std::string temp;  // the attempt's temporary folder of `step`
+  StFile file;       // this rank's file, its tensors' bytes the staging buffers
+  // The manifest as of the staged position (files filled in by the commit).
+  CheckpointManifest manifest;
+  absl::StatusOr<CheckpointFileEntry> entry = absl::FailedPreconditionError("not written");
+};
+
+StagedCheckpoint::StagedCheckpoint() : impl_(std::make_unique<Impl>()) {}
+StagedCheckpoint::~StagedCheckpoint() = default;
+int64_t StagedCheckpoint::step() const { return impl_->step; }
+int64_t StagedCheckpoint::bytes() const {
+  int64_t n = 0;
+  for (const StTensor& t : impl_->file.tensors) n += static_cast<int64_t>(t.data.size());
+  return n;
+}
+
+absl::Status StageTrainingCheckpoint(const TrainingState& state,
+                                     const TrainingCheckpointRequest& req,
+                                     StagedCheckpoint& staged) {
+  StagedCheckpoint::Impl& x = *staged.impl_;
   const comm::ProcessGroups& g = *state.groups;
   const int64_t step = state.position.step;
   if (g.recorder) g.recorder->SetPhase(RankPhase::kCheckpoint);
-  const auto start = Clock::now();
-  const std::string temp = JoinPath(req.root, CheckpointTempDirName(step, req.attempt));
-  absl::StatusOr<CheckpointFileEntry> entry =
-      WriteCheckpointRankFile(temp, g.rank, RankState(state, step));
-  if (entry.ok()) MaybeCrash("checkpoint.after_rank_files", g.rank, step);
+  x.step = step;
+  x.rank = g.rank;
+  x.root = req.root;
+  x.temp = JoinPath(req.root, CheckpointTempDirName(step, req.attempt));
+  x.manifest = Manifest(state, req);
+  x.entry = absl::FailedPreconditionError("checkpoint of step " + std::to_string(step) +
+                                          ": staged, not written");
+  StageRankState(state, step, x.file);
+  return absl::OkStatus();
+}
+
+absl::Status WriteStagedCheckpoint(StagedCheckpoint& staged) {
+  StagedCheckpoint::Impl& x = *staged.impl_;
+  if (x.step < 0) return absl::FailedPreconditionError("WriteStagedCheckpoint: nothing staged");
+  x.entry = WriteCheckpointRankFile(x.temp, x.rank, x.file);
+  if (!x.entry.ok()) return x.entry.status();
+  MaybeCrash("checkpoint.after_rank_files", x.rank, x.step);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointCommit> CommitStagedCheckpoint(const TrainingState& state,
+                                                        StagedCheckpoint& staged,
+                                                        const absl::Status& write_status) {
+  StagedCheckpoint::Impl& x = *staged.impl_;
+  const comm::ProcessGroups& g = *state.groups;
+  const int64_t step = x.step;
+  const std::string& temp = x.temp;
+  if (g.recorder) g.recorder->SetPhase(RankPhase::kCheckpoint);
+  const bool written = write_status.ok() && x.entry.ok();
   // Confirmations: every rank's record (ok, size, SHA-256) reaches every rank.
   uint8_t mine[kRecord] = {};
-  if (entry.ok()) {
+  if (written) {
     mine[0] = 1;
-    const int64_t size = entry->bytes;
+    const int64_t size = x.entry->bytes;
     std::memcpy(mine + kSizeAt, &size, sizeof(size));
-    PutDigest(entry->sha256, mine + kDigestAt);
+    PutDigest(x.entry->sha256, mine + kDigestAt);
   }
   std::vector<uint8_t> all(kRecord * g.world_size);
   LK_RETURN_IF_ERROR(ExchangeBytes(state, mine, kRecord, all.data(), /*gather=*/true));
-  if (!entry.ok()) return entry.status();
-  CheckpointManifest manifest = Manifest(state, req);
+  if (!write_status.ok()) return write_status;
+  if (!x.entry.ok()) return x.entry.status();
+  CheckpointManifest manifest = x.manifest;
+  manifest.files.clear();
   CheckpointCommit c;
   std::string failed;
   for (int r = 0; r < g.world_size; ++r) {
-    const uint8_t* x = all.data() + r * kRecord;
-    if (x[0] != 1) failed += (failed.empty() ? "" : ",") + std::to_string(r);
+    const uint8_t* rec = all.data() + r * kRecord;
+    if (rec[0] != 1) failed += (failed.empty() ? "" : ",") + std::to_string(r);
     int64_t size = 0;
-    std::memcpy(&size, x + kSizeAt, sizeof(size));
-    manifest.files.push_back({CheckpointRankFileName(r), size, GetDigest(x + kDigestAt)});
+    std::memcpy(&size, rec + kSizeAt, sizeof(size));
+    manifest.files.push_back({CheckpointRankFileName(r), size, GetDigest(rec + kDigestAt)});
     c.bytes += size;
   }
   if (!failed.empty()) {
@@ -151,7 +218,7 @@ absl::StatusOr<CheckpointCommit> SaveTrainingCheckpoint(const TrainingState& sta
   absl::Status commit_status;
   if (g.rank == 0) {
     MaybeCrash("checkpoint.before_commit", g.rank, step);
-    absl::StatusOr<std::string> sha = CommitCheckpoint(req.root, temp, manifest);
+    absl::StatusOr<std::string> sha = CommitCheckpoint(x.root, temp, manifest);
     outcome[0] = sha.ok() ? 1 : 0;
     if (sha.ok()) PutDigest(*sha, outcome + 1);
     commit_status = sha.status();
@@ -164,8 +231,18 @@ absl::StatusOr<CheckpointCommit> SaveTrainingCheckpoint(const TrainingState& sta
                                ": rank 0 could not commit " + temp);
   }
   c.step = step;
-  c.dir = JoinPath(req.root, CheckpointStepDirName(step));
+  c.dir = JoinPath(x.root, CheckpointStepDirName(step));
   c.manifest_sha256 = GetDigest(outcome + 1);
+  return c;
+}
+
+absl::StatusOr<CheckpointCommit> SaveTrainingCheckpoint(const TrainingState& state,
+                                                        const TrainingCheckpointRequest& req) {
+  const auto start = Clock::now();
+  StagedCheckpoint staged;
+  LK_RETURN_IF_ERROR(StageTrainingCheckpoint(state, req, staged));
+  const absl::Status written = WriteStagedCheckpoint(staged);
+  LK_ASSIGN_OR_RETURN(CheckpointCommit c, CommitStagedCheckpoint(state, staged, written));
   c.blocked_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return c;
 }

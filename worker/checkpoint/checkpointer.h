@@ -6,12 +6,15 @@
 // lives here and in train_checkpoint.h / hf_checkpoint.h, never in the engine's training code.
 //
 // This header is torch-free (the runner includes it); the state view is only named.
-// Thread-safety: one thread per rank, the engine's. Functions documented as collective must be
-// called by every rank in the same order (they issue collectives over the state's groups).
+// Thread-safety: one thread per rank, the engine's, except WriteStagedCheckpoint (any thread:
+// it touches no state). Functions documented as collective must be called by every rank in the
+// same order (they issue collectives over the state's groups).
 // Errors: as documented per function; a collective failing comes back as its Status.
 #ifndef LATCHKEY_WORKER_CHECKPOINT_CHECKPOINTER_H_
 #define LATCHKEY_WORKER_CHECKPOINT_CHECKPOINTER_H_
 
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -33,10 +36,53 @@ struct TrainingCheckpointRequest {
   int compute_threads = 1;
 };
 
-// Collective (every rank): writes this rank's state after window state.position.step into the
-// attempt's temporary folder, confirms it with all ranks over the world group (an all-gather of
-// every rank's size and SHA-256), rank 0 commits, and rank 0's outcome is broadcast. Returns the
-// commit, the same on every rank; a rank that failed to write fails every rank.
+// A host copy of this rank's share of one checkpoint: everything the rank will write or hash,
+// taken on the training thread so training may go on while it is written. Reusable: staging
+// into the same object again reuses its host buffers when the sizes fit (no reallocation).
+// Thread-safety: one thread at a time (the training thread stages and commits, any one thread
+// writes in between; the caller orders them).
+class StagedCheckpoint {
+ public:
+  StagedCheckpoint();
+  ~StagedCheckpoint();
+  StagedCheckpoint(const StagedCheckpoint&) = delete;
+  StagedCheckpoint& operator=(const StagedCheckpoint&) = delete;
+  int64_t step() const;   // the step staged (-1 before the first Stage)
+  int64_t bytes() const;  // host bytes held by the staging buffers
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  friend absl::Status StageTrainingCheckpoint(const TrainingState&,
+                                              const TrainingCheckpointRequest&, StagedCheckpoint&);
+  friend absl::Status WriteStagedCheckpoint(StagedCheckpoint&);
+  friend absl::StatusOr<CheckpointCommit> CommitStagedCheckpoint(const TrainingState&,
+                                                                 StagedCheckpoint&,
+                                                                 const absl::Status&);
+};
+
+// Training thread, NOT collective: copies this rank's state at state.position into `staged`
+// (device -> host where needed). Blocks training only for the copy.
+absl::Status StageTrainingCheckpoint(const TrainingState& state,
+                                     const TrainingCheckpointRequest& req,
+                                     StagedCheckpoint& staged);
+
+// Any thread, NOT collective, touches no TrainingState and issues no collective: writes this
+// rank's files of the staged checkpoint into the attempt's temporary folder, fsyncs them and
+// computes their sizes and SHA-256 (and whatever digests the commit compares).
+absl::Status WriteStagedCheckpoint(StagedCheckpoint& staged);
+
+// Training thread, COLLECTIVE over the world group (every rank calls it in the same window
+// boundary): exchanges every rank's outcome (`write_status` is this rank's
+// WriteStagedCheckpoint result), rank 0 commits the manifest, rank 0's outcome is broadcast,
+// barrier. Returns the commit (same on every rank) or the failure (a rank that failed to write
+// fails every rank). CheckpointCommit::blocked_seconds is left 0: the caller measures times.
+absl::StatusOr<CheckpointCommit> CommitStagedCheckpoint(const TrainingState& state,
+                                                        StagedCheckpoint& staged,
+                                                        const absl::Status& write_status);
+
+// Collective: Stage, Write, Commit in order on the calling thread (the synchronous save);
+// blocked_seconds = the whole time.
 absl::StatusOr<CheckpointCommit> SaveTrainingCheckpoint(const TrainingState& state,
                                                         const TrainingCheckpointRequest& r);
 
