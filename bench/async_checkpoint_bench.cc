@@ -28,6 +28,7 @@
 #include "tests/support/free_port.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/checkpoint/train_checkpoint.h"
+#include "worker/checkpoint/training_state.h"
 #include "worker/comm/process_groups.h"
 #include "worker/runner/checkpoint_saver.h"
 #include "worker/train/engine.h"
