@@ -8,7 +8,7 @@
 //                                      crash), so a restarted process runs on
 //
 // Points (docs/fault-tolerance.md lists them): worker checkpoint.after_rank_files,
-// checkpoint.before_commit; coordinator recovery.after_attempt.
+// checkpoint.background_write, checkpoint.before_commit; coordinator recovery.after_attempt.
 #ifndef LATCHKEY_COMMON_CRASH_POINT_H_
 #define LATCHKEY_COMMON_CRASH_POINT_H_
 

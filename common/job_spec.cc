@@ -196,7 +196,7 @@ absl::Status ParseEval(JsonObjectReader s, const std::string& base_dir, EvalConf
   return s.RefuseUnknown();
 }
 
-// latchkey.checkpoint: {dir, every_steps, keep}; the folder is created by the workers.
+// latchkey.checkpoint: {dir, every_steps, keep, async}; the folder is created by the workers.
 absl::Status ParseCheckpoint(JsonObjectReader s, const std::string& base_dir, CheckpointConfig* c) {
   LK_RETURN_IF_ERROR(s.Require("dir"));
   LK_RETURN_IF_ERROR(s.String("dir", &c->dir));
@@ -205,6 +205,7 @@ absl::Status ParseCheckpoint(JsonObjectReader s, const std::string& base_dir, Ch
   LK_RETURN_IF_ERROR(s.Require("every_steps"));
   LK_RETURN_IF_ERROR(s.Int64("every_steps", &c->every_steps, AtLeast(1)));
   LK_RETURN_IF_ERROR(s.Int("keep", &c->keep, AtLeast(1)));
+  LK_RETURN_IF_ERROR(s.Bool("async", &c->async));
   return s.RefuseUnknown();
 }
 

@@ -80,6 +80,10 @@ struct CheckpointConfig {
   std::string dir;          // absolute after parsing; empty = no checkpoints
   int64_t every_steps = 1;  // >= 1
   int keep = 2;             // committed checkpoints kept (>= 1); pruning never removes the newest
+  // Asynchronous saves (docs/fault-tolerance.md): training is blocked only while the state is
+  // copied to host staging buffers; a background thread writes, and the commit runs at the
+  // boundary after the next window (or at the end of the run). false: the synchronous save.
+  bool async = true;
 
   bool enabled() const { return !dir.empty(); }
 };

@@ -50,6 +50,23 @@ TEST(JobSpecTest, FaultToleranceKeys) {
   EXPECT_NE(*back, *plain);
 }
 
+TEST(JobSpecTest, CheckpointAsyncDefaultsToTrueAndRoundTrips) {
+  json j = Example();
+  j["latchkey"]["checkpoint"] = {{"dir", "ckpt"}, {"every_steps", 5}};
+  absl::StatusOr<JobSpec> on = Parse(j);
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_TRUE(on->checkpoint.async);
+  j["latchkey"]["checkpoint"]["async"] = false;
+  absl::StatusOr<JobSpec> off = Parse(j);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->checkpoint.async);
+  EXPECT_NE(*off, *on);
+  EXPECT_EQ(json::parse(JobSpecToJson(*off))["latchkey"]["checkpoint"]["async"], false);
+  absl::StatusOr<JobSpec> back = ParseJobSpec(JobSpecToJson(*off), "/elsewhere");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, *off);
+}
+
 TEST(JobSpecTest, BackendAndDeviceKeys) {
   absl::StatusOr<JobSpec> plain = Parse(Example());
   ASSERT_TRUE(plain.ok()) << plain.status();

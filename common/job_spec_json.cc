@@ -130,7 +130,8 @@ std::string JobSpecToJson(const JobSpec& spec) {
   if (spec.checkpoint.enabled()) {
     latchkey["checkpoint"] = {{"dir", spec.checkpoint.dir},
                               {"every_steps", spec.checkpoint.every_steps},
-                              {"keep", spec.checkpoint.keep}};
+                              {"keep", spec.checkpoint.keep},
+                              {"async", spec.checkpoint.async}};
   }
   latchkey["max_restarts"] = spec.max_restarts;
   latchkey["hang_timeout_seconds"] = spec.hang_timeout_seconds;
@@ -181,7 +182,8 @@ bool operator==(const EvalConfig& a, const EvalConfig& b) {
 }
 
 bool operator==(const CheckpointConfig& a, const CheckpointConfig& b) {
-  return std::tie(a.dir, a.every_steps, a.keep) == std::tie(b.dir, b.every_steps, b.keep);
+  return std::tie(a.dir, a.every_steps, a.keep, a.async) ==
+         std::tie(b.dir, b.every_steps, b.keep, b.async);
 }
 
 bool operator==(const JobSpec& a, const JobSpec& b) {

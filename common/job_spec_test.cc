@@ -346,9 +346,14 @@ std::vector<ErrorCase> ErrorCases() {
        "latchkey.checkpoint.keep", "must be >= 1"},
       {"CheckpointUnknownKey",
        [=](json& j) {
+         lk(j)["checkpoint"] = {{"dir", "ck"}, {"every_steps", 1}, {"compress", true}};
+       },
+       "latchkey.checkpoint.compress", "unknown key"},
+      {"CheckpointAsyncNotBool",
+       [=](json& j) {
          lk(j)["checkpoint"] = {{"dir", "ck"}, {"every_steps", 1}, {"async", 1}};
        },
-       "latchkey.checkpoint.async", "unknown key"},
+       "latchkey.checkpoint.async", "must be true or false, got 1"},
       {"MaxRestartsNegative", [=](json& j) { lk(j)["max_restarts"] = -1; }, "latchkey.max_restarts",
        "must be >= 0, got -1"},
       {"HangTimeoutZero", [=](json& j) { lk(j)["hang_timeout_seconds"] = 0; },

@@ -32,8 +32,12 @@ struct StepReport {
   // the spread over ranks of a window is how late the slowest rank arrived).
   double boundary_wait_seconds = 0.0;
   // Training time blocked by the checkpoint taken after this step (latchkey.checkpoint), on the
-  // steps that saved one; not part of step_seconds.
+  // steps that saved one; not part of step_seconds. Asynchronous saves: the staging copy.
   std::optional<double> checkpoint_seconds;
+  // An asynchronous save that committed at this step's boundary: the time from the end of its
+  // staging to the end of its commit (written, fsynced and checksummed in the background, then
+  // committed here); on those steps only (every_steps 1: the last step's is the sum of two).
+  std::optional<double> checkpoint_background_seconds;
 };
 
 // A committed resumable checkpoint, as rank 0 reports it (WorkerService.ReportCheckpoint).

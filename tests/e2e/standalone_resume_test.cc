@@ -1,10 +1,11 @@
 // Resumable checkpoints end to end with real latchkey-worker processes, standalone (no
 // coordinator): 4 ranks (DP 2 x TP 2, ZeRO-1, AdamW, clipping, dropout) checkpoint every 2 steps.
-// A run whose rank 1 is killed (SIGKILL) while writing the checkpoint after step 5, restarted on
-// every rank with --resume, ignores the partial step-5 folder, resumes from step 3 and ends with
-// the same per-step losses (the last JSONL record of each step) and byte-identical weights as an
-// uninterrupted run. Also: the checkpoint series of the worker's metrics, present at 0 from the
-// start and counting commits on the endpoint (promtool clean), and --resume's refusals.
+// A run whose rank 1 is killed (SIGKILL) while writing the checkpoint after step 5 (saved
+// asynchronously, the default, and synchronously), restarted on every rank with --resume, ignores
+// the partial step-5 folder, resumes from step 3 and ends with the same per-step losses (the last
+// JSONL record of each step) and byte-identical weights as an uninterrupted run. Also: the
+// checkpoint series of the worker's metrics, present at 0 from the start and counting commits on
+// the endpoint (promtool clean), and --resume's refusals.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
@@ -36,8 +37,9 @@ constexpr int kWorld = 4;
 constexpr int kSteps = 8;
 
 // DP 2 x TP 2, ZeRO-1 AdamW with clipping and dropout (so the generator states matter), a
-// checkpoint after steps 1, 3, 5 and 7 into <spec folder>/ckpt, the two newest kept.
-nlohmann::json ResumeSpec() {
+// checkpoint after steps 1, 3, 5 and 7 into <spec folder>/ckpt, the two newest kept; saved
+// asynchronously (the default) unless `async` is false.
+nlohmann::json ResumeSpec(bool async = true) {
   SpecParams p;
   p.tp = 2;
   p.world_size = kWorld;
@@ -50,6 +52,7 @@ nlohmann::json ResumeSpec() {
   p.model["attn_pdrop"] = 0.1;
   p.model["embd_pdrop"] = 0.1;
   p.extra_latchkey["checkpoint"] = {{"dir", "ckpt"}, {"every_steps", 2}, {"keep", 2}};
+  if (!async) p.extra_latchkey["checkpoint"]["async"] = false;
   return SpecObject(p);
 }
 
@@ -131,17 +134,18 @@ std::string Joined(const std::vector<std::string>& v) {
   return out;
 }
 
-class StandaloneResume : public ::testing::Test {
+// The parameter: latchkey.checkpoint.async.
+class StandaloneResume : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    std::ofstream(full_.path() + "/spec.json") << ResumeSpec().dump(2);
-    std::ofstream(crashed_.path() + "/spec.json") << ResumeSpec().dump(2);
+    std::ofstream(full_.path() + "/spec.json") << ResumeSpec(GetParam()).dump(2);
+    std::ofstream(crashed_.path() + "/spec.json") << ResumeSpec(GetParam()).dump(2);
   }
   ScopedTempDir full_{"resume-full"};
   ScopedTempDir crashed_{"resume-crashed"};
 };
 
-TEST_F(StandaloneResume, KilledDuringACheckpointThenResumedEqualsAnUninterruptedRun) {
+TEST_P(StandaloneResume, KilledDuringACheckpointThenResumedEqualsAnUninterruptedRun) {
   // (a) Uninterrupted.
   const Ranks a = RunRanks(full_.path(), "full", {"--save", full_ / "final"});
   for (int r = 0; r < kWorld; ++r) ASSERT_EQ(a.exit_codes[r], 0) << a.Describe();
@@ -179,9 +183,14 @@ TEST_F(StandaloneResume, KilledDuringACheckpointThenResumedEqualsAnUninterrupted
   const std::string partial = crashed_ / "ckpt/.step-00000005.a1.tmp";
   EXPECT_TRUE(fs::exists(partial + "/rank-00001.safetensors")) << Joined(left);
   EXPECT_FALSE(fs::exists(partial + "/manifest.json"));
+  // Every rank ran steps 0..4; step 5 ran but never finished its checkpoint. Synchronous: step
+  // 5's record never came (the save blocks until it commits). Asynchronous: it did (the save
+  // blocked only for the staging), and no rank recorded step 6, whose boundary the commit
+  // that never happened belongs to.
+  const size_t crashed_records = GetParam() ? 6 : 5;
   for (int r = 0; r < kWorld; ++r) {
-    // Every rank ran steps 0..4; step 5 ran but never finished its checkpoint.
-    EXPECT_EQ(ReadJsonl(crashed_ / ("steps-" + std::to_string(r) + ".jsonl")).size(), 5u)
+    EXPECT_EQ(ReadJsonl(crashed_ / ("steps-" + std::to_string(r) + ".jsonl")).size(),
+              crashed_records)
         << "rank " << r << b.Describe();
   }
 
@@ -194,9 +203,10 @@ TEST_F(StandaloneResume, KilledDuringACheckpointThenResumedEqualsAnUninterrupted
       << c.stderr_text[0];
   for (int r = 0; r < kWorld; ++r) {
     const auto records = ReadJsonl(crashed_ / ("steps-" + std::to_string(r) + ".jsonl"));
-    // Appended: steps 0..4 of the killed run, then 4..7 of the resumed one.
-    ASSERT_EQ(records.size(), 9u) << "rank " << r;
-    EXPECT_EQ(records[5]["step"], 4) << "rank " << r;
+    // Appended: steps 0..4 (and 5, asynchronous) of the killed run, then 4..7 of the resumed
+    // one.
+    ASSERT_EQ(records.size(), crashed_records + 4) << "rank " << r;
+    EXPECT_EQ(records[crashed_records]["step"], 4) << "rank " << r;
     const auto got = LastPerStep(records);
     ASSERT_EQ(got.size(), static_cast<size_t>(kSteps)) << "rank " << r;
     for (int64_t s = 0; s < kSteps; ++s) {
@@ -216,7 +226,7 @@ TEST_F(StandaloneResume, KilledDuringACheckpointThenResumedEqualsAnUninterrupted
   EXPECT_EQ(Joined(Entries(crashed_ / "ckpt")), "step-00000003 step-00000005 step-00000007");
 }
 
-TEST_F(StandaloneResume, ResumeWithoutACheckpointStartsAtStepZero) {
+TEST_P(StandaloneResume, ResumeWithoutACheckpointStartsAtStepZero) {
   const Ranks r = RunRanks(full_.path(), "fresh", {"--resume"});
   for (int k = 0; k < kWorld; ++k) ASSERT_EQ(r.exit_codes[k], 0) << r.Describe();
   EXPECT_NE(r.stderr_text[0].find("latchkey-worker: no checkpoint in " + (full_ / "ckpt") +
@@ -225,6 +235,11 @@ TEST_F(StandaloneResume, ResumeWithoutACheckpointStartsAtStepZero) {
       << r.stderr_text[0];
   EXPECT_EQ(ReadJsonl(full_ / "steps-0.jsonl").size(), static_cast<size_t>(kSteps));
 }
+
+INSTANTIATE_TEST_SUITE_P(Saves, StandaloneResume, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Async" : "Sync";
+                         });
 
 TEST(StandaloneResumeUsage, ResumeNeedsLatchkeyCheckpoint) {
   ScopedTempDir dir("resume-usage");

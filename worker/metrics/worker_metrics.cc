@@ -59,6 +59,7 @@ struct WorkerMetrics::Families {
   prometheus::Gauge* eval_loss;
   prometheus::Counter* eval_collectives;
   prometheus::Histogram* checkpoint_seconds;
+  prometheus::Histogram* checkpoint_background_seconds;
   prometheus::Counter* checkpoint_bytes;
   prometheus::Gauge* last_checkpoint;
 };
@@ -154,7 +155,17 @@ WorkerMetrics::WorkerMetrics()
   f_->checkpoint_seconds =
       &BuildHistogram()
            .Name("latchkey_checkpoint_seconds")
-           .Help("Training time one resumable checkpoint blocked on this rank, through the commit")
+           .Help(
+               "Training time one resumable checkpoint blocked on this rank (asynchronous: the "
+               "staging copy; synchronous: through the commit)")
+           .Register(*registry_)
+           .Add({}, kCheckpointBuckets);
+  f_->checkpoint_background_seconds =
+      &BuildHistogram()
+           .Name("latchkey_checkpoint_background_seconds")
+           .Help(
+               "Time from the staging of one asynchronous checkpoint to its commit (written, "
+               "fsynced and checksummed by a background thread, then committed)")
            .Register(*registry_)
            .Add({}, kCheckpointBuckets);
   f_->checkpoint_bytes =
@@ -202,6 +213,10 @@ void WorkerMetrics::ObserveCheckpoint(double blocked_seconds, int64_t bytes, dou
   f_->checkpoint_seconds->Observe(blocked_seconds);
   f_->checkpoint_bytes->Increment(static_cast<double>(bytes));
   f_->last_checkpoint->Set(unix_seconds);
+}
+
+void WorkerMetrics::ObserveCheckpointBackground(double seconds) {
+  f_->checkpoint_background_seconds->Observe(seconds);
 }
 
 std::string WorkerMetrics::Serialize() const {

@@ -43,6 +43,8 @@ class WorkerMetrics {
   // A committed resumable checkpoint: the training time it blocked, the bytes of all its files
   // and when it was committed (unix seconds).
   void ObserveCheckpoint(double blocked_seconds, int64_t bytes, double unix_seconds);
+  // An asynchronous save committed: the time from the end of its staging to its commit.
+  void ObserveCheckpointBackground(double seconds);
 
   // The text exposition (what /metrics returns).
   std::string Serialize() const;

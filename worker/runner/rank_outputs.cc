@@ -115,19 +115,22 @@ void RankOutputs::OnStep(const JobSpec& spec, const Latch& latch, const StepRepo
   }
 }
 
-void RankOutputs::OnCheckpoint(const CheckpointCommit& commit) {
+void RankOutputs::OnCheckpoint(const CheckpointCommit& commit,
+                               std::optional<double> background_seconds) {
 #ifdef LATCHKEY_WITH_METRICS
   if (metrics_) {
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     metrics_->registry.ObserveCheckpoint(commit.blocked_seconds, commit.bytes, now);
+    if (background_seconds) metrics_->registry.ObserveCheckpointBackground(*background_seconds);
   }
-#else
-  (void)commit;
 #endif
   if (rank_ == 0 && !options_.quiet) {
-    std::fprintf(stderr, "checkpoint %s  %lld bytes  %.3fs\n", commit.dir.c_str(),
-                 static_cast<long long>(commit.bytes), commit.blocked_seconds);
+    std::string background;
+    if (background_seconds)
+      background = "  background " + std::to_string(*background_seconds) + "s";
+    std::fprintf(stderr, "checkpoint %s  %lld bytes  %.3fs%s\n", commit.dir.c_str(),
+                 static_cast<long long>(commit.bytes), commit.blocked_seconds, background.c_str());
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -43,8 +44,10 @@ class RankOutputs {
 
   void OnStep(const JobSpec& spec, const Latch& latch, const StepReport& report,
               double latch_wait_seconds);
-  // A resumable checkpoint was committed (metrics: its blocked time, bytes and commit time).
-  void OnCheckpoint(const CheckpointCommit& commit);
+  // A resumable checkpoint was committed (metrics: its blocked time, bytes and commit time, and
+  // for an asynchronous save `background_seconds`, from its staging to its commit).
+  void OnCheckpoint(const CheckpointCommit& commit,
+                    std::optional<double> background_seconds = std::nullopt);
   // After the last step: serves metrics for linger_seconds more.
   void Linger();
 

@@ -11,6 +11,7 @@
 #include "worker/comm/collective_error.h"
 #include "worker/comm/collective_stats.h"
 #include "worker/comm/flight_recorder.h"
+#include "worker/runner/checkpoint_saver.h"
 #include "worker/train/threads.h"
 
 namespace latchkey {
@@ -30,6 +31,8 @@ struct RankProcess {
   std::shared_ptr<comm::CollectiveStats> stats;
   std::shared_ptr<comm::FlightRecorder> recorder;
   std::unique_ptr<RankOutputs> outputs;
+  // The checkpoint driver: its host staging buffers are reused by every save of the process.
+  CheckpointSaver saver{true};
 };
 
 // One attempt: groups, engine, the checkpoint to resume, then every remaining window. The
@@ -73,6 +76,33 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
     }
   }
   const bool checkpoints = spec.checkpoint.enabled();
+  CheckpointSaver& saver = proc.saver;
+  saver.set_async(spec.checkpoint.async);
+  // Whatever ends the attempt, its in-flight background write is waited for and, unless it
+  // committed, dropped: nothing of it is loaded (its temporary folder is pruned later).
+  struct AbandonOnExit {
+    CheckpointSaver& saver;
+    ~AbandonOnExit() { saver.Abandon(); }
+  } abandon_on_exit{saver};
+  TrainingCheckpointRequest req;
+  req.root = root;
+  req.job_id = plan.job_id;
+  req.attempt = plan.attempt;
+  req.compute_threads = proc.compute_threads;
+  // A committed save: metrics, the source (the coordinator's resume step), pruning (rank 0).
+  const auto committed = [&](const CommittedSave& c) -> absl::Status {
+    outputs.OnCheckpoint(c.commit, c.background_seconds);
+    if (absl::Status st = source.CheckpointCommitted(c.commit); !st.ok()) {
+      return Prefixed(st, "ReportCheckpoint: ");
+    }
+    if (groups->rank == 0) {
+      if (absl::Status st = PruneCheckpoints(root, spec.checkpoint.keep, plan.resume_step);
+          !st.ok()) {
+        return Prefixed(st, "latchkey.checkpoint.keep: pruning: ");
+      }
+    }
+    return absl::OkStatus();
+  };
   for (int64_t s = plan.first_window(); s < spec.steps; ++s) {
     proc.recorder->BeginWindow(s, RankPhase::kLatch);
     const auto wait_start = Clock::now();
@@ -85,32 +115,53 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
     auto report = (*engine)->RunWindow(*latch);
     if (!report.ok()) return report.status();
     report->latch_wait_seconds = waited;
-    if (checkpoints && (s + 1) % spec.checkpoint.every_steps == 0) {
-      proc.recorder->SetPhase(RankPhase::kCheckpoint);
-      TrainingCheckpointRequest req;
-      req.root = root;
-      req.job_id = plan.job_id;
-      req.attempt = plan.attempt;
-      req.compute_threads = proc.compute_threads;
-      auto commit = SaveTrainingCheckpoint(state, req);
-      if (!commit.ok())
-        return Prefixed(commit.status(), "checkpoint after step " + std::to_string(s) + ": ");
-      report->checkpoint_seconds = commit->blocked_seconds;
-      outputs.OnCheckpoint(*commit);
-      if (absl::Status st = source.CheckpointCommitted(*commit); !st.ok()) {
-        return Prefixed(st, "ReportCheckpoint: ");
+    const bool save = checkpoints && (s + 1) % spec.checkpoint.every_steps == 0;
+    // A background save commits at the boundary every rank derives from its step.
+    const auto commit_due = [&]() -> absl::Status {
+      auto due = saver.CommitDue(state, s, spec.steps);
+      if (!due.ok()) {
+        return Prefixed(due.status(),
+                        "checkpoint after step " + std::to_string(saver.staged().step()) + ": ");
       }
-      if (groups->rank == 0) {
-        if (absl::Status st = PruneCheckpoints(root, spec.checkpoint.keep, plan.resume_step);
-            !st.ok()) {
-          return Prefixed(st, "latchkey.checkpoint.keep: pruning: ");
-        }
+      if (!due->has_value()) return absl::OkStatus();
+      // every_steps 1: the last boundary commits two saves (the previous one's and its own).
+      report->checkpoint_background_seconds =
+          report->checkpoint_background_seconds.value_or(0) + *(*due)->background_seconds;
+      return committed(**due);
+    };
+    if (saver.pending()) {
+      proc.recorder->SetPhase(RankPhase::kCheckpoint);
+      if (absl::Status st = commit_due(); !st.ok()) return st;
+      // Rank 0 has just pruned every temporary folder: a save starting at the same boundary
+      // (every_steps 1) may write its own only once every rank knows the pruning is done.
+      if (save && !saver.pending() && groups->world_size > 1) {
+        if (absl::Status st = groups->world->Barrier(); !st.ok()) return st;
+      }
+    }
+    if (save) {
+      proc.recorder->SetPhase(RankPhase::kCheckpoint);
+      double blocked = 0;
+      auto started = saver.Start(state, req, groups->rank, &blocked);
+      if (!started.ok()) {
+        return Prefixed(started.status(), "checkpoint after step " + std::to_string(s) + ": ");
+      }
+      report->checkpoint_seconds = blocked;
+      if (started->has_value()) {
+        if (absl::Status st = committed(**started); !st.ok()) return st;
+      } else if (absl::Status st = commit_due(); !st.ok()) {  // the run's last window
+        return st;
       }
     }
     outputs.OnStep(spec, *latch, *report, waited);
+    // The write starts once the step's record is out.
+    saver.Launch();
     if (absl::Status st = source.StepDone(*report); !st.ok()) {
       return Prefixed(st, "ReportStep: ");
     }
+  }
+  if (saver.pending()) {  // CommitBoundary() is never past the last window
+    return absl::InternalError("checkpoint after step " + std::to_string(saver.pending_step()) +
+                               ": not committed by the end of the run");
   }
   proc.recorder->SetPhase(RankPhase::kIdle);
   if (!options.save_dir.empty()) {

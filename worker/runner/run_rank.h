@@ -3,9 +3,11 @@
 // progress) across attempts. Per attempt (LatchSource::Begin, then Recover after a failure):
 // form the process groups, build the engine, load the attempt's checkpoint (resume_step >= 0),
 // then for every remaining window take its latch from the source, run it, save a resumable
-// checkpoint when latchkey.checkpoint says so (blocking training: the JSONL's
-// checkpoint_seconds, outside step_seconds), emit the outputs and tell the source; at the end
-// save the HF checkpoint (when asked) and linger.
+// checkpoint when latchkey.checkpoint says so (checkpoint_saver.h: synchronous, or staged and
+// written in the background and committed at a later boundary; the training time blocked is the
+// JSONL's checkpoint_seconds, outside step_seconds), emit the outputs and tell the source; at
+// the end save the HF checkpoint (when asked) and linger. A failed attempt's in-flight
+// background write is waited for before the attempt ends, and never committed.
 //
 // Errors by meaning: every exception that escapes libtorch or a backend is caught here, once,
 // and becomes a Status: a collective's own failure keeps its code (DEADLINE_EXCEEDED for a

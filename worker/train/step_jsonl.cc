@@ -23,6 +23,9 @@ std::string StepReportJson(int rank, const StepReport& r) {
   j["lr"] = r.lr;
   if (r.eval_loss) j["eval_loss"] = *r.eval_loss;
   if (r.checkpoint_seconds) j["checkpoint_seconds"] = *r.checkpoint_seconds;
+  if (r.checkpoint_background_seconds) {
+    j["checkpoint_background_seconds"] = *r.checkpoint_background_seconds;
+  }
   return j.dump();
 }
 
