@@ -166,7 +166,8 @@ TEST_P(Resume, SaveLoadAndContinueIsBitExact) {
   EXPECT_EQ(rank3->metadata.at("optimizer_step"), "3");
   std::vector<std::string> names;
   for (const StTensor& t : rank3->tensors) names.push_back(t.name);
-  std::vector<std::string> want_names = {"params", "rng.local", "rng.replicated"};
+  // No generator states: dropout masks follow the seed and the data position.
+  std::vector<std::string> want_names = {"params"};
   if (GetParam().bf16) want_names.push_back("master");
   if (std::string(GetParam().optimizer) == "AdamW") {
     want_names.insert(want_names.end(), {"optimizer.exp_avg", "optimizer.exp_avg_sq"});
@@ -174,7 +175,6 @@ TEST_P(Resume, SaveLoadAndContinueIsBitExact) {
   std::sort(want_names.begin(), want_names.end());
   EXPECT_EQ(names, want_names);
   EXPECT_EQ(rank3->Find("params")->dtype, StDtype::kF32);
-  EXPECT_EQ(rank3->Find("rng.local")->dtype, StDtype::kU8);
   int64_t total = 0;
   for (const CheckpointFileEntry& f : manifest->files) total += f.bytes;
   EXPECT_EQ(total, commit.bytes);

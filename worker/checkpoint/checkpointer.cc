@@ -75,9 +75,7 @@ StFile RankState(const TrainingState& s, int64_t step) {
   for (const auto& [name, t] : s.optimizer->state()) {
     f.tensors.push_back(RawStTensor("optimizer." + name, t, StDtype::kF32));
   }
-  f.tensors.push_back(
-      RawStTensor("rng.replicated", s.model->replicated_generator_state(), StDtype::kU8));
-  f.tensors.push_back(RawStTensor("rng.local", s.model->local_generator_state(), StDtype::kU8));
+  // No generator state: dropout masks are a function of the seed and the data position.
   f.metadata = {{"rank", std::to_string(g.rank)},
                 {"tp_rank", std::to_string(g.tp_rank)},
                 {"dp_rank", std::to_string(g.dp_rank)},
@@ -208,15 +206,11 @@ absl::Status LoadTrainingCheckpoint(TrainingState& state, const std::string& ste
   for (const auto& [name, t] : state.optimizer->state()) {
     opt[name] = read("optimizer." + name, StDtype::kF32, at::kFloat, chunk);
   }
-  const at::Tensor rng_replicated = read("rng.replicated", StDtype::kU8, at::kByte,
-                                         state.model->replicated_generator_state().numel());
-  const at::Tensor rng_local =
-      read("rng.local", StDtype::kU8, at::kByte, state.model->local_generator_state().numel());
+  // rng.* tensors of older files are ignored: dropout follows the seed and the data position.
   LK_RETURN_IF_ERROR(bad);
   if (absl::Status st = state.optimizer->LoadState(meta("optimizer_step"), opt); !st.ok()) {
     return absl::DataLossError(src + ": " + std::string(st.message()));
   }
-  state.model->set_generator_states(rng_replicated, rng_local);
   state.position = {m.step, m.latch_generation, m.next_first_micro_batch};
   const c10::Device device = store.device();
   if (!bf16) {

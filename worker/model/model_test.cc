@@ -44,7 +44,7 @@ TEST_P(FixtureLoss, LossOfSamples0And1) {
   ParamStore store(*layout, 1);
   ASSERT_TRUE(store.LoadFromFull(LoadFull(*ckpt), 0).ok());
   comm::ProcessGroups groups = comm::MakeSingleProcessGroups();
-  GptBigCode model(ckpt->config, &store, groups.tp_group.get(), 1, 0);
+  GptBigCode model(ckpt->config, &store, groups.tp_group.get(), 1);
 
   const nlohmann::json expected = Expected();
   const int S = expected["seq_len"];
@@ -54,7 +54,8 @@ TEST_P(FixtureLoss, LossOfSamples0And1) {
   (*src)->Sample(0, tokens.data_ptr<int64_t>());
   (*src)->Sample(1, tokens.data_ptr<int64_t>() + S + 1);
   at::NoGradGuard no_grad;
-  const double loss = model.Loss(tokens.narrow(1, 0, S), tokens.narrow(1, 1, S)).item<double>();
+  const double loss =
+      model.Loss(tokens.narrow(1, 0, S), tokens.narrow(1, 1, S), {0, 1}).item<double>();
   EXPECT_NEAR(loss, expected["variants"][variant]["loss_samples_0_1"].get<double>(), 1e-5);
 }
 
@@ -119,11 +120,11 @@ struct TpShard {
     config = ckpt->config;
     store = std::make_unique<ParamStore>(*BuildTpLayout(config, 2, 0), 1);
     EXPECT_TRUE(store->LoadFromFull(LoadFull(*ckpt), 0).ok());
-    model = std::make_unique<GptBigCode>(config, store.get(), &group, 1, 0);
+    model = std::make_unique<GptBigCode>(config, store.get(), &group, 1);
   }
   at::Tensor Loss() {
     at::Tensor ids = at::arange(16, at::kLong).remainder(config.vocab_size).view({2, 8});
-    return model->Loss(ids, ids);
+    return model->Loss(ids, ids, {0, 1});
   }
   testing::ScriptedGroup group;
   ModelConfig config;

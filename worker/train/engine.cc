@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "common/status_macros.h"
 #include "worker/checkpoint/training_state.h"
@@ -51,8 +52,8 @@ class EngineImpl final : public Engine {
     store_ = std::make_unique<ParamStore>(*std::move(layout), zero1 ? g_->dp : 1, device_);
     if (spec_.bf16) store_->EnableBf16Compute();
     LK_RETURN_IF_ERROR(LoadInitialWeights());
-    model_ = std::make_unique<GptBigCode>(spec_.model, store_.get(), g_->tp_group.get(), spec_.seed,
-                                          g_->dp_rank);
+    model_ =
+        std::make_unique<GptBigCode>(spec_.model, store_.get(), g_->tp_group.get(), spec_.seed);
     kv_ = std::make_unique<KvReducer>(store_->segments(), g_->tp_group.get(), ops_.get());
     kv_->set_enabled_for_testing(!opts_.skip_kv_reduction_for_testing);
     auto data = OpenDataSource(spec_);
@@ -189,16 +190,18 @@ class EngineImpl final : public Engine {
     kv_->BeginWindow();
     double loss_sum = 0.0;
     at::Tensor tokens = at::empty({mb, S + 1}, at::kLong);  // host: the data source fills it
+    std::vector<int64_t> rows(mb);
     for (int m = 0; m < latch.n; ++m) {
       if (g_->recorder) g_->recorder->SetMicroBatch(m);
       int64_t* t = tokens.data_ptr<int64_t>();
       for (int b = 0; b < mb; ++b) {
         data_->Sample(SampleIndex(latch.first_micro_batch, m, g_->dp, g_->dp_rank, mb, b),
                       t + b * (S + 1));
+        rows[b] = RowPosition(latch, m, b);
       }
       at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
-      at::Tensor loss = model_->Loss(ids, labels);
+      at::Tensor loss = model_->Loss(ids, labels, rows);
       loss_sum += loss.item<double>();
       (loss / static_cast<double>(latch.n)).backward();
       AccumulateComputeGrads();
@@ -214,6 +217,16 @@ class EngineImpl final : public Engine {
       }
     }
     return loss_sum;
+  }
+
+  // The stream position of row b of micro-batch m on this DP rank (docs/data.md), not wrapped
+  // modulo the data size: the model's dropout masks are a function of it, so any DP x GAS split
+  // of the same global batch draws the same masks for the same row, and a second epoch new ones.
+  int64_t RowPosition(const Latch& latch, int m, int b) const {
+    const int64_t mb = spec_.micro_batch_size;
+    return (latch.first_micro_batch * g_->dp + static_cast<int64_t>(m) * g_->dp + g_->dp_rank) *
+               mb +
+           b;
   }
 
   // The boundary reduction, after Megatron-Core's finalize_model_grads: the deferred K/V sum
