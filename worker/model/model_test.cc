@@ -61,6 +61,45 @@ TEST_P(FixtureLoss, LossOfSamples0And1) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, FixtureLoss, ::testing::Values("mqa", "mha"));
 
+// With dropout a row's masks follow its stream position: the same positions give the same loss,
+// a row moved within the batch together with its position keeps its masks, another position
+// draws others. Evaluation mode draws nothing: the dropout-free loss exactly.
+TEST(GptBigCodeDropout, MasksFollowTheRowPosition) {
+  auto ckpt = ReadHfCheckpoint(kFixture + "/mqa");
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  ModelConfig config = ckpt->config;
+  auto layout = BuildTpLayout(config, 1, 0);
+  ASSERT_TRUE(layout.ok());
+  ParamStore store(*layout, 1);
+  ASSERT_TRUE(store.LoadFromFull(LoadFull(*ckpt), 0).ok());
+  comm::ProcessGroups groups = comm::MakeSingleProcessGroups();
+  GptBigCode plain(config, &store, groups.tp_group.get(), 1);
+  config.embd_pdrop = config.resid_pdrop = config.attn_pdrop = 0.1;
+  GptBigCode model(config, &store, groups.tp_group.get(), 1);
+
+  const int S = Expected()["seq_len"];
+  auto src = OpenTokenFile(kFixture + "/tokens.bin", TokenDtype::kUint16, S, 256, "tokens");
+  ASSERT_TRUE(src.ok());
+  at::Tensor tokens = at::empty({2, S + 1}, at::kLong);
+  (*src)->Sample(0, tokens.data_ptr<int64_t>());
+  (*src)->Sample(1, tokens.data_ptr<int64_t>() + S + 1);
+  const at::Tensor swapped = tokens.flip(0);
+  at::NoGradGuard no_grad;
+  const auto loss = [&](GptBigCode& m, const at::Tensor& t, std::vector<int64_t> positions) {
+    return m.Loss(t.narrow(1, 0, S), t.narrow(1, 1, S), positions).item<double>();
+  };
+  const double ref = loss(model, tokens, {40, 41});
+  EXPECT_EQ(loss(model, tokens, {40, 41}), ref);
+  EXPECT_NEAR(loss(model, swapped, {41, 40}), ref, 1e-6);
+  EXPECT_GT(std::abs(loss(model, swapped, {40, 41}) - ref), 1e-4);
+  EXPECT_GT(std::abs(loss(model, tokens, {40, 42}) - ref), 1e-4);
+  const double without = loss(plain, tokens, {40, 41});
+  EXPECT_GT(std::abs(ref - without), 1e-3);
+  model.set_training(false);
+  EXPECT_EQ(loss(model, tokens, {40, 41}), without);
+  EXPECT_THROW(loss(model, tokens, {40}), c10::Error);
+}
+
 TEST(TpLayout, ValidationErrorsNameTheField) {
   ModelConfig m;  // n_embd 64, n_head 8
   auto bad_div = BuildTpLayout(m, 3, 0);
