@@ -27,7 +27,7 @@ struct Coordinator::Job {
         spec(std::move(job_spec)),
         attempts(rec, layout),
         ranks(attempts.layout().grid()),
-        latches(rec.job_id, rec.next_window, rec.next_first_micro_batch),
+        latches(rec.job_id, rec.next_window, rec.next_first_micro_batch, rec.next_first_sample),
         steps(attempts.layout().world_size, recent_steps) {}
 
   // The durable record. rec.next_window / next_first_micro_batch follow latches after every

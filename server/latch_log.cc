@@ -16,21 +16,24 @@ absl::StatusOr<std::vector<PublishedLatch>> LatchLog::Publish(JobStore& store, c
   std::vector<PublishedLatch> batch;
   if (next_window_ >= frontier) return batch;
   int64_t m = next_first_micro_batch_;
+  int64_t first_sample = next_first_sample_;
   // The store keeps microseconds: serve exactly what a restarted coordinator will read back.
   now = absl::FromUnixMicros(absl::ToUnixMicros(now));
   for (int64_t w = next_window_; w < frontier; ++w) {
     PublishedLatch p;
-    p.latch = DecideLatch(spec, policy, w, m);
+    p.latch = DecideLatch(spec, policy, w, m, first_sample);
     p.latch.job_id = job_id_;
     p.publish_time = now;
     m += p.latch.n;
+    first_sample += p.latch.n * SamplesPerMicroBatch(spec);
     batch.push_back(std::move(p));
   }
   // Persist first: nothing is visible to a stream until it is durable.
-  LK_RETURN_IF_ERROR(store.AppendLatches(job_id_, batch, frontier, m));
+  LK_RETURN_IF_ERROR(store.AppendLatches(job_id_, batch, frontier, m, first_sample));
   cache_.insert(cache_.end(), batch.begin(), batch.end());
   next_window_ = frontier;
   next_first_micro_batch_ = m;
+  next_first_sample_ = first_sample;
   return batch;
 }
 

@@ -1,11 +1,11 @@
 // LatchLog: the published latches of one job, in window order. Part of the Coordinator's private
 // implementation.
 //
-// Owns the publication rule (latch(s) = DecideLatch(spec, policy, s, M_s), persisted with
-// JobStore::AppendLatches before anything can read it, never changed afterwards), the position
-// of the next window (s and M_s), and the in-memory cache of recent latches the streams read.
-// Latches older than the cache, and all of an ended job's, are read back from the store: Read()
-// is the only lookup, whichever place a latch is in.
+// Owns the publication rule (latch(s) = DecideLatch(spec, policy, s, M_s, first_sample_s),
+// persisted with JobStore::AppendLatches before anything can read it, never changed afterwards),
+// the position of the next window (s and M_s), and the in-memory cache of recent latches the
+// streams read. Latches older than the cache, and all of an ended job's, are read back from the
+// store: Read() is the only lookup, whichever place a latch is in.
 //
 // Thread-safety: none; the Coordinator holds its lock around every call. The JobStore passed to
 // each call must be the one the job is stored in.
@@ -29,14 +29,17 @@ class LatchLog {
  public:
   // A job that has published nothing yet, or one whose latches [0, next_window) are in the store
   // (call Restore to serve them from memory).
-  LatchLog(std::string job_id, int64_t next_window, int64_t next_first_micro_batch)
+  LatchLog(std::string job_id, int64_t next_window, int64_t next_first_micro_batch,
+           int64_t next_first_sample)
       : job_id_(std::move(job_id)),
         next_window_(next_window),
         next_first_micro_batch_(next_first_micro_batch),
+        next_first_sample_(next_first_sample),
         cache_base_(next_window) {}
 
   int64_t next_window() const { return next_window_; }                        // first unpublished
   int64_t next_first_micro_batch() const { return next_first_micro_batch_; }  // its M
+  int64_t next_first_sample() const { return next_first_sample_; }            // its first_sample
 
   // Publishes windows [next_window(), frontier) under `policy`, persisting them first. Returns
   // the latches it published (empty when the frontier was reached already).
@@ -61,6 +64,7 @@ class LatchLog {
   std::string job_id_;
   int64_t next_window_;
   int64_t next_first_micro_batch_;
+  int64_t next_first_sample_;
   // Latches [cache_base_, next_window_) in memory.
   std::deque<PublishedLatch> cache_;
   int64_t cache_base_;

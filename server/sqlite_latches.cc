@@ -15,10 +15,14 @@
 namespace latchkey {
 absl::Status SqliteStore::AppendLatches(const std::string& job_id,
                                         const std::vector<PublishedLatch>& latches,
-                                        int64_t next_window, int64_t next_first_micro_batch) {
-  static constexpr const char* kInsert = "INSERT INTO latches VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)";
+                                        int64_t next_window, int64_t next_first_micro_batch,
+                                        int64_t next_first_sample) {
+  static constexpr const char* kInsert =
+      "INSERT INTO latches (job_id, window, generation, first_micro_batch, n, kv_mode, no_sync, "
+      "reason, publish_us, first_sample) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)";
   static constexpr const char* kMove =
-      "UPDATE jobs SET next_window=?2, next_first_micro_batch=?3 WHERE job_id=?1";
+      "UPDATE jobs SET next_window=?2, next_first_micro_batch=?3, next_first_sample=?4 "
+      "WHERE job_id=?1";
   LK_ASSIGN_STMT(ins, kInsert);
   LK_ASSIGN_STMT(mv, kMove);
   LK_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
@@ -27,12 +31,13 @@ absl::Status SqliteStore::AppendLatches(const std::string& job_id,
     const Latch& l = p.latch;
     ins.Bind(1, job_id).Bind(2, l.window).Bind(3, l.generation).Bind(4, l.first_micro_batch);
     ins.Bind(5, l.n).Bind(6, std::string(KvModeName(l.kv_mode))).Bind(7, NoSyncText(l.no_sync));
-    ins.Bind(8, l.reason).Bind(9, Us(p.publish_time));
+    ins.Bind(8, l.reason).Bind(9, Us(p.publish_time)).Bind(10, l.first_sample);
     s = ins.Run();
     if (!s.ok()) break;
   }
   if (s.ok()) {
     mv.Bind(1, job_id).Bind(2, next_window).Bind(3, next_first_micro_batch);
+    mv.Bind(4, next_first_sample);
     s = mv.Run();
   }
   if (!s.ok()) {
@@ -75,7 +80,7 @@ absl::StatusOr<std::vector<PublishedLatch>> SqliteStore::LoadLatches(const std::
                                                                      int64_t limit) {
   LK_ASSIGN_STMT(st,
                  "SELECT job_id, window, generation, first_micro_batch, n, kv_mode, no_sync, "
-                 "reason, publish_us FROM latches WHERE job_id=?1 AND window>=?2 "
+                 "reason, publish_us, first_sample FROM latches WHERE job_id=?1 AND window>=?2 "
                  "ORDER BY window LIMIT ?3");
   st.Bind(1, job_id).Bind(2, start_window).Bind(3, limit);
   std::vector<PublishedLatch> out;
@@ -98,6 +103,7 @@ absl::StatusOr<std::vector<PublishedLatch>> SqliteStore::LoadLatches(const std::
     }
     l.reason = st.Text(7);
     p.publish_time = FromUs(st.Int(8));
+    l.first_sample = st.Int(9);
     out.push_back(std::move(p));
   }
   st.Reset();

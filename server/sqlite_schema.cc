@@ -115,6 +115,14 @@ constexpr const char* kMigrateV4ToV5 = R"sql(
 ALTER TABLE jobs ADD COLUMN submitter TEXT NOT NULL DEFAULT '';
 )sql";
 
+// v5 -> v6 (docs/data.md): every latch carries first_sample, the global stream positions
+// consumed before its window, and the job its next one. MigrateV5ToV6 fills both for the jobs
+// before, which all ran their spec's layout: first_sample = M * DP * MB.
+constexpr const char* kMigrateV5ToV6 = R"sql(
+ALTER TABLE latches ADD COLUMN first_sample INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN next_first_sample INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 }  // namespace
 
 absl::StatusOr<int> SqliteStore::SchemaVersion() {
@@ -162,6 +170,8 @@ absl::Status SqliteStore::Migrate(int from) {
       return MigrateV3ToV4();
     case 4:
       return MigrateV4ToV5();
+    case 5:
+      return MigrateV5ToV6();
   }
   return absl::InternalError(absl::StrCat("no migration from schema v", from));
 }
@@ -236,6 +246,39 @@ absl::Status SqliteStore::MigrateV4ToV5() {
     LK_RETURN_IF_ERROR(st.Run());
   }
   return absl::OkStatus();
+}
+
+absl::Status SqliteStore::MigrateV5ToV6() {
+  LK_RETURN_IF_ERROR(Exec(kMigrateV5ToV6));
+  std::vector<std::pair<std::string, int64_t>> per_micro_batch;  // job_id, DP * MB
+  {
+    LK_ASSIGN_STMT(st, "SELECT job_id, spec_json FROM jobs");
+    while (true) {
+      LK_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      // A spec without a valid layout had no latches a worker could run: its rows stay 0.
+      if (std::optional<int64_t> per = SpecSamplesPerMicroBatch(st.Text(1))) {
+        per_micro_batch.emplace_back(st.Text(0), *per);
+      }
+    }
+    st.Reset();
+  }
+  // latches are append-only; the trigger steps aside for the backfill only.
+  LK_RETURN_IF_ERROR(Exec("DROP TRIGGER latches_no_update"));
+  for (const auto& [job_id, samples] : per_micro_batch) {
+    LK_ASSIGN_STMT(latches,
+                   "UPDATE latches SET first_sample = first_micro_batch * ?2 WHERE job_id = ?1");
+    latches.Bind(1, job_id).Bind(2, samples);
+    LK_RETURN_IF_ERROR(latches.Run());
+    LK_ASSIGN_STMT(job,
+                   "UPDATE jobs SET next_first_sample = next_first_micro_batch * ?2 "
+                   "WHERE job_id = ?1");
+    job.Bind(1, job_id).Bind(2, samples);
+    LK_RETURN_IF_ERROR(job.Run());
+  }
+  return Exec(
+      "CREATE TRIGGER latches_no_update BEFORE UPDATE ON latches "
+      "BEGIN SELECT RAISE(ABORT, 'latches are append-only'); END;");
 }
 
 }  // namespace latchkey

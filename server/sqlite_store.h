@@ -45,7 +45,7 @@ class SqliteStore : public JobStore {
   // report's learning rate and evaluation loss. v4: attempts (the job's fault-tolerance fields,
   // each worker's attempt), each step report's boundary wait, the checkpoints and job_events
   // tables. v5: each job's submitter; join tokens stored only as their SHA-256 (hex).
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
 
   // Opens (creating if needed) the database at `path`; ":memory:" for tests.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,
@@ -62,7 +62,8 @@ class SqliteStore : public JobStore {
                              const JobEventRecord& event) override;
   absl::Status PutWorker(const WorkerRecord& worker) override;
   absl::Status AppendLatches(const std::string& job_id, const std::vector<PublishedLatch>& latches,
-                             int64_t next_window, int64_t next_first_micro_batch) override;
+                             int64_t next_window, int64_t next_first_micro_batch,
+                             int64_t next_first_sample) override;
   absl::Status AppendPolicyChange(const PolicyChangeRecord& change) override;
   absl::StatusOr<bool> InsertStepReport(const StepReportRecord& report) override;
 
@@ -101,6 +102,7 @@ class SqliteStore : public JobStore {
   absl::Status MigrateV2ToV3();
   absl::Status MigrateV3ToV4();
   absl::Status MigrateV4ToV5();
+  absl::Status MigrateV5ToV6();
   // Step reports with step in [from_step, to_step] of every rank (rank < 0) or one.
   absl::StatusOr<std::vector<StepReportRecord>> QueryStepReports(const std::string& job_id,
                                                                  int64_t from_step, int64_t to_step,

@@ -107,7 +107,7 @@ class EngineImpl final : public Engine {
     if (!loss.ok()) return loss.status();
     state_.position = {
         latch.window, latch.generation, latch.first_micro_batch + latch.n,
-        latch.first_sample + static_cast<int64_t>(latch.n) * g_->dp * spec_.micro_batch_size};
+        FirstSample(latch) + static_cast<int64_t>(latch.n) * g_->dp * spec_.micro_batch_size};
     StepReport r;
     r.lr = lr;
     r.step = latch.window;
@@ -186,6 +186,7 @@ class EngineImpl final : public Engine {
     const int64_t numel = store_->numel();
     const int mb = spec_.micro_batch_size;
     const int S = spec_.seq_len;
+    const int64_t first_sample = FirstSample(latch);
     store_->ZeroGrads();
     kv_->BeginWindow();
     double loss_sum = 0.0;
@@ -195,9 +196,11 @@ class EngineImpl final : public Engine {
       if (g_->recorder) g_->recorder->SetMicroBatch(m);
       int64_t* t = tokens.data_ptr<int64_t>();
       for (int b = 0; b < mb; ++b) {
-        data_->Sample(SampleIndex(latch.first_micro_batch, m, g_->dp, g_->dp_rank, mb, b),
-                      t + b * (S + 1));
-        rows[b] = RowPosition(latch, m, b);
+        // The row's stream position (not wrapped): it picks the sample (modulo the data size)
+        // and the model's dropout masks, so any DP x GAS split of the same global batch draws
+        // the same masks for the same row, and a second pass over the data new ones.
+        rows[b] = StreamPosition(first_sample, m, g_->dp, g_->dp_rank, mb, b);
+        data_->Sample(rows[b], t + b * (S + 1));
       }
       at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
@@ -217,16 +220,6 @@ class EngineImpl final : public Engine {
       }
     }
     return loss_sum;
-  }
-
-  // The stream position of row b of micro-batch m on this DP rank (docs/data.md), not wrapped
-  // modulo the data size: the model's dropout masks are a function of it, so any DP x GAS split
-  // of the same global batch draws the same masks for the same row, and a second epoch new ones.
-  int64_t RowPosition(const Latch& latch, int m, int b) const {
-    const int64_t mb = spec_.micro_batch_size;
-    return (latch.first_micro_batch * g_->dp + static_cast<int64_t>(m) * g_->dp + g_->dp_rank) *
-               mb +
-           b;
   }
 
   // The boundary reduction, after Megatron-Core's finalize_model_grads: the deferred K/V sum
@@ -301,6 +294,13 @@ class EngineImpl final : public Engine {
           g_->dp_group->AllGather(CommBuffer(params_part), CommBuffer(store_->flat_params())));
     }
     return absl::OkStatus();
+  }
+
+  // The window's first stream position. A coordinator that predates Latch::first_sample sends
+  // 0 for every window; its jobs run one layout, where the position is M_s * DP * MB.
+  int64_t FirstSample(const Latch& latch) const {
+    if (latch.first_sample > 0 || latch.first_micro_batch == 0) return latch.first_sample;
+    return latch.first_micro_batch * g_->dp * spec_.micro_batch_size;
   }
 
   // The first boundary collective of the window sets boundary_wait_ (the straggler measure).
