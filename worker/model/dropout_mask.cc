@@ -1,5 +1,7 @@
 #include "worker/model/dropout_mask.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <array>
 
@@ -93,7 +95,14 @@ at::Tensor DropoutKeepMask(const philox::DropoutDraw& d, const at::Tensor& posit
   const at::Tensor pos = positions.contiguous();
   const int64_t rows = pos.size(0);
   at::Tensor out = at::empty({rows, d.heads, d.elements}, pos.options().dtype(at::kBool));
-  philox::FillKeepMask(d, pos.data_ptr<int64_t>(), rows, out.data_ptr<bool>());
+  // Rows in parallel over the intra-op threads: every element is a function of its own
+  // coordinates, so the split cannot change a bit.
+  const int64_t* p = pos.data_ptr<int64_t>();
+  bool* o = out.data_ptr<bool>();
+  const int64_t per_row = d.heads * d.elements;
+  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+    philox::FillKeepMask(d, p + begin, end - begin, o + begin * per_row);
+  });
   return out;
 }
 
