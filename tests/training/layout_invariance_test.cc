@@ -158,6 +158,7 @@ TEST(LayoutInvariance, SecondEpochDrawsNewMasks) {
     EXPECT_LE(plain_dev, 1e-6) << "tp " << tp << ": the data does not repeat";
     EXPECT_GT(drop_min, 1e-4) << "tp " << tp << ": a pass over the data repeated its masks";
   }
+  std::filesystem::remove_all(std::filesystem::path(tokens).parent_path());
 }
 
 }  // namespace
