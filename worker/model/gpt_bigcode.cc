@@ -1,14 +1,13 @@
 #include "worker/model/gpt_bigcode.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/version.h>
 
 #include <cmath>
-#include <mutex>
 
 #include "worker/comm/collective_error.h"
 #include "worker/model/comm_buffer.h"
+#include "worker/model/dropout_mask.h"
 
 namespace latchkey {
 namespace {
@@ -73,45 +72,35 @@ struct ReduceFromTp : public torch::autograd::Function<ReduceFromTp> {
 }  // namespace
 
 GptBigCode::GptBigCode(const ModelConfig& config, ParamStore* store, comm::Group* tp_group,
-                       uint64_t dropout_seed, int dp_rank)
+                       uint64_t dropout_seed)
     : cfg_(config),
       store_(store),
       tp_(tp_group),
-      local_heads_(config.n_head / (tp_group ? tp_group->size() : 1)) {
-  const int tp_rank = tp_group ? tp_group->rank() : 0;
-  replicated_gen_ = at::detail::createCPUGenerator(dropout_seed * 1000003ULL + dp_rank);
-  local_gen_ =
-      at::detail::createCPUGenerator(dropout_seed * 7919ULL + 104729ULL * (dp_rank + 1) + tp_rank);
-}
+      local_heads_(config.n_head / (tp_group ? tp_group->size() : 1)),
+      first_head_((tp_group ? tp_group->rank() : 0) * local_heads_),
+      dropout_seed_(dropout_seed) {}
 
-namespace {
-
-at::Tensor StateOf(at::Generator gen) {  // a handle: shares the generator
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void Restore(at::Generator& gen, const at::Tensor& state) {
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
-
-}  // namespace
-
-at::Tensor GptBigCode::replicated_generator_state() const { return StateOf(replicated_gen_); }
-at::Tensor GptBigCode::local_generator_state() const { return StateOf(local_gen_); }
-
-void GptBigCode::set_generator_states(const at::Tensor& replicated, const at::Tensor& local) {
-  Restore(replicated_gen_, replicated);
-  Restore(local_gen_, local);
-}
-
-at::Tensor GptBigCode::Dropout(const at::Tensor& x, double p, at::Generator& gen) {
+at::Tensor GptBigCode::Dropout(const at::Tensor& x, double p, philox::DropoutSite site,
+                               int64_t layer) {
   if (!training_ || p <= 0.0) return x;
-  // The mask is drawn on the host from the CPU generator on every device (the same masks as
-  // on the CPU, one RNG rule), then copied to x's device.
-  at::Tensor keep = at::empty_like(x, x.options().device(at::kCPU)).bernoulli_(1.0 - p, gen);
-  if (!x.is_cpu()) keep = keep.to(x.device());
+  philox::DropoutDraw d;
+  d.seed = dropout_seed_;
+  d.site = site;
+  d.layer = layer;
+  const int64_t rows = x.size(0);
+  if (site == philox::DropoutSite::kAttn) {
+    // [B, Hl, S, S]: this rank's heads under their global indices, so that every TP degree
+    // draws the same mask for the same head.
+    d.first_head = first_head_;
+    d.heads = x.size(1);
+    d.elements = x.numel() / (rows * d.heads);
+  } else {
+    // [B, S, E], replicated over the TP group: every TP rank draws the same mask.
+    d.elements = x.numel() / rows;
+  }
+  d.p = p;
+  // Drawn where x lives (the CPU loop, or tensor ops on the device).
+  const at::Tensor keep = DropoutKeepMask(d, positions_).view(x.sizes());
   return x * keep / (1.0 - p);
 }
 
@@ -123,7 +112,7 @@ const at::Tensor& GptBigCode::future_mask(int64_t S) {
   return mask_;
 }
 
-at::Tensor GptBigCode::Attention(const at::Tensor& qkv, int64_t B, int64_t S) {
+at::Tensor GptBigCode::Attention(const at::Tensor& qkv, int64_t B, int64_t S, int64_t layer) {
   const int64_t D = cfg_.head_dim();
   const int64_t Hl = local_heads_;
   at::Tensor q, k, v;
@@ -152,13 +141,22 @@ at::Tensor GptBigCode::Attention(const at::Tensor& qkv, int64_t B, int64_t S) {
   at::Tensor scores = (at::matmul(q, k.transpose(-1, -2)) * scale).to(at::kFloat);  // [B,Hl,S,S]
   scores.masked_fill_(future_mask(S), -std::numeric_limits<float>::infinity());
   at::Tensor probs = at::softmax(scores, -1).to(qkv.scalar_type());
-  probs = Dropout(probs, cfg_.attn_pdrop, local_gen_);
+  probs = Dropout(probs, cfg_.attn_pdrop, philox::DropoutSite::kAttn, layer);
   at::Tensor out = at::matmul(probs, v);  // [B,Hl,S,D]
   return out.transpose(1, 2).reshape({B, S, Hl * D});
 }
 
-at::Tensor GptBigCode::Logits(const at::Tensor& ids) {
+at::Tensor GptBigCode::Logits(const at::Tensor& ids, const std::vector<int64_t>& row_positions) {
   const int64_t B = ids.size(0), S = ids.size(1);
+  TORCH_CHECK(static_cast<int64_t>(row_positions.size()) == B, "GptBigCode: ", row_positions.size(),
+              " row positions for a batch of ", B, " rows");
+  for (int64_t p : row_positions) {
+    TORCH_CHECK(p >= 0, "GptBigCode: row position ", p, " is negative");
+  }
+  const bool dropout =
+      training_ && (cfg_.embd_pdrop > 0 || cfg_.resid_pdrop > 0 || cfg_.attn_pdrop > 0);
+  // One copy of B positions per forward (on the device; the masks themselves are drawn there).
+  positions_ = dropout ? at::tensor(row_positions, at::kLong).to(store_->device()) : at::Tensor();
   const int64_t E = cfg_.n_embd;
   const double eps = cfg_.layer_norm_epsilon;
   const bool tp = comm::is_parallel(tp_);
@@ -167,16 +165,16 @@ at::Tensor GptBigCode::Logits(const at::Tensor& ids) {
   at::Tensor pos = at::arange(S, ids.options().dtype(at::kLong));
   at::Tensor x = at::embedding(P("transformer.wte.weight"), ids) +
                  at::embedding(P("transformer.wpe.weight"), pos).unsqueeze(0);
-  x = Dropout(x, cfg_.embd_pdrop, replicated_gen_);
+  x = Dropout(x, cfg_.embd_pdrop, philox::DropoutSite::kEmbd, 0);
   for (int i = 0; i < cfg_.n_layer; ++i) {
     const std::string pre = "transformer.h." + std::to_string(i) + ".";
     at::Tensor h = at::layer_norm(x, {E}, P(pre + "ln_1.weight"), P(pre + "ln_1.bias"), eps);
     if (tp) h = CopyToTp::apply(h, tp_);
     at::Tensor qkv = at::linear(h, P(pre + "attn.c_attn.weight"), P(pre + "attn.c_attn.bias"));
-    at::Tensor a = at::linear(Attention(qkv, B, S), P(pre + "attn.c_proj.weight"));
+    at::Tensor a = at::linear(Attention(qkv, B, S, i), P(pre + "attn.c_proj.weight"));
     if (tp) a = ReduceFromTp::apply(a, tp_, tag_);
     a = a + P(pre + "attn.c_proj.bias");
-    x = x + Dropout(a, cfg_.resid_pdrop, replicated_gen_);
+    x = x + Dropout(a, cfg_.resid_pdrop, philox::DropoutSite::kResidAttn, i);
 
     at::Tensor h2 = at::layer_norm(x, {E}, P(pre + "ln_2.weight"), P(pre + "ln_2.bias"), eps);
     if (tp) h2 = CopyToTp::apply(h2, tp_);
@@ -185,14 +183,15 @@ at::Tensor GptBigCode::Logits(const at::Tensor& ids) {
     at::Tensor m = at::linear(f, P(pre + "mlp.c_proj.weight"));
     if (tp) m = ReduceFromTp::apply(m, tp_, tag_);
     m = m + P(pre + "mlp.c_proj.bias");
-    x = x + Dropout(m, cfg_.resid_pdrop, replicated_gen_);
+    x = x + Dropout(m, cfg_.resid_pdrop, philox::DropoutSite::kResidMlp, i);
   }
   x = at::layer_norm(x, {E}, P("transformer.ln_f.weight"), P("transformer.ln_f.bias"), eps);
   return at::matmul(x, P("transformer.wte.weight").t());
 }
 
-at::Tensor GptBigCode::Loss(const at::Tensor& ids, const at::Tensor& labels) {
-  at::Tensor logits = Logits(ids);
+at::Tensor GptBigCode::Loss(const at::Tensor& ids, const at::Tensor& labels,
+                            const std::vector<int64_t>& row_positions) {
+  at::Tensor logits = Logits(ids, row_positions);
   return at::cross_entropy_loss(logits.reshape({-1, cfg_.vocab_size}).to(at::kFloat),
                                 labels.reshape({-1}));
 }

@@ -5,6 +5,9 @@
 // group. The replicated K/V gradient is NOT reduced here: that is the KvReducer's job.
 // A TP collective that fails (inside Loss/Logits or inside autograd's backward()) throws
 // comm::CollectiveError carrying the collective's Status; nothing else is caught here.
+// Dropout (training only, p > 0) draws its masks from the Philox streams of philox.h on the
+// parameters' device: every element is a function of (seed, the row's stream position, layer,
+// site, global head, element position), so every TP/DP layout draws the same masks.
 // Thread-safety: one thread at a time. Lifetime: `store` and `tp_group` outlive the model.
 #ifndef LATCHKEY_WORKER_MODEL_GPT_BIGCODE_H_
 #define LATCHKEY_WORKER_MODEL_GPT_BIGCODE_H_
@@ -12,53 +15,53 @@
 #include <ATen/ATen.h>
 
 #include <optional>
+#include <vector>
 
 #include "common/job_spec.h"
 #include "worker/comm/comm.h"
 #include "worker/model/param_store.h"
+#include "worker/model/philox.h"
 
 namespace latchkey {
 
 class GptBigCode {
  public:
-  // `dropout_seed` feeds two streams (Megatron's rule): one shared by the TP group for replicated
-  // activations (embd/resid dropout), one per rank for the sharded attention probabilities.
+  // `dropout_seed` keys the dropout streams (latchkey.seed); nothing else about them is state.
   GptBigCode(const ModelConfig& config, ParamStore* store, comm::Group* tp_group,
-             uint64_t dropout_seed, int dp_rank);
+             uint64_t dropout_seed);
 
-  // input_ids, labels: [B, S] int64 on the store's device. Returns the mean cross entropy over all
-  // B*S positions.
-  at::Tensor Loss(const at::Tensor& input_ids, const at::Tensor& labels);
+  // input_ids, labels: [B, S] int64 on the store's device; row_positions: the stream position of
+  // each of the B rows (docs/data.md: not wrapped modulo the data size), which selects its dropout
+  // masks. Returns the mean cross entropy over all B*S positions. Throws c10::Error when
+  // row_positions does not hold B entries >= 0.
+  at::Tensor Loss(const at::Tensor& input_ids, const at::Tensor& labels,
+                  const std::vector<int64_t>& row_positions);
   // [B, S, vocab] logits.
-  at::Tensor Logits(const at::Tensor& input_ids);
+  at::Tensor Logits(const at::Tensor& input_ids, const std::vector<int64_t>& row_positions);
 
-  // false: no dropout, and no random number drawn from either stream.
+  // false: no dropout, and no mask drawn.
   void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
   // The tag the forward's TP all-reduces are counted under (comm::CollectiveOptions::tag, static
   // storage); nullptr (the default) for training's.
   void set_collective_tag(const char* tag) { tag_ = tag; }
 
-  // The dropout streams' states (at::Generator::get_state(): CPU uint8 tensors), copies.
-  at::Tensor replicated_generator_state() const;
-  at::Tensor local_generator_state() const;
-  // Restores both streams from states of the same kind of generator. Throws c10::Error on a
-  // state that is not one.
-  void set_generator_states(const at::Tensor& replicated, const at::Tensor& local);
-
  private:
-  at::Tensor Dropout(const at::Tensor& x, double p, at::Generator& gen);
-  at::Tensor Attention(const at::Tensor& qkv, int64_t B, int64_t S);
+  // x [B, ...] with p in (0, 1) while training: x · keep / (1 − p) with the keep mask of
+  // (site, layer) for the rows at positions_; x itself otherwise.
+  at::Tensor Dropout(const at::Tensor& x, double p, philox::DropoutSite site, int64_t layer);
+  at::Tensor Attention(const at::Tensor& qkv, int64_t B, int64_t S, int64_t layer);
   const at::Tensor& future_mask(int64_t S);
 
   ModelConfig cfg_;
   ParamStore* store_;
   comm::Group* tp_;
   int64_t local_heads_;
+  int64_t first_head_;  // the global index of this rank's first query head
+  uint64_t dropout_seed_;
   bool training_ = true;
   const char* tag_ = nullptr;
-  at::Generator replicated_gen_;
-  at::Generator local_gen_;
+  at::Tensor positions_;  // int64 [B] on the device: the forward's row positions (dropout only)
   at::Tensor mask_;  // [S, S] bool, true above the diagonal (the future), cached for the last S
 };
 

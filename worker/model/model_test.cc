@@ -44,7 +44,7 @@ TEST_P(FixtureLoss, LossOfSamples0And1) {
   ParamStore store(*layout, 1);
   ASSERT_TRUE(store.LoadFromFull(LoadFull(*ckpt), 0).ok());
   comm::ProcessGroups groups = comm::MakeSingleProcessGroups();
-  GptBigCode model(ckpt->config, &store, groups.tp_group.get(), 1, 0);
+  GptBigCode model(ckpt->config, &store, groups.tp_group.get(), 1);
 
   const nlohmann::json expected = Expected();
   const int S = expected["seq_len"];
@@ -54,11 +54,51 @@ TEST_P(FixtureLoss, LossOfSamples0And1) {
   (*src)->Sample(0, tokens.data_ptr<int64_t>());
   (*src)->Sample(1, tokens.data_ptr<int64_t>() + S + 1);
   at::NoGradGuard no_grad;
-  const double loss = model.Loss(tokens.narrow(1, 0, S), tokens.narrow(1, 1, S)).item<double>();
+  const double loss =
+      model.Loss(tokens.narrow(1, 0, S), tokens.narrow(1, 1, S), {0, 1}).item<double>();
   EXPECT_NEAR(loss, expected["variants"][variant]["loss_samples_0_1"].get<double>(), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, FixtureLoss, ::testing::Values("mqa", "mha"));
+
+// With dropout a row's masks follow its stream position: the same positions give the same loss,
+// a row moved within the batch together with its position keeps its masks, another position
+// draws others. Evaluation mode draws nothing: the dropout-free loss exactly.
+TEST(GptBigCodeDropout, MasksFollowTheRowPosition) {
+  auto ckpt = ReadHfCheckpoint(kFixture + "/mqa");
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  ModelConfig config = ckpt->config;
+  auto layout = BuildTpLayout(config, 1, 0);
+  ASSERT_TRUE(layout.ok());
+  ParamStore store(*layout, 1);
+  ASSERT_TRUE(store.LoadFromFull(LoadFull(*ckpt), 0).ok());
+  comm::ProcessGroups groups = comm::MakeSingleProcessGroups();
+  GptBigCode plain(config, &store, groups.tp_group.get(), 1);
+  config.embd_pdrop = config.resid_pdrop = config.attn_pdrop = 0.1;
+  GptBigCode model(config, &store, groups.tp_group.get(), 1);
+
+  const int S = Expected()["seq_len"];
+  auto src = OpenTokenFile(kFixture + "/tokens.bin", TokenDtype::kUint16, S, 256, "tokens");
+  ASSERT_TRUE(src.ok());
+  at::Tensor tokens = at::empty({2, S + 1}, at::kLong);
+  (*src)->Sample(0, tokens.data_ptr<int64_t>());
+  (*src)->Sample(1, tokens.data_ptr<int64_t>() + S + 1);
+  const at::Tensor swapped = tokens.flip(0);
+  at::NoGradGuard no_grad;
+  const auto loss = [&](GptBigCode& m, const at::Tensor& t, std::vector<int64_t> positions) {
+    return m.Loss(t.narrow(1, 0, S), t.narrow(1, 1, S), positions).item<double>();
+  };
+  const double ref = loss(model, tokens, {40, 41});
+  EXPECT_EQ(loss(model, tokens, {40, 41}), ref);
+  EXPECT_NEAR(loss(model, swapped, {41, 40}), ref, 1e-6);
+  EXPECT_GT(std::abs(loss(model, swapped, {40, 41}) - ref), 1e-4);
+  EXPECT_GT(std::abs(loss(model, tokens, {40, 42}) - ref), 1e-4);
+  const double without = loss(plain, tokens, {40, 41});
+  EXPECT_GT(std::abs(ref - without), 1e-3);
+  model.set_training(false);
+  EXPECT_EQ(loss(model, tokens, {40, 41}), without);
+  EXPECT_THROW(loss(model, tokens, {40}), c10::Error);
+}
 
 TEST(TpLayout, ValidationErrorsNameTheField) {
   ModelConfig m;  // n_embd 64, n_head 8
@@ -119,11 +159,11 @@ struct TpShard {
     config = ckpt->config;
     store = std::make_unique<ParamStore>(*BuildTpLayout(config, 2, 0), 1);
     EXPECT_TRUE(store->LoadFromFull(LoadFull(*ckpt), 0).ok());
-    model = std::make_unique<GptBigCode>(config, store.get(), &group, 1, 0);
+    model = std::make_unique<GptBigCode>(config, store.get(), &group, 1);
   }
   at::Tensor Loss() {
     at::Tensor ids = at::arange(16, at::kLong).remainder(config.vocab_size).view({2, 8});
-    return model->Loss(ids, ids);
+    return model->Loss(ids, ids, {0, 1});
   }
   testing::ScriptedGroup group;
   ModelConfig config;

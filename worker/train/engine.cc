@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "common/status_macros.h"
 #include "worker/checkpoint/training_state.h"
@@ -51,8 +52,8 @@ class EngineImpl final : public Engine {
     store_ = std::make_unique<ParamStore>(*std::move(layout), zero1 ? g_->dp : 1, device_);
     if (spec_.bf16) store_->EnableBf16Compute();
     LK_RETURN_IF_ERROR(LoadInitialWeights());
-    model_ = std::make_unique<GptBigCode>(spec_.model, store_.get(), g_->tp_group.get(), spec_.seed,
-                                          g_->dp_rank);
+    model_ =
+        std::make_unique<GptBigCode>(spec_.model, store_.get(), g_->tp_group.get(), spec_.seed);
     kv_ = std::make_unique<KvReducer>(store_->segments(), g_->tp_group.get(), ops_.get());
     kv_->set_enabled_for_testing(!opts_.skip_kv_reduction_for_testing);
     auto data = OpenDataSource(spec_);
@@ -190,15 +191,20 @@ class EngineImpl final : public Engine {
     kv_->BeginWindow();
     double loss_sum = 0.0;
     at::Tensor tokens = at::empty({mb, S + 1}, at::kLong);  // host: the data source fills it
+    std::vector<int64_t> rows(mb);
     for (int m = 0; m < latch.n; ++m) {
       if (g_->recorder) g_->recorder->SetMicroBatch(m);
       int64_t* t = tokens.data_ptr<int64_t>();
       for (int b = 0; b < mb; ++b) {
-        data_->Sample(StreamPosition(first_sample, m, g_->dp, g_->dp_rank, mb, b), t + b * (S + 1));
+        // The row's stream position (not wrapped): it picks the sample (modulo the data size)
+        // and the model's dropout masks, so any DP x GAS split of the same global batch draws
+        // the same masks for the same row, and a second pass over the data new ones.
+        rows[b] = StreamPosition(first_sample, m, g_->dp, g_->dp_rank, mb, b);
+        data_->Sample(rows[b], t + b * (S + 1));
       }
       at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
-      at::Tensor loss = model_->Loss(ids, labels);
+      at::Tensor loss = model_->Loss(ids, labels, rows);
       loss_sum += loss.item<double>();
       (loss / static_cast<double>(latch.n)).backward();
       AccumulateComputeGrads();

@@ -65,7 +65,8 @@ absl::StatusOr<double> Evaluator::Run(GptBigCode& model) {
       source_->Sample(k, tokens.data_ptr<int64_t>());
       const at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       const at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
-      sum += model.Loss(ids, labels).item<double>();
+      // Without dropout the position selects nothing; the sample index stands in for it.
+      sum += model.Loss(ids, labels, {k}).item<double>();
     }
   }
   if (comm::is_parallel(g_->dp_group)) {
