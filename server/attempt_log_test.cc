@@ -31,9 +31,9 @@ TEST(AttemptLog, SpecLayoutIsTheJobsGrid) {
 
 TEST(AttemptLog, NextAttemptResumesFromTheCheckpointInTheSameLayout) {
   JobRecord rec;
-  AttemptLog log(rec, Layout());
+  AttemptLog log(rec, Layout(), /*min_dp=*/0);
   EXPECT_EQ(log.attempt(), 1);
-  const AttemptLog::Attempt next = log.Next("rank 1 failed", 7, "c0ffee");
+  const AttemptLog::Attempt next = *log.Next({"rank 1 failed", 7, "c0ffee"});
   EXPECT_EQ(log.attempt(), 1);  // Next changes nothing
   EXPECT_EQ(next.number, 2);
   EXPECT_EQ(next.restarts, 1);
@@ -54,7 +54,7 @@ TEST(AttemptLog, NextAttemptResumesFromTheCheckpointInTheSameLayout) {
   EXPECT_FALSE(log.ViolationCounted(8));
   EXPECT_EQ(log.layout(1), log.layout(2));
   // A restored log starts where the record says.
-  const AttemptLog restored(rec, Layout());
+  const AttemptLog restored(rec, Layout(), 0);
   EXPECT_EQ(restored.attempt(), 2);
   EXPECT_EQ(restored.current().cause, "rank 1 failed");
 }
@@ -62,7 +62,7 @@ TEST(AttemptLog, NextAttemptResumesFromTheCheckpointInTheSameLayout) {
 TEST(AttemptLog, FenceRefusesOtherAttemptsAsData) {
   JobRecord rec;
   rec.attempt = 3;
-  AttemptLog log(rec, Layout());
+  AttemptLog log(rec, Layout(), 0);
   log.Fence("old", 1);
   log.Fence("old", 2);  // the newest attempt a worker is known by
   EXPECT_EQ(log.AttemptOf("old", 0, false), 2);

@@ -49,6 +49,7 @@ void Coordinator::CheckLiveness() {
       continue;
     }
     if (CheckRejoin(*job, now)) continue;
+    if (!job->spares.empty()) LiveSpares(*job, now);
     CheckHang(*job, now);
   }
 }
@@ -76,8 +77,12 @@ void Coordinator::LivenessVerdict(Job& job, const std::vector<int>& late, absl::
 }
 
 bool Coordinator::CheckRejoin(Job& job, absl::Time now) {
+  // latchkey.rejoin_timeout_seconds, else the liveness timeout.
+  const absl::Duration timeout = job.spec.rejoin_timeout_seconds > 0
+                                     ? absl::Seconds(job.spec.rejoin_timeout_seconds)
+                                     : options_.liveness_timeout;
   if (job.rec.state != JobState::kRecovering || job.ranks.all_joined() ||
-      now - job.attempts.recovery_start() <= options_.liveness_timeout) {
+      now - job.attempts.recovery_start() <= timeout) {
     return false;
   }
   std::vector<int> missing;
@@ -87,8 +92,10 @@ bool Coordinator::CheckRejoin(Job& job, absl::Time now) {
   const std::string cause =
       absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
                    " did not rejoin attempt ", job.attempts.attempt(), " within ",
-                   absl::FormatDuration(options_.liveness_timeout));
+                   absl::FormatDuration(timeout));
   Log(absl::StrCat(job.rec.job_id, ": ", cause));
+  // An elastic job goes on with the workers at hand, in the layout they fill.
+  if (MaybeShrink(job, cause, now)) return true;
   absl::Status s = FailOrRecover(job, -1, WorkerState::kLost, cause);
   (void)s;  // as in LivenessVerdict
   return true;

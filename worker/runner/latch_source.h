@@ -33,6 +33,10 @@ struct AttemptPlan {
   // SHA-256 of its manifest.json it must have (empty: not checked). -1: start from scratch.
   int64_t resume_step = -1;
   std::string resume_manifest_sha256;
+  // The attempt's gradient accumulation steps when its layout is not the spec's (an elastic
+  // attempt keeps the global batch: GAS * dp / dp'); 0: the spec's. Its world size is
+  // rendezvous.world_size.
+  int gradient_accumulation_steps = 0;
   int64_t first_window() const { return resume_step + 1; }
 };
 
