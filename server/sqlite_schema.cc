@@ -121,6 +121,8 @@ ALTER TABLE jobs ADD COLUMN submitter TEXT NOT NULL DEFAULT '';
 // the coordinator reads a missing attempt as the spec's layout). A new layout re-decides the
 // windows after its resume step while the old layout's latches stay, immutable: latches are
 // keyed by (job_id, layout_attempt, window), the existing ones decided by attempt 1's layout.
+// Each latch keeps its first_sample (the samples consumed before it; the layouts before v6
+// ran the spec's dp: MigrateV5ToV6 fills it in from the spec).
 // SQLite cannot change a primary key in place: the table is rebuilt, its triggers with it.
 constexpr const char* kMigrateV5ToV6 = R"sql(
 CREATE TABLE attempts (
@@ -132,7 +134,7 @@ CREATE TABLE latches_by_layout (
   job_id TEXT NOT NULL, window INTEGER NOT NULL, generation INTEGER NOT NULL,
   first_micro_batch INTEGER NOT NULL, n INTEGER NOT NULL, kv_mode TEXT NOT NULL,
   no_sync TEXT NOT NULL, reason TEXT NOT NULL, publish_us INTEGER NOT NULL,
-  layout_attempt INTEGER NOT NULL DEFAULT 1,
+  layout_attempt INTEGER NOT NULL DEFAULT 1, first_sample INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (job_id, layout_attempt, window));
 INSERT INTO latches_by_layout (job_id, window, generation, first_micro_batch, n, kv_mode,
                                no_sync, reason, publish_us, layout_attempt)
@@ -197,7 +199,7 @@ absl::Status SqliteStore::Migrate(int from) {
     case 4:
       return MigrateV4ToV5();
     case 5:
-      return Exec(kMigrateV5ToV6);
+      return MigrateV5ToV6();
   }
   return absl::InternalError(absl::StrCat("no migration from schema v", from));
 }
@@ -272,6 +274,34 @@ absl::Status SqliteStore::MigrateV4ToV5() {
     LK_RETURN_IF_ERROR(st.Run());
   }
   return absl::OkStatus();
+}
+
+absl::Status SqliteStore::MigrateV5ToV6() {
+  LK_RETURN_IF_ERROR(Exec(kMigrateV5ToV6));
+  // first_sample of the stored latches: their windows ran the spec's dp and micro-batch size,
+  // so window s consumed n_s * dp * MB samples.
+  std::vector<std::pair<std::string, int64_t>> per_micro_batch;  // job_id, dp * MB
+  {
+    LK_ASSIGN_STMT(st, "SELECT job_id, spec_json FROM jobs");
+    while (true) {
+      LK_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      if (std::optional<int64_t> g = SpecSamplesPerMicroBatch(st.Text(1))) {
+        per_micro_batch.emplace_back(st.Text(0), *g);
+      }
+    }
+    st.Reset();
+  }
+  // latches are append-only; the trigger steps aside for the backfill only.
+  LK_RETURN_IF_ERROR(Exec("DROP TRIGGER latches_no_update"));
+  for (const auto& [job_id, g] : per_micro_batch) {
+    LK_ASSIGN_STMT(st, "UPDATE latches SET first_sample = first_micro_batch * ?2 WHERE job_id=?1");
+    st.Bind(1, job_id).Bind(2, g);
+    LK_RETURN_IF_ERROR(st.Run());
+  }
+  return Exec(
+      "CREATE TRIGGER latches_no_update BEFORE UPDATE ON latches "
+      "BEGIN SELECT RAISE(ABORT, 'latches are append-only'); END;");
 }
 
 }  // namespace latchkey

@@ -106,6 +106,7 @@ class SqliteStore : public JobStore {
   absl::Status MigrateV2ToV3();
   absl::Status MigrateV3ToV4();
   absl::Status MigrateV4ToV5();
+  absl::Status MigrateV5ToV6();
   // The rows of a policy change and the job's current policy, inside the caller's transaction.
   absl::Status PolicyChangeRows(const PolicyChangeRecord& change);
   // Step reports with step in [from_step, to_step] of every rank (rank < 0) or one.

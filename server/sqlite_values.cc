@@ -80,4 +80,24 @@ std::optional<double> SpecLr(const std::string& spec_json) {
   return lr->get<double>();
 }
 
+std::optional<int64_t> SpecSamplesPerMicroBatch(const std::string& spec_json) {
+  auto spec = nlohmann::json::parse(spec_json, nullptr, false);
+  if (!spec.is_object()) return std::nullopt;
+  auto number = [&spec](std::initializer_list<const char*> path) -> std::optional<int64_t> {
+    const nlohmann::json* v = &spec;
+    for (const char* key : path) {
+      if (!v->is_object() || !v->contains(key)) return std::nullopt;
+      v = &(*v)[key];
+    }
+    if (!v->is_number_integer()) return std::nullopt;
+    return v->get<int64_t>();
+  };
+  // The canonical spec names every field (JobSpecToJson).
+  const std::optional<int64_t> world = number({"latchkey", "world_size"});
+  const std::optional<int64_t> tp = number({"tensor_parallel", "autotp_size"});
+  const std::optional<int64_t> mb = number({"train_micro_batch_size_per_gpu"});
+  if (!world || !tp || !mb || *tp < 1 || *world % *tp != 0) return std::nullopt;
+  return *world / *tp * *mb;
+}
+
 }  // namespace latchkey
