@@ -86,7 +86,7 @@ struct JobInfo {
   absl::Time update_time = absl::UnixEpoch();
   // Fault tolerance (docs/fault-tolerance.md).
   int64_t attempt = 1;                 // from 1; each recovery adds one
-  int restarts = 0;                    // attempt - 1
+  int restarts = 0;                    // recoveries (an elastic shrink or grow spends none)
   int max_restarts = 0;                // the spec's latchkey.max_restarts
   int64_t last_checkpoint_step = -1;   // newest committed checkpoint; -1: none
   int64_t resume_step = -1;            // the checkpoint the current attempt resumed from

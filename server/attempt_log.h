@@ -66,7 +66,7 @@ class AttemptLog {
   // One attempt and how it began.
   struct Attempt {
     int64_t number = 1;
-    int restarts = 0;                    // recoveries before it (attempt - 1)
+    int restarts = 0;                    // recoveries before it (a shrink or grow spends none)
     int64_t resume_step = -1;            // the checkpoint it resumes from; -1: the start
     std::string resume_manifest_sha256;  // that checkpoint's manifest
     std::string cause;                   // of its recovery; "" for the first attempt

@@ -49,7 +49,7 @@ struct JobRecord {
   absl::Time update_time = absl::UnixEpoch();
   // Fault tolerance (docs/fault-tolerance.md): the current attempt (from 1) and how it began.
   int64_t attempt = 1;
-  int restarts = 0;                    // recoveries so far (attempt - 1)
+  int restarts = 0;                    // recoveries so far (an elastic shrink or grow: none)
   int64_t resume_step = -1;            // the checkpoint the current attempt resumes from
   std::string resume_manifest_sha256;  // its manifest's SHA-256
   int64_t last_checkpoint_step = -1;   // newest committed checkpoint; -1: none
