@@ -67,12 +67,18 @@ LatchPolicy InitialPolicy(const JobSpec& spec) {
   return policy;
 }
 
+int64_t SamplesPerMicroBatch(const JobSpec& spec) {
+  return static_cast<int64_t>(spec.dp()) * spec.micro_batch_size;
+}
+
 Latch DecideLatch(const JobSpec& spec, const LatchPolicy& policy, int64_t window,
-                  int64_t first_micro_batch) {
+                  int64_t first_micro_batch, int64_t first_sample) {
   Latch latch;
   latch.window = window;
   latch.generation = policy.generation;
   latch.first_micro_batch = first_micro_batch;
+  latch.first_sample =
+      first_sample >= 0 ? first_sample : first_micro_batch * SamplesPerMicroBatch(spec);
   latch.n = spec.managed_gradient_accumulation && policy.gradient_accumulation_steps > 0
                 ? policy.gradient_accumulation_steps
                 : spec.WindowLength(window);

@@ -36,7 +36,7 @@ struct Latch {
   // Global stream positions (samples) consumed before window s, over every DP rank: window s
   // reads [first_sample, first_sample + n * DP * MB) (docs/data.md).
   int64_t first_sample = 0;
-  int n = 1;                      // n_s
+  int n = 1;  // n_s
   KvMode kv_mode = KvMode::kPerMicroBatch;
   std::vector<bool> no_sync;  // size n; the last entry is always false
   std::string reason;         // why this kv_mode (human-readable)
@@ -45,11 +45,16 @@ struct Latch {
   bool operator!=(const Latch& o) const { return !(*this == o); }
 };
 
-// The gate. Pure: same inputs, same latch. `first_micro_batch` is M_s (the caller tracks it
-// because a policy change of accumulation steps moves it). n_s comes from the policy's GAS
-// override when set (managed windows), else spec.WindowLength(window).
+// The gate. Pure: same inputs, same latch. `first_micro_batch` is M_s and `first_sample` the
+// global stream positions consumed before the window (the caller tracks both: a policy change
+// of accumulation steps moves them, and a change of DP moves M_s but not first_sample); -1 means
+// the spec's fixed layout, M_s * spec.dp() * MB. n_s comes from the policy's GAS override when
+// set (managed windows), else spec.WindowLength(window).
 Latch DecideLatch(const JobSpec& spec, const LatchPolicy& policy, int64_t window,
-                  int64_t first_micro_batch);
+                  int64_t first_micro_batch, int64_t first_sample = -1);
+
+// The stream positions one micro-batch of `spec`'s layout consumes over all DP ranks (DP * MB).
+int64_t SamplesPerMicroBatch(const JobSpec& spec);
 
 // Whether the window's K/V gradient stays in one local buffer until the boundary for this ZeRO
 // stage (0/1 yes; 2/3 no). Exposed for the gate's table test.

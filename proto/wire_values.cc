@@ -69,6 +69,7 @@ v1::Latch ToProto(const Latch& latch) {
   out.set_window(latch.window);
   out.set_generation(latch.generation);
   out.set_first_micro_batch(latch.first_micro_batch);
+  out.set_first_sample(latch.first_sample);
   out.set_micro_batches(latch.n);
   out.set_kv_mode(ToProto(latch.kv_mode));
   for (bool b : latch.no_sync) out.add_no_sync(b);
@@ -82,6 +83,7 @@ Latch FromProto(const v1::Latch& latch) {
   out.window = latch.window();
   out.generation = latch.generation();
   out.first_micro_batch = latch.first_micro_batch();
+  out.first_sample = latch.first_sample();
   out.n = latch.micro_batches();
   out.kv_mode = FromProto(latch.kv_mode()).value_or(KvMode::kPerMicroBatch);
   out.no_sync.assign(latch.no_sync().begin(), latch.no_sync().end());

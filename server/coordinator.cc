@@ -260,6 +260,7 @@ absl::Status Coordinator::Publish(Job& job) {
   if (published.empty()) return absl::OkStatus();
   job.rec.next_window = job.latches.next_window();
   job.rec.next_first_micro_batch = job.latches.next_first_micro_batch();
+  job.rec.next_first_sample = job.latches.next_first_sample();
   if (observer_) {
     for (const PublishedLatch& p : published) observer_->LatchPublished(p.latch.kv_mode);
   }

@@ -2,12 +2,12 @@
 // and the latch authority. Plain C++ and absl::Status only; the gRPC services (job_service.h,
 // worker_service.h) are thin adapters over this class.
 //
-// Latch authority: latch(s) = DecideLatch(spec, policy, s, M_s), published in window order while
-// the job runs, at most `latch_lookahead` windows beyond the slowest rank's current window (its
-// reported steps), persisted (JobStore::AppendLatches) before any caller can see it, and never
-// changed afterwards. A policy update applies from the first unpublished window, for every rank
-// alike. M_s advances by each published n_s, so a change of accumulation steps keeps the data
-// order.
+// Latch authority: latch(s) = DecideLatch(spec, policy, s, M_s, F_s), published in window order
+// while the job runs, at most `latch_lookahead` windows beyond the slowest rank's current window
+// (its reported steps), persisted (JobStore::AppendLatches) before any caller can see it, and
+// never changed afterwards. A policy update applies from the first unpublished window, for every
+// rank alike. M_s advances by each published n_s and F_s by n_s * DP * MB, so a change of
+// accumulation steps keeps the data order.
 //
 // Inside, each concern has one owner (private headers, not part of this interface): LatchLog
 // (publication, lookahead position, the latch cache), AttemptLog (the attempts, their layouts,

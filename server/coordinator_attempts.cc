@@ -77,6 +77,7 @@ absl::Status Coordinator::BeginAttempt(Job& job, AttemptLog::Recovery recovery) 
     rec.policy = change.policy;
     rec.next_window = first_window;
     rec.next_first_micro_batch = m;
+    rec.next_first_sample = first_sample;
   }
   JobEventRecord event = Event(job, new_layout ? "layout" : "recovery", "");
   event.attempt = next.number;

@@ -32,7 +32,7 @@ struct Coordinator::Job {
         spec(std::move(job_spec)),
         attempts(rec, layout, spec.elastic.min_dp, stored),
         ranks(attempts.layout().grid()),
-        latches(rec.job_id, rec.next_window, rec.next_first_micro_batch),
+        latches(rec.job_id, rec.next_window, rec.next_first_micro_batch, rec.next_first_sample),
         steps(attempts.layout().world_size, recent_steps),
         recent_steps_kept(recent_steps) {
     latches.SetLayout(attempts.current().layout_attempt, attempts.layout().dp);

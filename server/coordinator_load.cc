@@ -104,9 +104,7 @@ absl::Status Coordinator::Load() {
     job->arrivals.Restore(reports, job->world_size(),
                           job->attempts.attempt() == 1 && !IsTerminal(job->rec.state));
     if (IsTerminal(job->rec.state)) continue;
-    const AttemptLog& log = job->attempts;
-    LK_RETURN_IF_ERROR(job->latches.Restore(*store_, job->spec.micro_batch_size,
-                                            [&log](int64_t a) { return log.layout(a).dp; }));
+    LK_RETURN_IF_ERROR(job->latches.Restore(*store_));
     if ((job->rec.state == JobState::kPending || job->rec.state == JobState::kRecovering) &&
         job->ranks.all_joined()) {
       LK_RETURN_IF_ERROR(StartJob(*job));

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/job_spec.h"
+#include "common/latch.h"
 #include "gtest/gtest.h"
 #include "server/sqlite_store.h"
 #include "tests/support/specs.h"
@@ -199,6 +201,10 @@ TEST(CoordinatorTest, PolicyUpdateStartsAtFirstUnpublishedWindowAndKeepsDataOrde
   EXPECT_EQ(l[2].latch.kv_mode, KvMode::kDeferred);
   EXPECT_EQ(l[2].latch.first_micro_batch, 8);   // 4 + 4
   EXPECT_EQ(l[3].latch.first_micro_batch, 10);  // + 2
+  // The stream positions follow the micro-batches: DP * MB of them each.
+  const int64_t per = SamplesPerMicroBatch(*ParseJobSpec(SpecJson(p), ""));
+  EXPECT_EQ(l[2].latch.first_sample, 8 * per);
+  EXPECT_EQ(l[3].latch.first_sample, 10 * per);
   auto audit = c->ListLatches(id, 0, 0);
   ASSERT_TRUE(audit.ok());
   ASSERT_EQ(audit->policy_changes.size(), 1u);

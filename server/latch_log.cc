@@ -16,28 +16,27 @@ absl::StatusOr<std::vector<PublishedLatch>> LatchLog::Publish(JobStore& store, c
   std::vector<PublishedLatch> batch;
   if (next_window_ >= frontier) return batch;
   int64_t m = next_first_micro_batch_;
-  int64_t sample = next_first_sample_;
+  int64_t first_sample = next_first_sample_;
   // The store keeps microseconds: serve exactly what a restarted coordinator will read back.
   now = absl::FromUnixMicros(absl::ToUnixMicros(now));
   for (int64_t w = next_window_; w < frontier; ++w) {
     PublishedLatch p;
-    p.latch = DecideLatch(spec, policy, w, m);
+    p.latch = DecideLatch(spec, policy, w, m, first_sample);
     p.latch.job_id = job_id_;
-    p.latch.first_sample = sample;
     p.publish_time = now;
     p.layout_attempt = layout_attempt_;
     m += p.latch.n;
     // The layout's dp, not the spec's: an elastic layout keeps the global batch with fewer
     // replicas and more micro-batches.
-    sample += static_cast<int64_t>(p.latch.n) * dp_ * spec.micro_batch_size;
+    first_sample += static_cast<int64_t>(p.latch.n) * dp_ * spec.micro_batch_size;
     batch.push_back(std::move(p));
   }
   // Persist first: nothing is visible to a stream until it is durable.
-  LK_RETURN_IF_ERROR(store.AppendLatches(job_id_, batch, frontier, m));
+  LK_RETURN_IF_ERROR(store.AppendLatches(job_id_, batch, frontier, m, first_sample));
   cache_.insert(cache_.end(), batch.begin(), batch.end());
   next_window_ = frontier;
   next_first_micro_batch_ = m;
-  next_first_sample_ = sample;
+  next_first_sample_ = first_sample;
   return batch;
 }
 
@@ -61,8 +60,7 @@ absl::StatusOr<std::vector<PublishedLatch>> LatchLog::Read(JobStore& store, int6
   return stored;
 }
 
-absl::Status LatchLog::Restore(JobStore& store, int micro_batch_size,
-                               const std::function<int(int64_t)>& dp_of_layout) {
+absl::Status LatchLog::Restore(JobStore& store) {
   // One more than published: a latch stored past next_window is damaged unless a newer layout
   // rewound the log before it (then it is an old layout's, immutable, and no longer counts).
   LK_ASSIGN_OR_RETURN(std::vector<PublishedLatch> all,
@@ -77,13 +75,6 @@ absl::Status LatchLog::Restore(JobStore& store, int micro_batch_size,
   }
   cache_.assign(std::make_move_iterator(all.begin()), std::make_move_iterator(all.end()));
   cache_base_ = 0;
-  if (!cache_.empty()) {
-    // The next window's position follows the last latch, in the layout that decided it.
-    const PublishedLatch& last = cache_.back();
-    next_first_sample_ = last.latch.first_sample + static_cast<int64_t>(last.latch.n) *
-                                                       dp_of_layout(last.layout_attempt) *
-                                                       micro_batch_size;
-  }
   return absl::OkStatus();
 }
 

@@ -1,11 +1,11 @@
 // LatchLog: the published latches of one job, in window order. Part of the Coordinator's private
 // implementation.
 //
-// Owns the publication rule (latch(s) = DecideLatch(spec, policy, s, M_s), persisted with
-// JobStore::AppendLatches before anything can read it, never changed afterwards), the position
-// of the next window (s and M_s), and the in-memory cache of recent latches the streams read.
-// Latches older than the cache, and all of an ended job's, are read back from the store: Read()
-// is the only lookup, whichever place a latch is in.
+// Owns the publication rule (latch(s) = DecideLatch(spec, policy, s, M_s, first_sample_s),
+// persisted with JobStore::AppendLatches before anything can read it, never changed afterwards),
+// the position of the next window (s and M_s), and the in-memory cache of recent latches the
+// streams read. Latches older than the cache, and all of an ended job's, are read back from the
+// store: Read() is the only lookup, whichever place a latch is in.
 //
 // Layouts (docs/fault-tolerance.md "Elastic recovery"): the latches are decided for one layout
 // (its dp, and the attempt that began it, which every published latch is stamped with). An
@@ -20,7 +20,6 @@
 
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,14 +35,17 @@ class LatchLog {
  public:
   // A job that has published nothing yet, or one whose latches [0, next_window) are in the store
   // (call Restore to serve them from memory).
-  LatchLog(std::string job_id, int64_t next_window, int64_t next_first_micro_batch)
+  LatchLog(std::string job_id, int64_t next_window, int64_t next_first_micro_batch,
+           int64_t next_first_sample)
       : job_id_(std::move(job_id)),
         next_window_(next_window),
         next_first_micro_batch_(next_first_micro_batch),
+        next_first_sample_(next_first_sample),
         cache_base_(next_window) {}
 
   int64_t next_window() const { return next_window_; }                        // first unpublished
   int64_t next_first_micro_batch() const { return next_first_micro_batch_; }  // its M
+  int64_t next_first_sample() const { return next_first_sample_; }            // its first_sample
   int64_t layout_attempt() const { return layout_attempt_; }
 
   // The layout the next latches are decided for: begun by attempt `layout_attempt`, `dp`
@@ -70,10 +72,9 @@ class LatchLog {
                                                    int64_t max) const;
 
   // Loads every published latch into memory (recovery), checking the store holds exactly
-  // [0, next_window()). DATA_LOSS otherwise. `dp_of_layout`: the dp of the layout a latch's
-  // layout_attempt began (the next window's first_sample follows the last latch).
-  absl::Status Restore(JobStore& store, int micro_batch_size,
-                       const std::function<int(int64_t)>& dp_of_layout);
+  // [0, next_window()) (per window the newest layout's). DATA_LOSS otherwise. REQUIRES:
+  // SetLayout called with the current attempt's layout.
+  absl::Status Restore(JobStore& store);
   // Drops cached latches before `window`; they stay readable from the store.
   void ForgetBefore(int64_t window);
   // Drops the whole cache (an ended job serves no stream).
@@ -83,9 +84,8 @@ class LatchLog {
   std::string job_id_;
   int64_t next_window_;
   int64_t next_first_micro_batch_;
-  // Samples consumed before next_window_ (Latch::first_sample); follows the cache's last latch
-  // (set by Restore and Rewind otherwise).
-  int64_t next_first_sample_ = 0;
+  // Samples consumed before next_window_ (Latch::first_sample), persisted with the job.
+  int64_t next_first_sample_;
   int64_t layout_attempt_ = 1;
   int dp_ = 1;
   // Latches [cache_base_, next_window_) in memory.

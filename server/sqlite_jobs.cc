@@ -38,8 +38,8 @@ absl::Status SqliteStore::CreateJob(const JobRecord& j) {
       "next_first_micro_batch, failure_reason, warnings_json, create_us, update_us, no_sync, "
       "attempt, restarts, resume_step, resume_sha256, last_checkpoint_step, "
       "last_checkpoint_sha256, last_recovery_reason, stalled_json, determinism_violations, "
-      "submitter) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,"
-      "?20,?21,?22,?23,?24,?25,?26,?27,?28,?29)";
+      "submitter, next_first_sample) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,"
+      "?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30)";
   LK_ASSIGN_STMT(st, kSql);
   st.Bind(1, j.job_id).Bind(2, j.seq).Bind(3, static_cast<int>(j.state)).Bind(4, j.spec_json);
   st.Bind(5, j.base_dir).Bind(6, j.join_token).Bind(7, j.rendezvous_host);
@@ -51,7 +51,7 @@ absl::Status SqliteStore::CreateJob(const JobRecord& j) {
   st.Bind(17, Us(j.create_time)).Bind(18, Us(j.update_time));
   st.Bind(19, NoSyncText(j.policy.no_sync));
   BindFaults(st, 20, j);
-  st.Bind(29, j.submitter);
+  st.Bind(29, j.submitter).Bind(30, j.next_first_sample);
   return st.Run();
 }
 
@@ -82,7 +82,8 @@ absl::StatusOr<std::vector<JobRecord>> SqliteStore::LoadJobs() {
                  "next_window, next_first_micro_batch, failure_reason, warnings_json, create_us, "
                  "update_us, no_sync, attempt, restarts, resume_step, resume_sha256, "
                  "last_checkpoint_step, last_checkpoint_sha256, last_recovery_reason, "
-                 "stalled_json, determinism_violations, submitter FROM jobs ORDER BY seq");
+                 "stalled_json, determinism_violations, submitter, next_first_sample FROM jobs "
+                 "ORDER BY seq");
   std::vector<JobRecord> out;
   while (true) {
     LK_ASSIGN_OR_RETURN(bool row, st.Step());
@@ -104,6 +105,7 @@ absl::StatusOr<std::vector<JobRecord>> SqliteStore::LoadJobs() {
     j.policy.generation = st.Int(11);
     j.next_window = st.Int(12);
     j.next_first_micro_batch = st.Int(13);
+    j.next_first_sample = st.Int(29);
     j.failure_reason = st.Text(14);
     auto warnings = nlohmann::json::parse(st.Text(15), nullptr, false);
     if (warnings.is_array()) {

@@ -16,13 +16,15 @@
 namespace latchkey {
 absl::Status SqliteStore::AppendLatches(const std::string& job_id,
                                         const std::vector<PublishedLatch>& latches,
-                                        int64_t next_window, int64_t next_first_micro_batch) {
+                                        int64_t next_window, int64_t next_first_micro_batch,
+                                        int64_t next_first_sample) {
   static constexpr const char* kInsert =
       "INSERT INTO latches (job_id, window, generation, first_micro_batch, n, kv_mode, no_sync, "
       "reason, publish_us, layout_attempt, first_sample) VALUES "
       "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)";
   static constexpr const char* kMove =
-      "UPDATE jobs SET next_window=?2, next_first_micro_batch=?3 WHERE job_id=?1";
+      "UPDATE jobs SET next_window=?2, next_first_micro_batch=?3, next_first_sample=?4 "
+      "WHERE job_id=?1";
   LK_ASSIGN_STMT(ins, kInsert);
   LK_ASSIGN_STMT(mv, kMove);
   return InTransaction([&]() -> absl::Status {
@@ -35,6 +37,7 @@ absl::Status SqliteStore::AppendLatches(const std::string& job_id,
       LK_RETURN_IF_ERROR(ins.Run());
     }
     mv.Bind(1, job_id).Bind(2, next_window).Bind(3, next_first_micro_batch);
+    mv.Bind(4, next_first_sample);
     return mv.Run();
   });
 }
@@ -73,7 +76,8 @@ absl::Status SqliteStore::BeginAttempt(const JobRecord& job, const AttemptRecord
       "INSERT OR REPLACE INTO attempts (job_id, attempt, world_size, tp, dp, gas, resume_step, "
       "cause, layout_attempt, start_us) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)";
   static constexpr const char* kMove =
-      "UPDATE jobs SET next_window=?2, next_first_micro_batch=?3 WHERE job_id=?1";
+      "UPDATE jobs SET next_window=?2, next_first_micro_batch=?3, next_first_sample=?4 "
+      "WHERE job_id=?1";
   LK_ASSIGN_STMT(ins, kInsert);
   LK_ASSIGN_STMT(mv, kMove);
   return InTransaction([&]() -> absl::Status {
@@ -85,6 +89,7 @@ absl::Status SqliteStore::BeginAttempt(const JobRecord& job, const AttemptRecord
     if (layout_change != nullptr) {
       LK_RETURN_IF_ERROR(PolicyChangeRows(*layout_change));
       mv.Bind(1, job.job_id).Bind(2, job.next_window).Bind(3, job.next_first_micro_batch);
+      mv.Bind(4, job.next_first_sample);
       LK_RETURN_IF_ERROR(mv.Run());
     }
     return AppendEvent(event);

@@ -115,16 +115,22 @@ constexpr const char* kMigrateV4ToV5 = R"sql(
 ALTER TABLE jobs ADD COLUMN submitter TEXT NOT NULL DEFAULT '';
 )sql";
 
-// v5 -> v6 (docs/fault-tolerance.md "Elastic recovery"): an attempt may run another layout
+// v5 -> v6 (docs/data.md): every latch carries first_sample, the global stream positions
+// consumed before its window, and the job its next one. MigrateV5ToV6 fills both for the jobs
+// before, which all ran their spec's layout: first_sample = M * DP * MB.
+constexpr const char* kMigrateV5ToV6 = R"sql(
+ALTER TABLE latches ADD COLUMN first_sample INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN next_first_sample INTEGER NOT NULL DEFAULT 0;
+)sql";
+
+// v6 -> v7 (docs/fault-tolerance.md "Elastic recovery"): an attempt may run another layout
 // than the spec's. The attempts table keeps every attempt after the first with its layout,
 // resume step and cause (the jobs of before ran the spec's layout in every attempt: no rows;
 // the coordinator reads a missing attempt as the spec's layout). A new layout re-decides the
 // windows after its resume step while the old layout's latches stay, immutable: latches are
 // keyed by (job_id, layout_attempt, window), the existing ones decided by attempt 1's layout.
-// Each latch keeps its first_sample (the samples consumed before it; the layouts before v6
-// ran the spec's dp: MigrateV5ToV6 fills it in from the spec).
 // SQLite cannot change a primary key in place: the table is rebuilt, its triggers with it.
-constexpr const char* kMigrateV5ToV6 = R"sql(
+constexpr const char* kMigrateV6ToV7 = R"sql(
 CREATE TABLE attempts (
   job_id TEXT NOT NULL, attempt INTEGER NOT NULL, world_size INTEGER NOT NULL,
   tp INTEGER NOT NULL, dp INTEGER NOT NULL, gas INTEGER NOT NULL, resume_step INTEGER NOT NULL,
@@ -137,9 +143,9 @@ CREATE TABLE latches_by_layout (
   layout_attempt INTEGER NOT NULL DEFAULT 1, first_sample INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (job_id, layout_attempt, window));
 INSERT INTO latches_by_layout (job_id, window, generation, first_micro_batch, n, kv_mode,
-                               no_sync, reason, publish_us, layout_attempt)
+                               no_sync, reason, publish_us, layout_attempt, first_sample)
   SELECT job_id, window, generation, first_micro_batch, n, kv_mode, no_sync, reason, publish_us,
-         1 FROM latches;
+         1, first_sample FROM latches;
 DROP TRIGGER latches_no_update;
 DROP TRIGGER latches_no_delete;
 DROP TABLE latches;
@@ -200,6 +206,8 @@ absl::Status SqliteStore::Migrate(int from) {
       return MigrateV4ToV5();
     case 5:
       return MigrateV5ToV6();
+    case 6:
+      return Exec(kMigrateV6ToV7);
   }
   return absl::InternalError(absl::StrCat("no migration from schema v", from));
 }
@@ -278,26 +286,31 @@ absl::Status SqliteStore::MigrateV4ToV5() {
 
 absl::Status SqliteStore::MigrateV5ToV6() {
   LK_RETURN_IF_ERROR(Exec(kMigrateV5ToV6));
-  // first_sample of the stored latches: their windows ran the spec's dp and micro-batch size,
-  // so window s consumed n_s * dp * MB samples.
-  std::vector<std::pair<std::string, int64_t>> per_micro_batch;  // job_id, dp * MB
+  std::vector<std::pair<std::string, int64_t>> per_micro_batch;  // job_id, DP * MB
   {
     LK_ASSIGN_STMT(st, "SELECT job_id, spec_json FROM jobs");
     while (true) {
       LK_ASSIGN_OR_RETURN(bool row, st.Step());
       if (!row) break;
-      if (std::optional<int64_t> g = SpecSamplesPerMicroBatch(st.Text(1))) {
-        per_micro_batch.emplace_back(st.Text(0), *g);
+      // A spec without a valid layout had no latches a worker could run: its rows stay 0.
+      if (std::optional<int64_t> per = SpecSamplesPerMicroBatch(st.Text(1))) {
+        per_micro_batch.emplace_back(st.Text(0), *per);
       }
     }
     st.Reset();
   }
   // latches are append-only; the trigger steps aside for the backfill only.
   LK_RETURN_IF_ERROR(Exec("DROP TRIGGER latches_no_update"));
-  for (const auto& [job_id, g] : per_micro_batch) {
-    LK_ASSIGN_STMT(st, "UPDATE latches SET first_sample = first_micro_batch * ?2 WHERE job_id=?1");
-    st.Bind(1, job_id).Bind(2, g);
-    LK_RETURN_IF_ERROR(st.Run());
+  for (const auto& [job_id, samples] : per_micro_batch) {
+    LK_ASSIGN_STMT(latches,
+                   "UPDATE latches SET first_sample = first_micro_batch * ?2 WHERE job_id = ?1");
+    latches.Bind(1, job_id).Bind(2, samples);
+    LK_RETURN_IF_ERROR(latches.Run());
+    LK_ASSIGN_STMT(job,
+                   "UPDATE jobs SET next_first_sample = next_first_micro_batch * ?2 "
+                   "WHERE job_id = ?1");
+    job.Bind(1, job_id).Bind(2, samples);
+    LK_RETURN_IF_ERROR(job.Run());
   }
   return Exec(
       "CREATE TRIGGER latches_no_update BEFORE UPDATE ON latches "

@@ -100,7 +100,38 @@ TEST(SqliteSchemaTest, NewFileIsAtTheCurrentVersion) {
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
   EXPECT_EQ(RawInt(path, "PRAGMA user_version"), SqliteStore::kSchemaVersion);
-  EXPECT_EQ(SqliteStore::kSchemaVersion, 6);
+  EXPECT_EQ(SqliteStore::kSchemaVersion, 7);
+}
+
+// Latches stored before first_sample existed get M_s * DP * MB of their job's spec (every job
+// then ran its spec's layout), and the job its next one; the latches stay append-only.
+TEST(SqliteSchemaTest, MigrationFillsFirstSampleFromTheSpecsLayout) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  ASSERT_EQ(RawSql(path, kV1Schema), "");
+  // DP 2 (world 4, tp 2) x MB 3: 6 stream positions per micro-batch.
+  ASSERT_EQ(RawSql(path, R"sql(
+INSERT INTO jobs VALUES ('job-000002', 2, 2,
+  '{"train_micro_batch_size_per_gpu": 3, "tensor_parallel": {"autotp_size": 2},
+    "latchkey": {"world_size": 4, "steps": 4}}', '', 'tok', '', 29501, 0,
+  'auto', 0, 0, 2, 8, '', '[]', 1, 1);
+INSERT INTO latches VALUES ('job-000002', 0, 0, 0, 4, 'coalesced', '1110', 'r', 1);
+INSERT INTO latches VALUES ('job-000002', 1, 0, 4, 4, 'coalesced', '1110', 'r', 2);
+)sql"),
+            "");
+  auto store = SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto latches = (*store)->LoadLatches("job-000002", 0, 10);
+  ASSERT_TRUE(latches.ok()) << latches.status();
+  ASSERT_EQ(latches->size(), 2u);
+  EXPECT_EQ((*latches)[0].latch.first_sample, 0);
+  EXPECT_EQ((*latches)[1].latch.first_sample, 4 * 6);
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[1].next_first_sample, 8 * 6);
+  EXPECT_EQ((*jobs)[0].next_first_sample, 4);  // the defaults: DP 1, MB 1
+  EXPECT_NE(RawSql(path, "UPDATE latches SET first_sample=7"), "");
 }
 
 TEST(SqliteSchemaTest, MigratesAVersion1FileAndFillsTheMaskFromTheSpec) {
@@ -127,7 +158,7 @@ TEST(SqliteSchemaTest, MigratesAVersion1FileAndFillsTheMaskFromTheSpec) {
     ASSERT_EQ(latches->size(), 1u);
     EXPECT_EQ(latches->front().latch.no_sync, kMask);
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 6);  // v1 -> v2 -> ... -> v6
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 7);  // v1 -> v2 -> ... -> v7
   EXPECT_EQ(RawInt(path, "SELECT COUNT(*) FROM sqlite_master WHERE name='meta'"), 0);
   // The migration kept the audit append-only.
   EXPECT_NE(RawSql(path, "UPDATE policy_changes SET gas=7"), "");
@@ -196,7 +227,7 @@ TEST(SqliteSchemaTest, MigratesAVersion2FileFillingTheLrOfEarlierReportsFromTheS
     next.report.eval_loss = 2.25;
     ASSERT_TRUE(*(*store)->InsertStepReport(next));
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 6);
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 7);
   // Reopening finds nothing to migrate and overwrites nothing.
   auto again = SqliteStore::Open(path);
   ASSERT_TRUE(again.ok()) << again.status();
@@ -272,7 +303,7 @@ TEST(SqliteSchemaTest, MigratesAVersion3FileToAttemptOneWithNoCheckpointOrEvents
     JobEventRecord e{"job-000001", absl::FromUnixSeconds(9), 2, "checkpoint", "after step 3"};
     ASSERT_TRUE((*store)->PutCheckpoint(c, next, e).ok());
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 6);
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 7);
   // The events are append-only, and so are the rebuilt latches.
   EXPECT_NE(RawSql(path, "UPDATE latches SET n=9"), "");
   EXPECT_NE(RawSql(path, "DELETE FROM latches"), "");
@@ -325,14 +356,14 @@ TEST(SqliteSchemaTest, RefusesAFileFromANewerVersionNamingFileAndVersions) {
   ScopedTempDir dir;
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 7"), "");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 8"), "");
   auto store = SqliteStore::Open(path);
   ASSERT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
   const std::string msg(store.status().message());
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
-  EXPECT_NE(msg.find("schema version 7"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("(6)"), std::string::npos) << msg;
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 7);  // left as it was
+  EXPECT_NE(msg.find("schema version 8"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(7)"), std::string::npos) << msg;
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 8);  // left as it was
 }
 
 TEST(SqliteSchemaTest, PolicyMaskIsStoredWithTheJobAndEveryChange) {

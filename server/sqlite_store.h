@@ -44,9 +44,10 @@ class SqliteStore : public JobStore {
   // The schema this build writes. v2: the policy's no_sync mask is stored. v3: each step
   // report's learning rate and evaluation loss. v4: attempts (the job's fault-tolerance fields,
   // each worker's attempt), each step report's boundary wait, the checkpoints and job_events
-  // tables. v5: each job's submitter; join tokens stored only as their SHA-256 (hex). v6: the
-  // attempts table (each attempt's layout), latches keyed by the layout that decided them.
-  static constexpr int kSchemaVersion = 6;
+  // tables. v5: each job's submitter; join tokens stored only as their SHA-256 (hex). v6: each
+  // latch's first_sample and the job's next one. v7: the attempts table (each attempt's layout),
+  // latches keyed by the layout that decided them.
+  static constexpr int kSchemaVersion = 7;
 
   // Opens (creating if needed) the database at `path`; ":memory:" for tests.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,
@@ -67,7 +68,8 @@ class SqliteStore : public JobStore {
                              const JobEventRecord& event) override;
   absl::Status PutWorker(const WorkerRecord& worker) override;
   absl::Status AppendLatches(const std::string& job_id, const std::vector<PublishedLatch>& latches,
-                             int64_t next_window, int64_t next_first_micro_batch) override;
+                             int64_t next_window, int64_t next_first_micro_batch,
+                             int64_t next_first_sample) override;
   absl::Status AppendPolicyChange(const PolicyChangeRecord& change) override;
   absl::StatusOr<bool> InsertStepReport(const StepReportRecord& report) override;
 

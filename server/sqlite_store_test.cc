@@ -32,6 +32,7 @@ PublishedLatch L(const std::string& job, int64_t w, int64_t m, int n) {
   p.latch.job_id = job;
   p.latch.window = w;
   p.latch.first_micro_batch = m;
+  p.latch.first_sample = 2 * m;  // DP * MB = 2
   p.latch.n = n;
   p.latch.kv_mode = KvMode::kCoalesced;
   p.latch.no_sync.assign(static_cast<size_t>(n), true);
@@ -50,8 +51,9 @@ TEST(SqliteStoreTest, JobsWorkersLatchesSurviveReopen) {
     ASSERT_TRUE((*store)->CreateJob(Job("job-1", 1)).ok());
     WorkerRecord w{"job-1", 1, "w1", "10.0.0.2", WorkerState::kActive, absl::FromUnixMicros(5)};
     ASSERT_TRUE((*store)->PutWorker(w).ok());
-    ASSERT_TRUE(
-        (*store)->AppendLatches("job-1", {L("job-1", 0, 0, 4), L("job-1", 1, 4, 4)}, 2, 8).ok());
+    ASSERT_TRUE((*store)
+                    ->AppendLatches("job-1", {L("job-1", 0, 0, 4), L("job-1", 1, 4, 4)}, 2, 8, 16)
+                    .ok());
     PolicyChangeRecord c;
     c.job_id = "job-1";
     c.policy.kv_reduce = KvReducePolicy::kDeferred;
@@ -68,6 +70,7 @@ TEST(SqliteStoreTest, JobsWorkersLatchesSurviveReopen) {
   const JobRecord& j = (*jobs)[0];
   EXPECT_EQ(j.next_window, 2);
   EXPECT_EQ(j.next_first_micro_batch, 8);
+  EXPECT_EQ(j.next_first_sample, 16);
   EXPECT_EQ(j.policy.kv_reduce, KvReducePolicy::kDeferred);
   EXPECT_EQ(j.policy.gradient_accumulation_steps, 2);
   EXPECT_EQ(j.policy.generation, 1);
@@ -94,9 +97,9 @@ TEST(SqliteStoreTest, LatchesAreAppendOnly) {
   auto store = SqliteStore::Open(path);
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE((*store)->CreateJob(Job("job-1", 1)).ok());
-  ASSERT_TRUE((*store)->AppendLatches("job-1", {L("job-1", 0, 0, 4)}, 1, 4).ok());
+  ASSERT_TRUE((*store)->AppendLatches("job-1", {L("job-1", 0, 0, 4)}, 1, 4, 8).ok());
   // Publishing window 0 again is refused, and the job's position does not move.
-  absl::Status again = (*store)->AppendLatches("job-1", {L("job-1", 0, 0, 2)}, 1, 2);
+  absl::Status again = (*store)->AppendLatches("job-1", {L("job-1", 0, 0, 2)}, 1, 2, 4);
   EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
   EXPECT_EQ((*store)->LoadJobs()->front().next_first_micro_batch, 4);
   EXPECT_EQ((*store)->LoadLatches("job-1", 0, 10)->front().latch.n, 4);
@@ -177,7 +180,7 @@ TEST(SqliteStoreTest, AuditReaderReadsWhatTheStoreLoads) {
   ASSERT_NE(reader, nullptr);  // a file in WAL mode
   ASSERT_TRUE((*store)->CreateJob(Job("job-1", 1)).ok());
   ASSERT_TRUE(
-      (*store)->AppendLatches("job-1", {L("job-1", 0, 0, 4), L("job-1", 1, 4, 4)}, 2, 8).ok());
+      (*store)->AppendLatches("job-1", {L("job-1", 0, 0, 4), L("job-1", 1, 4, 4)}, 2, 8, 16).ok());
   PolicyChangeRecord c;
   c.job_id = "job-1";
   c.policy.generation = 1;
@@ -198,7 +201,7 @@ TEST(SqliteStoreTest, AuditReaderReadsWhatTheStoreLoads) {
   EXPECT_EQ(rows->events[0].time, absl::FromUnixMicros(7));
 
   // A later commit is in the next read: a read leaves no snapshot behind.
-  ASSERT_TRUE((*store)->AppendLatches("job-1", {L("job-1", 2, 8, 4)}, 3, 12).ok());
+  ASSERT_TRUE((*store)->AppendLatches("job-1", {L("job-1", 2, 8, 4)}, 3, 12, 24).ok());
   EXPECT_EQ(reader->ReadAudit("job-1", 0, 10)->latches.size(), 3u);
   EXPECT_TRUE(reader->ReadAudit("job-2", 0, 10)->latches.empty());
 }
@@ -218,12 +221,14 @@ TEST(SqliteStoreTest, AuditReaderDoesNotWaitForAnOpenWrite) {
   ASSERT_TRUE(store.ok());
   ASSERT_NE((*store)->audit_reader(), nullptr);
   ASSERT_TRUE((*store)->CreateJob(Job("job-1", 1)).ok());
-  ASSERT_TRUE((*store)->AppendLatches("job-1", {L("job-1", 0, 0, 4)}, 1, 4).ok());
+  ASSERT_TRUE((*store)->AppendLatches("job-1", {L("job-1", 0, 0, 4)}, 1, 4, 8).ok());
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
-                         "BEGIN IMMEDIATE; INSERT INTO latches VALUES "
-                         "('job-1', 1, 0, 4, 4, 'coalesced', '1110', 'x', 99);",
+                         "BEGIN IMMEDIATE; INSERT INTO latches (job_id, window, generation, "
+                         "first_micro_batch, n, kv_mode, no_sync, reason, publish_us, "
+                         "first_sample) VALUES "
+                         "('job-1', 1, 0, 4, 4, 'coalesced', '1110', 'x', 99, 8);",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
   const absl::Time start = absl::Now();
@@ -267,7 +272,8 @@ TEST(SqliteStoreTest, AuditReaderRunsAlongsideTheWriter) {
     }
   });
   for (int w = 0; w < kWindows; ++w) {
-    absl::Status s = (*store)->AppendLatches("job-1", {L("job-1", w, 4 * w, 4)}, w + 1, 4 * w + 4);
+    absl::Status s =
+        (*store)->AppendLatches("job-1", {L("job-1", w, 4 * w, 4)}, w + 1, 4 * w + 4, 8 * w + 8);
     EXPECT_TRUE(s.ok()) << s;  // no ASSERT: the reader thread must be joined
     if (!s.ok()) break;
   }

@@ -1,5 +1,7 @@
 #include "server/sqlite_values.h"
 
+#include <cstdint>
+#include <initializer_list>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -83,21 +85,20 @@ std::optional<double> SpecLr(const std::string& spec_json) {
 std::optional<int64_t> SpecSamplesPerMicroBatch(const std::string& spec_json) {
   auto spec = nlohmann::json::parse(spec_json, nullptr, false);
   if (!spec.is_object()) return std::nullopt;
-  auto number = [&spec](std::initializer_list<const char*> path) -> std::optional<int64_t> {
+  // The value at `path`, `fallback` when a key on the way is absent, 0 when it is not a number.
+  const auto at = [&](std::initializer_list<const char*> path, int64_t fallback) -> int64_t {
     const nlohmann::json* v = &spec;
     for (const char* key : path) {
-      if (!v->is_object() || !v->contains(key)) return std::nullopt;
+      if (!v->is_object() || !v->contains(key)) return fallback;
       v = &(*v)[key];
     }
-    if (!v->is_number_integer()) return std::nullopt;
-    return v->get<int64_t>();
+    return v->is_number_integer() ? v->get<int64_t>() : 0;
   };
-  // The canonical spec names every field (JobSpecToJson).
-  const std::optional<int64_t> world = number({"latchkey", "world_size"});
-  const std::optional<int64_t> tp = number({"tensor_parallel", "autotp_size"});
-  const std::optional<int64_t> mb = number({"train_micro_batch_size_per_gpu"});
-  if (!world || !tp || !mb || *tp < 1 || *world % *tp != 0) return std::nullopt;
-  return *world / *tp * *mb;
+  const int64_t tp = at({"tensor_parallel", "autotp_size"}, 1);
+  const int64_t world = at({"latchkey", "world_size"}, tp);
+  const int64_t mb = at({"train_micro_batch_size_per_gpu"}, 1);
+  if (tp < 1 || world < tp || world % tp != 0 || mb < 1) return std::nullopt;
+  return world / tp * mb;
 }
 
 }  // namespace latchkey

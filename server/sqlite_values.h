@@ -29,8 +29,9 @@ absl::StatusOr<WorkerState> WorkerStateFromInt(const std::string& row, int64_t v
 std::string SpecNoSync(const std::string& spec_json);
 // A spec's optimizer.params.lr; nullopt when it names none or is not JSON.
 std::optional<double> SpecLr(const std::string& spec_json);
-// A stored (canonical) spec's samples per micro-batch over the job: dp * MB, dp =
-// latchkey.world_size / tensor_parallel.autotp_size; nullopt when it does not say.
+// DP * MB of a stored spec (world_size / tp * train_micro_batch_size_per_gpu, with the spec's
+// defaults: world_size = tp, tp = 1, MB = 1); nullopt when the JSON is not an object or a value
+// is not a positive integer.
 std::optional<int64_t> SpecSamplesPerMicroBatch(const std::string& spec_json);
 
 }  // namespace latchkey

@@ -43,6 +43,7 @@ struct JobRecord {
   LatchPolicy policy;                  // every field persisted, the no_sync mask included
   int64_t next_window = 0;             // first unpublished window
   int64_t next_first_micro_batch = 0;  // M of next_window
+  int64_t next_first_sample = 0;       // first_sample of next_window
   std::string failure_reason;
   std::vector<std::string> warnings;
   absl::Time create_time = absl::UnixEpoch();
@@ -195,11 +196,13 @@ class JobStore {
                                     const JobEventRecord& event) = 0;
   // Inserts or replaces the worker holding (job_id, rank).
   virtual absl::Status PutWorker(const WorkerRecord& worker) = 0;
-  // Appends consecutive latches and moves the job's next window / next M to follow the last,
-  // atomically. FAILED_PRECONDITION if a window is already stored (latches never change).
+  // Appends consecutive latches and moves the job's next window / next M / next first_sample to
+  // follow the last, atomically. FAILED_PRECONDITION if a window is already stored (latches
+  // never change).
   virtual absl::Status AppendLatches(const std::string& job_id,
                                      const std::vector<PublishedLatch>& latches,
-                                     int64_t next_window, int64_t next_first_micro_batch) = 0;
+                                     int64_t next_window, int64_t next_first_micro_batch,
+                                     int64_t next_first_sample) = 0;
   // Records a policy change and makes it the job's current policy, atomically.
   virtual absl::Status AppendPolicyChange(const PolicyChangeRecord& change) = 0;
   // true if stored; false if (job, rank, step) was already there (the first report is kept).

@@ -327,8 +327,9 @@ class GatedAuditStore : public JobStore, public AuditReader {
   }
   absl::Status PutWorker(const WorkerRecord& w) override { return inner_->PutWorker(w); }
   absl::Status AppendLatches(const std::string& id, const std::vector<PublishedLatch>& l,
-                             int64_t next_window, int64_t next_m) override {
-    return inner_->AppendLatches(id, l, next_window, next_m);
+                             int64_t next_window, int64_t next_m,
+                             int64_t next_first_sample) override {
+    return inner_->AppendLatches(id, l, next_window, next_m, next_first_sample);
   }
   absl::Status AppendPolicyChange(const PolicyChangeRecord& c) override {
     return inner_->AppendPolicyChange(c);

@@ -34,7 +34,9 @@ TEST(TokenSource, SamplesFollowDesignOrder) {
   EXPECT_EQ(std::vector<int64_t>(out, out + 5), (std::vector<int64_t>{4, 5, 6, 7, 8}));
   (*src)->Sample(5, out);  // modulo the sample count
   EXPECT_EQ(out[0], 4);
-  EXPECT_EQ(SampleIndex(/*M_s=*/3, /*m=*/1, /*dp=*/2, /*d=*/1, /*mb=*/2, /*b=*/1),
+  // The fixed-layout order ((M_s + m) * DP + d) * MB + b, with first_sample = M_s * DP * MB.
+  EXPECT_EQ(StreamPosition(/*first_sample=*/3 * 2 * 2, /*m=*/1, /*dp=*/2, /*d=*/1, /*mb=*/2,
+                           /*b=*/1),
             ((3 + 1) * 2 + 1) * 2 + 1);
 }
 

@@ -38,6 +38,7 @@ absl::StatusOr<AttemptPlan> LocalGate::Begin() {
   }
   next_window_ = plan.first_window();
   next_first_micro_batch_ = spec_.FirstMicroBatch(next_window_);
+  next_first_sample_ = next_first_micro_batch_ * SamplesPerMicroBatch(spec_);
   return plan;
 }
 
@@ -47,8 +48,9 @@ absl::StatusOr<Latch> LocalGate::Await(int64_t window) {
                                          " asked for out of order (next is " +
                                          std::to_string(next_window_) + ")");
   }
-  Latch latch = DecideLatch(spec_, policy_, window, next_first_micro_batch_);
+  Latch latch = DecideLatch(spec_, policy_, window, next_first_micro_batch_, next_first_sample_);
   next_first_micro_batch_ += latch.n;
+  next_first_sample_ += latch.n * SamplesPerMicroBatch(spec_);
   ++next_window_;
   return latch;
 }

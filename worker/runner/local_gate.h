@@ -30,6 +30,7 @@ class LocalGate final : public LatchSource {
   LatchPolicy policy_;
   int64_t next_window_ = 0;
   int64_t next_first_micro_batch_ = 0;  // M of next_window_
+  int64_t next_first_sample_ = 0;       // first_sample of next_window_
 };
 
 }  // namespace latchkey

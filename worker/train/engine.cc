@@ -106,7 +106,7 @@ class EngineImpl final : public Engine {
     if (!loss.ok()) return loss.status();
     state_.position = {
         latch.window, latch.generation, latch.first_micro_batch + latch.n,
-        latch.first_sample + static_cast<int64_t>(latch.n) * g_->dp * spec_.micro_batch_size};
+        FirstSample(latch) + static_cast<int64_t>(latch.n) * g_->dp * spec_.micro_batch_size};
     StepReport r;
     r.lr = lr;
     r.step = latch.window;
@@ -185,6 +185,7 @@ class EngineImpl final : public Engine {
     const int64_t numel = store_->numel();
     const int mb = spec_.micro_batch_size;
     const int S = spec_.seq_len;
+    const int64_t first_sample = FirstSample(latch);
     store_->ZeroGrads();
     kv_->BeginWindow();
     double loss_sum = 0.0;
@@ -193,8 +194,7 @@ class EngineImpl final : public Engine {
       if (g_->recorder) g_->recorder->SetMicroBatch(m);
       int64_t* t = tokens.data_ptr<int64_t>();
       for (int b = 0; b < mb; ++b) {
-        data_->Sample(SampleIndex(latch.first_micro_batch, m, g_->dp, g_->dp_rank, mb, b),
-                      t + b * (S + 1));
+        data_->Sample(StreamPosition(first_sample, m, g_->dp, g_->dp_rank, mb, b), t + b * (S + 1));
       }
       at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
@@ -288,6 +288,13 @@ class EngineImpl final : public Engine {
           g_->dp_group->AllGather(CommBuffer(params_part), CommBuffer(store_->flat_params())));
     }
     return absl::OkStatus();
+  }
+
+  // The window's first stream position. A coordinator that predates Latch::first_sample sends
+  // 0 for every window; its jobs run one layout, where the position is M_s * DP * MB.
+  int64_t FirstSample(const Latch& latch) const {
+    if (latch.first_sample > 0 || latch.first_micro_batch == 0) return latch.first_sample;
+    return latch.first_micro_batch * g_->dp * spec_.micro_batch_size;
   }
 
   // The first boundary collective of the window sets boundary_wait_ (the straggler measure).
