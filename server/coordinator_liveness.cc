@@ -62,16 +62,20 @@ void Coordinator::LivenessVerdict(Job& job, const std::vector<int>& late, absl::
         "rank ", i, " (worker ", r.worker_id, ", unseen for ",
         absl::FormatDuration(absl::Trunc(now - r.last_seen, absl::Milliseconds(100))), ")");
     if (r.position && r.position->window >= 0) {
-      absl::StrAppend(&name, ", last ", DescribePosition(*r.position), ",");
+      absl::StrAppend(&name, ", last ", DescribePosition(*r.position));
     }
     names.push_back(std::move(name));
   }
   for (int i : late) {
     SetWorkerState(job, i, WorkerState::kLost).IgnoreError();  // the verdict reports store errors
   }
-  const std::string cause =
-      absl::StrCat(absl::StrJoin(names, ", "), " missed the liveness deadline of ",
-                   absl::FormatDuration(options_.liveness_timeout));
+  // A position ends in a comma before the verb ("..., micro-batch 0 (latch), missed"); the
+  // names are joined with one comma each.
+  const RankTable::Rank& last = job.ranks.at(late.back());
+  const bool positioned = last.position && last.position->window >= 0;
+  const std::string cause = absl::StrCat(absl::StrJoin(names, ", "), positioned ? "," : "",
+                                         " missed the liveness deadline of ",
+                                         absl::FormatDuration(options_.liveness_timeout));
   absl::Status s = FailOrRecover(job, -1, WorkerState::kLost, cause);
   (void)s;  // a store failure leaves the job live; the next check tries again
 }
