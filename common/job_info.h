@@ -51,14 +51,26 @@ struct WindowArrival {
 };
 
 // A job (latchkey.v1.Job).
+// One attempt of a job as status shows it (docs/fault-tolerance.md).
+struct AttemptSummary {
+  int64_t attempt = 1;
+  int world = 1;
+  int tp = 1;
+  int dp = 1;
+  int gradient_accumulation_steps = 1;
+  int64_t resume_step = -1;
+  std::string cause;
+};
+
 struct JobInfo {
   std::string job_id;
   JobState state = JobState::kPending;
   std::string spec_json;  // as the coordinator stores it
   std::string base_dir;   // folder relative spec paths resolve against (on the workers)
-  int world_size = 0;
-  int tp = 0;
-  int dp = 0;
+  int world_size = 0;     // the spec's
+  int world = 0;          // the current attempt's (an elastic job may run fewer ranks)
+  int tp = 0;             // the current attempt's
+  int dp = 0;             // the current attempt's
   int64_t steps = 0;
   LatchPolicy policy;           // kv_reduce, gradient_accumulation_steps (0: spec), generation
   std::string rendezvous_host;  // empty until known
@@ -74,7 +86,7 @@ struct JobInfo {
   absl::Time update_time = absl::UnixEpoch();
   // Fault tolerance (docs/fault-tolerance.md).
   int64_t attempt = 1;                 // from 1; each recovery adds one
-  int restarts = 0;                    // attempt - 1
+  int restarts = 0;                    // recoveries (an elastic shrink or grow spends none)
   int max_restarts = 0;                // the spec's latchkey.max_restarts
   int64_t last_checkpoint_step = -1;   // newest committed checkpoint; -1: none
   int64_t resume_step = -1;            // the checkpoint the current attempt resumed from
@@ -83,6 +95,7 @@ struct JobInfo {
   int64_t determinism_violations = 0;  // re-run steps whose loss differed from the first report
   // The slowest rank of the last completed windows (boundary arrival lag), newest last.
   std::vector<WindowArrival> slowest;
+  std::vector<AttemptSummary> attempts;  // every attempt so far, the current one last
 };
 
 // SubmitJob's request.

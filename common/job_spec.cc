@@ -209,6 +209,13 @@ absl::Status ParseCheckpoint(JsonObjectReader s, const std::string& base_dir, Ch
   return s.RefuseUnknown();
 }
 
+// latchkey.elastic: {min_dp}; checked against the layout in ParseTop.
+absl::Status ParseElastic(JsonObjectReader s, ElasticConfig* e) {
+  LK_RETURN_IF_ERROR(s.Require("min_dp"));
+  LK_RETURN_IF_ERROR(s.Int("min_dp", &e->min_dp, AtLeast(1)));
+  return s.RefuseUnknown();
+}
+
 absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobSpec* spec,
                            bool* has_world_size, bool* has_schedule) {
   LK_RETURN_IF_ERROR(s.Require("seq_len"));
@@ -250,6 +257,12 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
   }
   LK_RETURN_IF_ERROR(s.Int("max_restarts", &spec->max_restarts, AtLeast(0)));
   LK_RETURN_IF_ERROR(s.Double("hang_timeout_seconds", &spec->hang_timeout_seconds, kPositive));
+  const json* elastic = nullptr;
+  LK_RETURN_IF_ERROR(s.Object("elastic", &elastic));
+  if (elastic != nullptr) {
+    LK_RETURN_IF_ERROR(ParseElastic(s.Child("elastic", *elastic), &spec->elastic));
+  }
+  LK_RETURN_IF_ERROR(s.Double("rejoin_timeout_seconds", &spec->rejoin_timeout_seconds, kPositive));
   if (s.Get("backend") != nullptr) {
     std::string name;
     LK_RETURN_IF_ERROR(s.String("backend", &name));
@@ -277,6 +290,33 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
                                            "needs nccl (or auto)"));
   }
   return s.RefuseUnknown();
+}
+
+// latchkey.elastic against the layout: a smaller dp' must exist at all (whole replicas, the
+// global batch kept by an integer GAS'), else the key could never act and is a mistake.
+absl::Status CheckElastic(const JobSpec& spec) {
+  if (!spec.elastic.enabled()) return absl::OkStatus();
+  const int dp = spec.dp();
+  if (spec.elastic.min_dp > dp) {
+    return Err("latchkey.elastic.min_dp",
+               absl::StrCat(spec.elastic.min_dp, " exceeds the spec's dp (", dp,
+                            " = latchkey.world_size / tensor_parallel.autotp_size)"));
+  }
+  if (!spec.managed_gradient_accumulation) {
+    return Err("latchkey.elastic",
+               "needs managed windows (managed_gradient_accumulation: true): a "
+               "latchkey.window_schedule cannot be rescaled to another dp");
+  }
+  const int64_t global = static_cast<int64_t>(spec.gradient_accumulation_steps) * dp;
+  if (ElasticDp(spec.elastic.min_dp, dp - 1, spec.tp, spec.world_size, global) == 0) {
+    return Err(
+        "latchkey.elastic",
+        absl::StrCat("min_dp ", spec.elastic.min_dp, " admits no dp' in [", spec.elastic.min_dp,
+                     ", ", dp - 1, "] for which gradient_accumulation_steps * dp (",
+                     spec.gradient_accumulation_steps, " * ", dp,
+                     ") / dp' is an integer: the job could never shrink"));
+  }
+  return absl::OkStatus();
 }
 
 // The DeepSpeed keys (top level) and the cross-field checks.
@@ -385,10 +425,18 @@ absl::Status ParseTop(const json& root, const std::string& base_dir, JobSpec* sp
     return Err("latchkey.window_schedule",
                "a non-empty schedule is required when managed_gradient_accumulation is false");
   }
-  return absl::OkStatus();
+  return CheckElastic(*spec);
 }
 
 }  // namespace
+
+int ElasticDp(int min_dp, int max_dp, int tp, int workers, int64_t global_micro_batches) {
+  if (tp < 1 || min_dp < 1) return 0;
+  for (int dp = std::min(max_dp, workers / tp); dp >= min_dp; --dp) {
+    if (global_micro_batches % dp == 0) return dp;
+  }
+  return 0;
+}
 
 int JobSpec::WindowLength(int64_t s) const {
   if (managed_gradient_accumulation || window_schedule.empty()) {

@@ -88,6 +88,14 @@ struct CheckpointConfig {
   bool enabled() const { return !dir.empty(); }
 };
 
+// `latchkey.elastic`: elastic recovery (docs/fault-tolerance.md "Elastic recovery"). Absent:
+// min_dp 0, every attempt runs the spec's layout.
+struct ElasticConfig {
+  int min_dp = 0;  // >= 1 when present: the fewest DP replicas the job may shrink to
+
+  bool enabled() const { return min_dp > 0; }
+};
+
 struct DataConfig {
   // Exactly one of tokens_file / synthetic_seed is set.
   std::string tokens_file;  // absolute after parsing (resolved against the spec's folder)
@@ -124,6 +132,10 @@ struct JobSpec {
   CheckpointConfig checkpoint;       // latchkey.checkpoint
   int max_restarts = 3;              // latchkey.max_restarts: recoveries before the job fails
   double hang_timeout_seconds = 20;  // latchkey.hang_timeout_seconds: no progress -> stalled
+  ElasticConfig elastic;             // latchkey.elastic
+  // latchkey.rejoin_timeout_seconds: how long a recovery waits for every rank to join the new
+  // attempt. 0 (absent): the coordinator's liveness timeout.
+  double rejoin_timeout_seconds = 0;
   CommBackend backend = CommBackend::kAuto;  // latchkey.backend
   DeviceKind device = DeviceKind::kCpu;      // latchkey.device
   bool tf32 = false;                         // latchkey.tf32: TF32 matmuls on cuda
@@ -137,6 +149,12 @@ struct JobSpec {
   // M_s: micro-batches in all windows before s.
   int64_t FirstMicroBatch(int64_t s) const;
 };
+
+// Elastic recovery's choice of DP (docs/fault-tolerance.md "Elastic recovery"): the largest dp'
+// with min_dp <= dp' <= max_dp, dp' * tp <= workers (whole TP groups) and
+// global_micro_batches % dp' == 0 (global_micro_batches = GAS * dp of the layout it leaves, so
+// GAS' = global_micro_batches / dp' keeps the global batch). 0 when there is none.
+int ElasticDp(int min_dp, int max_dp, int tp, int workers, int64_t global_micro_batches);
 
 // Parses and validates a job spec. `base_dir` resolves relative paths (token files, init_from);
 // files are NOT opened here (the coordinator may not see them; workers check them).
@@ -159,12 +177,14 @@ bool operator==(const DataConfig& a, const DataConfig& b);
 bool operator==(const SchedulerConfig& a, const SchedulerConfig& b);
 bool operator==(const EvalConfig& a, const EvalConfig& b);
 bool operator==(const CheckpointConfig& a, const CheckpointConfig& b);
+bool operator==(const ElasticConfig& a, const ElasticConfig& b);
 bool operator==(const JobSpec& a, const JobSpec& b);
 inline bool operator!=(const OptimizerConfig& a, const OptimizerConfig& b) { return !(a == b); }
 inline bool operator!=(const DataConfig& a, const DataConfig& b) { return !(a == b); }
 inline bool operator!=(const SchedulerConfig& a, const SchedulerConfig& b) { return !(a == b); }
 inline bool operator!=(const EvalConfig& a, const EvalConfig& b) { return !(a == b); }
 inline bool operator!=(const CheckpointConfig& a, const CheckpointConfig& b) { return !(a == b); }
+inline bool operator!=(const ElasticConfig& a, const ElasticConfig& b) { return !(a == b); }
 inline bool operator!=(const JobSpec& a, const JobSpec& b) { return !(a == b); }
 
 }  // namespace latchkey

@@ -135,6 +135,10 @@ std::string JobSpecToJson(const JobSpec& spec) {
   }
   latchkey["max_restarts"] = spec.max_restarts;
   latchkey["hang_timeout_seconds"] = spec.hang_timeout_seconds;
+  if (spec.elastic.enabled()) latchkey["elastic"] = {{"min_dp", spec.elastic.min_dp}};
+  if (spec.rejoin_timeout_seconds > 0) {
+    latchkey["rejoin_timeout_seconds"] = spec.rejoin_timeout_seconds;
+  }
   latchkey["backend"] = CommBackendName(spec.backend);
   latchkey["device"] = DeviceKindName(spec.device);
   latchkey["tf32"] = spec.tf32;
@@ -186,14 +190,16 @@ bool operator==(const CheckpointConfig& a, const CheckpointConfig& b) {
          std::tie(b.dir, b.every_steps, b.keep, b.async);
 }
 
+bool operator==(const ElasticConfig& a, const ElasticConfig& b) { return a.min_dp == b.min_dp; }
+
 bool operator==(const JobSpec& a, const JobSpec& b) {
   auto t = [](const JobSpec& s) {
     return std::tie(s.model, s.micro_batch_size, s.gradient_accumulation_steps, s.gradient_clipping,
                     s.zero_stage, s.bf16, s.optimizer, s.scheduler, s.tp, s.has_partition_config,
                     s.managed_gradient_accumulation, s.window_schedule, s.no_sync, s.seq_len,
                     s.steps, s.seed, s.world_size, s.kv_reduce, s.data, s.eval, s.init_from,
-                    s.checkpoint, s.max_restarts, s.hang_timeout_seconds, s.backend, s.device,
-                    s.tf32, s.warnings);
+                    s.checkpoint, s.max_restarts, s.hang_timeout_seconds, s.elastic,
+                    s.rejoin_timeout_seconds, s.backend, s.device, s.tf32, s.warnings);
   };
   return t(a) == t(b);
 }

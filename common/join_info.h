@@ -39,6 +39,16 @@ struct JoinInfo {
   int64_t resume_step = -1;
   std::string resume_manifest_sha256;
   absl::Duration hang_timeout = absl::Seconds(20);  // the job's latchkey.hang_timeout_seconds
+  // The attempt's accumulation steps (its layout's: an elastic layout keeps the global batch
+  // with GAS * dp / dp'); the engine is built with them and world_size instead of the spec's.
+  // 0 from an older coordinator: the spec's.
+  int gradient_accumulation_steps = 0;
+  // latchkey.elastic: a worker the layout has no rank for is a spare instead of refused.
+  bool elastic = false;
+  // This worker is a spare (rank -1): it joins again until it gets a rank, or the job ends
+  // (state terminal, failure_reason) and it is not needed.
+  bool spare = false;
+  std::string failure_reason;  // with spare: the job's, once it ended
 };
 
 }  // namespace latchkey

@@ -112,6 +112,17 @@ v1::Job ToProto(const JobInfo& job) {
   for (const StalledRank& r : job.stalled) *out.add_stalled() = ToProto(r);
   out.set_determinism_violations(job.determinism_violations);
   for (const WindowArrival& a : job.slowest) *out.add_slowest() = ToProto(a);
+  out.set_world(job.world);
+  for (const AttemptSummary& a : job.attempts) {
+    v1::AttemptInfo* p = out.add_attempts();
+    p->set_attempt(a.attempt);
+    p->set_world(a.world);
+    p->set_tp(a.tp);
+    p->set_dp(a.dp);
+    p->set_gradient_accumulation_steps(a.gradient_accumulation_steps);
+    p->set_resume_step(a.resume_step);
+    p->set_cause(a.cause);
+  }
   return out;
 }
 
@@ -146,6 +157,12 @@ JobInfo FromProto(const v1::Job& job) {
   for (const v1::StalledRank& r : job.stalled()) out.stalled.push_back(FromProto(r));
   out.determinism_violations = job.determinism_violations();
   for (const v1::WindowArrival& a : job.slowest()) out.slowest.push_back(FromProto(a));
+  // A coordinator from before elastic recovery runs the spec's world in every attempt.
+  out.world = job.world() > 0 ? job.world() : job.world_size();
+  for (const v1::AttemptInfo& a : job.attempts()) {
+    out.attempts.push_back({a.attempt(), a.world(), a.tp(), a.dp(), a.gradient_accumulation_steps(),
+                            a.resume_step(), a.cause()});
+  }
   return out;
 }
 

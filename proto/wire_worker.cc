@@ -32,6 +32,10 @@ v1::JoinResponse ToProto(const JoinInfo& info) {
   out.set_resume_step(info.resume_step);
   out.set_resume_manifest_sha256(info.resume_manifest_sha256);
   *out.mutable_hang_timeout() = ToProtoDuration(info.hang_timeout);
+  out.set_gradient_accumulation_steps(info.gradient_accumulation_steps);
+  out.set_elastic(info.elastic);
+  out.set_spare(info.spare);
+  out.set_failure_reason(info.failure_reason);
   return out;
 }
 
@@ -56,6 +60,10 @@ JoinInfo FromProto(const v1::JoinResponse& info) {
   out.resume_step = info.resume_step();
   out.resume_manifest_sha256 = info.resume_manifest_sha256();
   out.hang_timeout = FromProtoDuration(info.hang_timeout());
+  out.gradient_accumulation_steps = info.gradient_accumulation_steps();
+  out.elastic = info.elastic();
+  out.spare = info.spare();
+  out.failure_reason = info.failure_reason();
   return out;
 }
 

@@ -200,6 +200,11 @@ JobView Coordinator::View(const Job& job, bool with_workers) const {
   v.last_step = job.steps.Last();
   v.max_restarts = job.spec.max_restarts;
   v.slowest.assign(job.arrivals.slowest().begin(), job.arrivals.slowest().end());
+  v.spec_world_size = job.attempts.spec_layout().world_size;
+  for (const AttemptLog::Attempt& a : job.attempts.history()) {
+    v.attempts.push_back({a.number, a.layout.world_size, a.layout.tp, a.layout.dp,
+                          a.layout.gradient_accumulation_steps, a.resume_step, a.cause});
+  }
   if (with_workers) {
     for (int i = 0; i < grid.world_size; ++i) {
       const RankTable::Rank& r = job.ranks.at(i);

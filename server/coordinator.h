@@ -64,6 +64,7 @@
 #include "common/latch.h"
 #include "common/spec_limits.h"
 #include "common/timeouts.h"
+#include "server/attempt_log.h"
 #include "server/store.h"
 
 namespace latchkey {
@@ -124,6 +125,8 @@ struct JobView {
   std::optional<CompletedStep> last_step;
   int max_restarts = 0;                // the spec's latchkey.max_restarts
   std::vector<WindowArrival> slowest;  // the last windows' slowest ranks, newest last
+  int spec_world_size = 0;             // world_size/tp/dp above are the current attempt's
+  std::vector<AttemptSummary> attempts;
 };
 
 // One job as the status page shows it, copied under one short lock (no wait, no store read).
@@ -310,12 +313,27 @@ class Coordinator {
   // and the job starts once every rank is held); what Join answers for `rank`.
   absl::StatusOr<int> ClaimRank(Job& job, const JoinArgs& args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JoinResult JoinResultFor(const Job& job, int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic spares: whether a new worker asking for `requested` gets a rank of the current
+  // layout now; the answer a spare gets (spare set, no rank).
+  bool HasRankFor(const Job& job, std::optional<int> requested) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JoinResult SpareResult(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Recovery decisions (coordinator_attempts.cc). A failure of `rank` (-1: none in particular; it
   // becomes `worker_state`) with `cause`: a recovery while restarts remain, else the job fails.
   absl::Status FailOrRecover(Job& job, int rank, WorkerState worker_state, const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status BeginAttempt(Job& job, const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status BeginAttempt(Job& job, AttemptLog::Recovery recovery)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic recovery (coordinator_attempts.cc). The spares still polling (the others dropped).
+  int LiveSpares(Job& job, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A recovering elastic job whose ranks did not all come back: a new attempt in the smaller
+  // layout its joined workers and spares fill, spending no restart. true when it began one.
+  bool MaybeShrink(Job& job, const std::string& cause, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At a committed checkpoint: a shrunk elastic job whose spares fill a whole DP replica grows
+  // toward the spec's dp (a new attempt resumed from it, no restart spent).
+  absl::Status MaybeGrow(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees every rank for the job's (new) attempt, fencing the old holders.
   void ResetRanks(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Liveness and hang verdicts (coordinator_liveness.cc).

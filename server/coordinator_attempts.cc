@@ -1,7 +1,10 @@
 // Coordinator: recovery decisions (docs/fault-tolerance.md). A failure of a live job starts a
 // new attempt while restarts remain, else fails the job; a new attempt frees every rank and
-// fences the workers of the old one. What an attempt is, and the layout it runs, is the
-// AttemptLog's (attempt_log.h).
+// fences the workers of the old one. An elastic job (latchkey.elastic) whose recovery cannot
+// get its ranks back shrinks to the layout its workers fill, and grows back toward the spec's
+// dp when spares fill a whole replica at a checkpoint; a new layout re-forms the rank table and
+// re-decides the latches from its first window. What an attempt is, and the layout it runs, is
+// the AttemptLog's (attempt_log.h).
 #include <string>
 #include <utility>
 
@@ -13,13 +16,25 @@
 #include "server/job_state_machine.h"
 
 namespace latchkey {
+namespace {
+
+std::string LayoutText(const AttemptLayout& l) {
+  return absl::StrCat("world ", l.world_size, " = dp ", l.dp, " x tp ", l.tp,
+                      ", gradient_accumulation_steps ", l.gradient_accumulation_steps);
+}
+
+}  // namespace
 
 absl::Status Coordinator::FailOrRecover(Job& job, int rank, WorkerState worker_state,
                                         const std::string& cause) {
   if (rank >= 0) LK_RETURN_IF_ERROR(SetWorkerState(job, rank, worker_state));
   const bool live = job.rec.state == JobState::kRunning || job.rec.state == JobState::kRecovering;
   const int restarts = job.attempts.restarts();
-  if (live && restarts < job.spec.max_restarts) return BeginAttempt(job, cause);
+  if (live && restarts < job.spec.max_restarts) {
+    AttemptLog::Recovery r;
+    r.cause = cause;
+    return BeginAttempt(job, r);
+  }
   std::string reason = cause;
   if (restarts > 0) {
     absl::StrAppend(&reason, " (after ", restarts, restarts == 1 ? " restart)" : " restarts)");
@@ -27,28 +42,80 @@ absl::Status Coordinator::FailOrRecover(Job& job, int rank, WorkerState worker_s
   return EndJob(job, JobState::kFailed, reason, WorkerState::kDone);
 }
 
-absl::Status Coordinator::BeginAttempt(Job& job, const std::string& cause) {
-  AttemptLog::Attempt next =
-      job.attempts.Next(cause, job.rec.last_checkpoint_step, job.rec.last_checkpoint_sha256);
+absl::Status Coordinator::BeginAttempt(Job& job, AttemptLog::Recovery recovery) {
+  recovery.checkpoint_step = job.rec.last_checkpoint_step;
+  recovery.checkpoint_sha256 = job.rec.last_checkpoint_sha256;
+  LK_ASSIGN_OR_RETURN(AttemptLog::Attempt next, job.attempts.Next(recovery));
+  const bool new_layout = next.layout != job.attempts.layout();
+  const absl::Time now = clock_->Now();
   JobRecord rec = job.rec;
   AttemptLog::Record(next, &rec);
-  JobEventRecord event = Event(job, "recovery", "");
+  // A new layout decides every window after the resume step again, under a new policy
+  // generation whose accumulation steps are the layout's (the global batch kept); the data
+  // position there is the checkpoint's: M and the samples consumed through the resume step.
+  PolicyChangeRecord change;
+  int64_t first_sample = 0;
+  if (new_layout) {
+    const int64_t first_window = next.resume_step + 1;
+    int64_t m = 0;
+    if (next.resume_step >= 0) {
+      LK_ASSIGN_OR_RETURN(std::vector<PublishedLatch> at,
+                          job.latches.Read(*store_, next.resume_step, 1));
+      const Latch& l = at.front().latch;
+      m = l.first_micro_batch + l.n;
+      first_sample = l.first_sample + static_cast<int64_t>(l.n) *
+                                          job.attempts.layout(at.front().layout_attempt).dp *
+                                          job.spec.micro_batch_size;
+    }
+    change.job_id = job.rec.job_id;
+    change.policy = job.rec.policy;
+    change.policy.gradient_accumulation_steps = next.layout.gradient_accumulation_steps;
+    change.policy.no_sync.clear();  // a mask of the old window length means nothing now
+    change.policy.generation++;
+    change.first_window = first_window;
+    change.change_time = now;
+    rec.policy = change.policy;
+    rec.next_window = first_window;
+    rec.next_first_micro_batch = m;
+    rec.next_first_sample = first_sample;
+  }
+  JobEventRecord event = Event(job, new_layout ? "layout" : "recovery", "");
   event.attempt = next.number;
   event.message = absl::StrCat(
-      "attempt ", next.number, " (restart ", next.restarts, " of ", job.spec.max_restarts,
-      ") resumes ",
+      "attempt ", next.number,
+      recovery.spend_restart
+          ? absl::StrCat(" (restart ", next.restarts, " of ", job.spec.max_restarts, ")")
+          : std::string(" (no restart spent)"),
+      " resumes ",
       next.resume_step >= 0 ? absl::StrCat("from the checkpoint after step ", next.resume_step)
                             : std::string("from the start"),
-      ": ", cause);
-  // Persisted (with its event) before anything of the new attempt shows.
-  absl::Status s = machine_->Recover(job.rec, std::move(rec), event);
+      new_layout ? absl::StrCat(" in a new layout (", LayoutText(next.layout), "; was ",
+                                LayoutText(job.attempts.layout()), "), windows from ",
+                                next.resume_step + 1, " re-decided under policy generation ",
+                                change.policy.generation)
+                 : std::string(),
+      ": ", recovery.cause);
+  const AttemptRecord record = AttemptLog::ToRecord(job.rec.job_id, next, now);
+  // Persisted (with its event, and a new layout's policy and latch position) before anything
+  // of the new attempt shows.
+  absl::Status s =
+      machine_->Recover(job.rec, std::move(rec), event, record, new_layout ? &change : nullptr);
   Touch(job);
   LK_RETURN_IF_ERROR(s);
   MaybeCrash("recovery.after_attempt");
   if (observer_) observer_->JobRestarted();
   Log(absl::StrCat(job.rec.job_id, ": ", event.message));
-  job.attempts.Begin(std::move(next), clock_->Now());
+  const AttemptLayout layout = next.layout;
+  const int64_t layout_attempt = next.layout_attempt;
+  job.attempts.Begin(std::move(next), now);
   ResetRanks(job);
+  if (new_layout) {
+    job.ranks = RankTable(layout.grid());  // every rank free already (ResetRanks)
+    job.ranks.Reset(job.attempts.resume_step() + 1);
+    job.steps = StepAggregator(layout.world_size, job.recent_steps_kept);
+    job.latches.SetLayout(layout_attempt, layout.dp);
+    job.latches.Rewind(job.rec.next_window, job.rec.next_first_micro_batch, first_sample);
+  }
   return absl::OkStatus();
 }
 
@@ -63,6 +130,50 @@ void Coordinator::ResetRanks(Job& job) {
   job.arrivals.NewAttempt();
   // Waiters and latch streams of the old attempt look again and are refused (fenced).
   Touch(job);
+}
+
+int Coordinator::LiveSpares(Job& job, absl::Time now) {
+  for (auto it = job.spares.begin(); it != job.spares.end();) {
+    // A spare polls Join; one that stopped polling is gone.
+    if (now - it->second.last_seen > options_.liveness_timeout) {
+      Log(absl::StrCat(job.rec.job_id, ": spare ", it->first, " unseen, dropped"));
+      it = job.spares.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return static_cast<int>(job.spares.size());
+}
+
+bool Coordinator::MaybeShrink(Job& job, const std::string& cause, absl::Time now) {
+  if (!job.attempts.elastic()) return false;
+  const int workers = job.ranks.joined() + LiveSpares(job, now);
+  const int dp = job.attempts.ElasticDpFor(workers);
+  if (dp == 0 || dp >= job.attempts.layout().dp) return false;
+  AttemptLog::Recovery r;
+  r.cause = absl::StrCat(cause, "; shrinking to dp ", dp, " with the ", workers,
+                         workers == 1 ? " worker" : " workers", " at hand");
+  r.workers = workers;
+  r.spend_restart = false;  // it completes the recovery that began the attempt
+  return BeginAttempt(job, r).ok();
+}
+
+absl::Status Coordinator::MaybeGrow(Job& job) {
+  if (!job.attempts.elastic() || job.rec.state != JobState::kRunning) return absl::OkStatus();
+  const AttemptLayout& cur = job.attempts.layout();
+  if (cur.dp >= job.attempts.spec_layout().dp) return absl::OkStatus();
+  const int spares = LiveSpares(job, clock_->Now());
+  if (spares < cur.tp) return absl::OkStatus();  // no whole replica yet
+  const int workers = cur.world_size + spares;
+  const int dp = job.attempts.ElasticDpFor(workers);
+  if (dp <= cur.dp) return absl::OkStatus();
+  AttemptLog::Recovery r;
+  r.cause = absl::StrCat(spares, spares == 1 ? " spare" : " spares", " fill ", dp - cur.dp,
+                         dp - cur.dp == 1 ? " DP replica" : " DP replicas", "; growing to dp ", dp,
+                         " at the checkpoint after step ", job.rec.last_checkpoint_step);
+  r.workers = workers;
+  r.spend_restart = false;
+  return BeginAttempt(job, r);
 }
 
 }  // namespace latchkey

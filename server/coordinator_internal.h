@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -21,14 +23,27 @@
 namespace latchkey {
 
 struct Coordinator::Job {
-  // `rec` as stored; `layout` from the spec (1 x 1 for a spec this build cannot parse).
-  Job(JobRecord record, JobSpec job_spec, const AttemptLayout& layout, size_t recent_steps)
+  // `rec` as stored; `layout` from the spec (1 x 1 for a spec this build cannot parse);
+  // `stored`: the records of its attempts after the first. The rank table, the step summaries
+  // and the latch log are in the current attempt's layout.
+  Job(JobRecord record, JobSpec job_spec, const AttemptLayout& layout, size_t recent_steps,
+      const std::vector<AttemptRecord>& stored = {})
       : rec(std::move(record)),
         spec(std::move(job_spec)),
-        attempts(rec, layout),
+        attempts(rec, layout, spec.elastic.min_dp, stored),
         ranks(attempts.layout().grid()),
         latches(rec.job_id, rec.next_window, rec.next_first_micro_batch, rec.next_first_sample),
-        steps(attempts.layout().world_size, recent_steps) {}
+        steps(attempts.layout().world_size, recent_steps),
+        recent_steps_kept(recent_steps) {
+    latches.SetLayout(attempts.current().layout_attempt, attempts.layout().dp);
+  }
+
+  // A spare (latchkey.elastic): a live worker without a rank, waiting for the job to grow.
+  struct Spare {
+    std::optional<int> requested_rank;
+    std::string host;
+    absl::Time last_seen = absl::UnixEpoch();
+  };
 
   // The durable record. rec.next_window / next_first_micro_batch follow latches after every
   // publication (LatchLog owns them); rec.attempt ... last_recovery_reason follow attempts
@@ -40,6 +55,8 @@ struct Coordinator::Job {
   LatchLog latches;
   StepAggregator steps;
   BoundaryArrivals arrivals;
+  size_t recent_steps_kept;
+  std::map<std::string, Spare> spares;  // worker id -> its wait; never persisted
   // The most ranks.StepsCompleted() has been as of the last Advance: it does not go back when
   // a recovery resumes from an older checkpoint (the steps stay completed and stored).
   int64_t steps_completed = 0;

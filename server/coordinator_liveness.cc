@@ -49,6 +49,7 @@ void Coordinator::CheckLiveness() {
       continue;
     }
     if (CheckRejoin(*job, now)) continue;
+    if (!job->spares.empty()) LiveSpares(*job, now);
     CheckHang(*job, now);
   }
 }
@@ -61,23 +62,31 @@ void Coordinator::LivenessVerdict(Job& job, const std::vector<int>& late, absl::
         "rank ", i, " (worker ", r.worker_id, ", unseen for ",
         absl::FormatDuration(absl::Trunc(now - r.last_seen, absl::Milliseconds(100))), ")");
     if (r.position && r.position->window >= 0) {
-      absl::StrAppend(&name, ", last ", DescribePosition(*r.position), ",");
+      absl::StrAppend(&name, ", last ", DescribePosition(*r.position));
     }
     names.push_back(std::move(name));
   }
   for (int i : late) {
     SetWorkerState(job, i, WorkerState::kLost).IgnoreError();  // the verdict reports store errors
   }
-  const std::string cause =
-      absl::StrCat(absl::StrJoin(names, ", "), " missed the liveness deadline of ",
-                   absl::FormatDuration(options_.liveness_timeout));
+  // A position ends in a comma before the verb ("..., micro-batch 0 (latch), missed"); the
+  // names are joined with one comma each.
+  const RankTable::Rank& last = job.ranks.at(late.back());
+  const bool positioned = last.position && last.position->window >= 0;
+  const std::string cause = absl::StrCat(absl::StrJoin(names, ", "), positioned ? "," : "",
+                                         " missed the liveness deadline of ",
+                                         absl::FormatDuration(options_.liveness_timeout));
   absl::Status s = FailOrRecover(job, -1, WorkerState::kLost, cause);
   (void)s;  // a store failure leaves the job live; the next check tries again
 }
 
 bool Coordinator::CheckRejoin(Job& job, absl::Time now) {
+  // latchkey.rejoin_timeout_seconds, else the liveness timeout.
+  const absl::Duration timeout = job.spec.rejoin_timeout_seconds > 0
+                                     ? absl::Seconds(job.spec.rejoin_timeout_seconds)
+                                     : options_.liveness_timeout;
   if (job.rec.state != JobState::kRecovering || job.ranks.all_joined() ||
-      now - job.attempts.recovery_start() <= options_.liveness_timeout) {
+      now - job.attempts.recovery_start() <= timeout) {
     return false;
   }
   std::vector<int> missing;
@@ -87,8 +96,10 @@ bool Coordinator::CheckRejoin(Job& job, absl::Time now) {
   const std::string cause =
       absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
                    " did not rejoin attempt ", job.attempts.attempt(), " within ",
-                   absl::FormatDuration(options_.liveness_timeout));
+                   absl::FormatDuration(timeout));
   Log(absl::StrCat(job.rec.job_id, ": ", cause));
+  // An elastic job goes on with the workers at hand, in the layout they fill.
+  if (MaybeShrink(job, cause, now)) return true;
   absl::Status s = FailOrRecover(job, -1, WorkerState::kLost, cause);
   (void)s;  // as in LivenessVerdict
   return true;

@@ -39,8 +39,9 @@ absl::Status Coordinator::Load() {
     const AttemptLayout layout = SpecLayout(spec);
     last_seq_ = std::max(last_seq_, rec.seq);
     if (observer_) observer_->AddJobs(rec.state, 1);
-    auto job =
-        std::make_unique<Job>(std::move(rec), std::move(spec), layout, options_.recent_steps);
+    LK_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, store_->LoadAttempts(rec.job_id));
+    auto job = std::make_unique<Job>(std::move(rec), std::move(spec), layout, options_.recent_steps,
+                                     attempts);
     if (!invalid.empty()) unparsable.emplace_back(job.get(), std::move(invalid));
     std::string id = job->rec.job_id;
     jobs_.emplace(std::move(id), std::move(job));

@@ -87,6 +87,9 @@ absl::Status Coordinator::CheckDeterminism(Job& job, const StepReportRecord& rec
   if (job.attempts.ViolationCounted(r.step)) return absl::OkStatus();
   LK_ASSIGN_OR_RETURN(StepReportRecord first,
                       store_->LoadStepReport(job.rec.job_id, record.rank, r.step));
+  // Only a re-run of the same latch is compared: a new layout re-decides its windows under a
+  // new generation, and sums in another order (the determinism holds within a layout).
+  if (first.report.latch_generation != r.latch_generation) return absl::OkStatus();
   if (SameBits(first.report.loss, r.loss)) return absl::OkStatus();
   JobRecord next = job.rec;
   next.determinism_violations++;
@@ -150,6 +153,11 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportCheckpoint(const WorkerCall& cal
   j.rec = std::move(next);
   Log(absl::StrCat(j.rec.job_id, ": ", message));
   Touch(j);
+  // A shrunk elastic job grows back here, resuming from this checkpoint.
+  if (j.rec.last_checkpoint_step == report.step) {
+    LK_RETURN_IF_ERROR(MaybeGrow(j));
+    out.attempt = j.attempts.attempt();
+  }
   return out;
 }
 

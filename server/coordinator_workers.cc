@@ -33,6 +33,13 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
   absl::MutexLock lock(&mu_);
   LK_ASSIGN_OR_RETURN(Job * found, FindForWorker(args.call, /*check_rank=*/false, /*fence=*/false));
   Job& j = *found;
+  // A spare of an ended job hears how it ended, as data: it is not needed and exits (0 when the
+  // job succeeded) instead of failing on a refused join.
+  if (IsTerminal(j.rec.state) && j.spares.count(args.call.worker_id) > 0) {
+    JoinResult out = SpareResult(j);
+    j.spares.erase(args.call.worker_id);
+    return out;
+  }
   if (IsTerminal(j.rec.state)) {
     return absl::FailedPreconditionError(absl::StrCat(
         j.rec.job_id, ": already ended (", JobStateName(j.rec.state), ")",
@@ -45,10 +52,55 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
                                              *rank, ", not ", *args.requested_rank));
     }
   } else {
-    LK_ASSIGN_OR_RETURN(rank, ClaimRank(j, args));
+    if (j.attempts.elastic() && !HasRankFor(j, args.requested_rank)) {
+      // Elastic: a worker the current layout has no rank for waits as a spare (it polls Join)
+      // and is used when the job grows.
+      Job::Spare& spare = j.spares[args.call.worker_id];
+      if (spare.last_seen == absl::UnixEpoch()) {
+        Log(absl::StrCat(j.rec.job_id, ": worker ", args.call.worker_id, " waits as a spare (",
+                         j.spares.size(), " now; world ", j.world_size(), ")"));
+      }
+      spare.requested_rank = args.requested_rank;
+      spare.host = !args.advertise_host.empty() ? args.advertise_host : args.peer_host;
+      spare.last_seen = clock_->Now();
+      return SpareResult(j);
+    }
+    JoinArgs claim = args;
+    // A survivor of a shrink (or a spare placed by a grow) whose rank number is past the new
+    // world takes the lowest free rank: the layout was chosen for the workers at hand.
+    if (j.attempts.elastic() && claim.requested_rank &&
+        !j.ranks.grid().contains(*claim.requested_rank)) {
+      claim.requested_rank.reset();
+    }
+    if (j.attempts.elastic() && claim.requested_rank &&
+        !j.ranks.at(*claim.requested_rank).worker_id.empty()) {
+      claim.requested_rank.reset();
+    }
+    LK_ASSIGN_OR_RETURN(rank, ClaimRank(j, claim));
+    j.spares.erase(args.call.worker_id);
   }
   j.ranks.at(*rank).last_seen = clock_->Now();
   return JoinResultFor(j, *rank);
+}
+
+bool Coordinator::HasRankFor(const Job& j, std::optional<int> requested) const {
+  if (j.ranks.all_joined()) return false;
+  // A running job's free rank is one whose worker is being replaced: any joiner takes it. A
+  // rank number past the world belongs to the recovery's survivors only while it recovers.
+  if (requested && !j.ranks.grid().contains(*requested)) {
+    return j.rec.state == JobState::kRecovering || j.rec.state == JobState::kPending;
+  }
+  return true;
+}
+
+JoinResult Coordinator::SpareResult(const Job& j) const {
+  JoinResult out = JoinResultFor(j, 0);
+  out.spare = true;
+  out.rank = -1;
+  out.tp_rank = out.dp_rank = 0;
+  out.rendezvous_host.clear();
+  out.failure_reason = j.rec.failure_reason;
+  return out;
 }
 
 absl::StatusOr<int> Coordinator::ClaimRank(Job& j, const JoinArgs& args) {
@@ -111,6 +163,8 @@ JoinResult Coordinator::JoinResultFor(const Job& j, int rank) const {
   out.resume_step = attempt.resume_step;
   out.resume_manifest_sha256 = attempt.resume_manifest_sha256;
   out.hang_timeout = absl::Seconds(j.spec.hang_timeout_seconds);
+  out.gradient_accumulation_steps = attempt.layout.gradient_accumulation_steps;
+  out.elastic = j.attempts.elastic();
   return out;
 }
 

@@ -68,7 +68,9 @@ absl::Status JobStateMachine::SetWorkerState(const std::string& job_id, RankTabl
   return absl::OkStatus();
 }
 
-absl::Status JobStateMachine::Recover(JobRecord& job, JobRecord next, const JobEventRecord& event) {
+absl::Status JobStateMachine::Recover(JobRecord& job, JobRecord next, const JobEventRecord& event,
+                                      const AttemptRecord& attempt,
+                                      const PolicyChangeRecord* layout_change) {
   if (!Allowed(job.state, JobState::kRecovering)) {
     return absl::InternalError(absl::StrCat(job.job_id, ": no transition ", JobStateName(job.state),
                                             " -> ", JobStateName(JobState::kRecovering)));
@@ -76,7 +78,7 @@ absl::Status JobStateMachine::Recover(JobRecord& job, JobRecord next, const JobE
   next.state = JobState::kRecovering;
   next.failure_reason.clear();
   next.update_time = clock_->Now();
-  LK_RETURN_IF_ERROR(store_->UpdateJobWithEvent(next, event));
+  LK_RETURN_IF_ERROR(store_->BeginAttempt(next, attempt, layout_change, event));
   if (observer_) {
     observer_->AddJobs(job.state, -1);
     observer_->AddJobs(JobState::kRecovering, 1);

@@ -41,8 +41,10 @@ class JobStateMachine {
   // pending | recovering -> running; every joined rank becomes active.
   absl::Status Start(JobRecord& job, RankTable& ranks);
   // -> recovering as `next` says (its attempt, restarts, resume step, cause), persisted with
-  // `event` in one transaction; the failure reason is cleared.
-  absl::Status Recover(JobRecord& job, JobRecord next, const JobEventRecord& event);
+  // the attempt's record, `event` and a new layout's policy change (may be null) in one
+  // transaction (JobStore::BeginAttempt); the failure reason is cleared.
+  absl::Status Recover(JobRecord& job, JobRecord next, const JobEventRecord& event,
+                       const AttemptRecord& attempt, const PolicyChangeRecord* layout_change);
   // -> `state` (terminal) with `reason`; every live rank becomes `worker_state`.
   absl::Status End(JobRecord& job, RankTable& ranks, JobState state, const std::string& reason,
                    WorkerState worker_state);

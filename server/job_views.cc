@@ -12,7 +12,8 @@ JobInfo ToJobInfo(const JobView& v) {
   out.state = r.state;
   out.spec_json = r.spec_json;
   out.base_dir = r.base_dir;
-  out.world_size = v.world_size;
+  out.world_size = v.spec_world_size > 0 ? v.spec_world_size : v.world_size;
+  out.world = v.world_size;
   out.tp = v.tp;
   out.dp = v.dp;
   out.steps = v.steps;
@@ -37,6 +38,7 @@ JobInfo ToJobInfo(const JobView& v) {
   out.stalled = r.stalled;
   out.determinism_violations = r.determinism_violations;
   out.slowest = v.slowest;
+  out.attempts = v.attempts;
   return out;
 }
 

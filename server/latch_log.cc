@@ -24,8 +24,11 @@ absl::StatusOr<std::vector<PublishedLatch>> LatchLog::Publish(JobStore& store, c
     p.latch = DecideLatch(spec, policy, w, m, first_sample);
     p.latch.job_id = job_id_;
     p.publish_time = now;
+    p.layout_attempt = layout_attempt_;
     m += p.latch.n;
-    first_sample += p.latch.n * SamplesPerMicroBatch(spec);
+    // The layout's dp, not the spec's: an elastic layout keeps the global batch with fewer
+    // replicas and more micro-batches.
+    first_sample += static_cast<int64_t>(p.latch.n) * dp_ * spec.micro_batch_size;
     batch.push_back(std::move(p));
   }
   // Persist first: nothing is visible to a stream until it is durable.
@@ -58,8 +61,14 @@ absl::StatusOr<std::vector<PublishedLatch>> LatchLog::Read(JobStore& store, int6
 }
 
 absl::Status LatchLog::Restore(JobStore& store) {
+  // One more than published: a latch stored past next_window is damaged unless a newer layout
+  // rewound the log before it (then it is an old layout's, immutable, and no longer counts).
   LK_ASSIGN_OR_RETURN(std::vector<PublishedLatch> all,
-                      store.LoadLatches(job_id_, 0, std::numeric_limits<int64_t>::max()));
+                      store.LoadLatches(job_id_, 0, next_window_ + 1));
+  if (all.size() > static_cast<size_t>(next_window_) &&
+      all.back().layout_attempt < layout_attempt_ && layout_attempt_ > 1) {
+    all.pop_back();
+  }
   if (static_cast<int64_t>(all.size()) != next_window_) {
     return absl::DataLossError(absl::StrCat(job_id_, ": ", all.size(),
                                             " latches stored but next_window is ", next_window_));
@@ -67,6 +76,18 @@ absl::Status LatchLog::Restore(JobStore& store) {
   cache_.assign(std::make_move_iterator(all.begin()), std::make_move_iterator(all.end()));
   cache_base_ = 0;
   return absl::OkStatus();
+}
+
+void LatchLog::Rewind(int64_t first_window, int64_t first_micro_batch, int64_t first_sample) {
+  if (first_window <= cache_base_) {
+    cache_.clear();
+    cache_base_ = first_window;
+  } else if (first_window < next_window_) {
+    cache_.resize(static_cast<size_t>(first_window - cache_base_));
+  }
+  next_window_ = first_window;
+  next_first_micro_batch_ = first_micro_batch;
+  next_first_sample_ = first_sample;
 }
 
 void LatchLog::ForgetBefore(int64_t window) {

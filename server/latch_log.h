@@ -7,6 +7,12 @@
 // streams read. Latches older than the cache, and all of an ended job's, are read back from the
 // store: Read() is the only lookup, whichever place a latch is in.
 //
+// Layouts (docs/fault-tolerance.md "Elastic recovery"): the latches are decided for one layout
+// (its dp, and the attempt that began it, which every published latch is stamped with). An
+// attempt with a new layout Rewinds the log to the first window after its resume step: those
+// windows are decided again, for the new layout, under the policy generation it begins; the
+// old layout's latches stay stored and immutable, and the store serves the newest layout's.
+//
 // Thread-safety: none; the Coordinator holds its lock around every call. The JobStore passed to
 // each call must be the one the job is stored in.
 #ifndef LATCHKEY_SERVER_LATCH_LOG_H_
@@ -40,6 +46,19 @@ class LatchLog {
   int64_t next_window() const { return next_window_; }                        // first unpublished
   int64_t next_first_micro_batch() const { return next_first_micro_batch_; }  // its M
   int64_t next_first_sample() const { return next_first_sample_; }            // its first_sample
+  int64_t layout_attempt() const { return layout_attempt_; }
+
+  // The layout the next latches are decided for: begun by attempt `layout_attempt`, `dp`
+  // replicas (first_sample advances by n * dp * micro_batch_size per window).
+  void SetLayout(int64_t layout_attempt, int dp) {
+    layout_attempt_ = layout_attempt;
+    dp_ = dp;
+  }
+  // A new layout decides windows from `first_window` (<= next_window()) on, the data position
+  // there being M = `first_micro_batch` and `first_sample` samples. The caller persists the
+  // position (JobStore::BeginAttempt) first. Cached latches from first_window on are dropped
+  // (the old layout's stay in the store).
+  void Rewind(int64_t first_window, int64_t first_micro_batch, int64_t first_sample);
 
   // Publishes windows [next_window(), frontier) under `policy`, persisting them first. Returns
   // the latches it published (empty when the frontier was reached already).
@@ -53,7 +72,8 @@ class LatchLog {
                                                    int64_t max) const;
 
   // Loads every published latch into memory (recovery), checking the store holds exactly
-  // [0, next_window()). DATA_LOSS otherwise.
+  // [0, next_window()) (per window the newest layout's). DATA_LOSS otherwise. REQUIRES:
+  // SetLayout called with the current attempt's layout.
   absl::Status Restore(JobStore& store);
   // Drops cached latches before `window`; they stay readable from the store.
   void ForgetBefore(int64_t window);
@@ -64,7 +84,10 @@ class LatchLog {
   std::string job_id_;
   int64_t next_window_;
   int64_t next_first_micro_batch_;
+  // Samples consumed before next_window_ (Latch::first_sample), persisted with the job.
   int64_t next_first_sample_;
+  int64_t layout_attempt_ = 1;
+  int dp_ = 1;
   // Latches [cache_base_, next_window_) in memory.
   std::deque<PublishedLatch> cache_;
   int64_t cache_base_;

@@ -123,6 +123,40 @@ ALTER TABLE latches ADD COLUMN first_sample INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN next_first_sample INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// v6 -> v7 (docs/fault-tolerance.md "Elastic recovery"): an attempt may run another layout
+// than the spec's. The attempts table keeps every attempt after the first with its layout,
+// resume step and cause (the jobs of before ran the spec's layout in every attempt: no rows;
+// the coordinator reads a missing attempt as the spec's layout). A new layout re-decides the
+// windows after its resume step while the old layout's latches stay, immutable: latches are
+// keyed by (job_id, layout_attempt, window), the existing ones decided by attempt 1's layout.
+// SQLite cannot change a primary key in place: the table is rebuilt, its triggers with it.
+constexpr const char* kMigrateV6ToV7 = R"sql(
+CREATE TABLE attempts (
+  job_id TEXT NOT NULL, attempt INTEGER NOT NULL, world_size INTEGER NOT NULL,
+  tp INTEGER NOT NULL, dp INTEGER NOT NULL, gas INTEGER NOT NULL, resume_step INTEGER NOT NULL,
+  cause TEXT NOT NULL, layout_attempt INTEGER NOT NULL, start_us INTEGER NOT NULL,
+  PRIMARY KEY (job_id, attempt));
+CREATE TABLE latches_by_layout (
+  job_id TEXT NOT NULL, window INTEGER NOT NULL, generation INTEGER NOT NULL,
+  first_micro_batch INTEGER NOT NULL, n INTEGER NOT NULL, kv_mode TEXT NOT NULL,
+  no_sync TEXT NOT NULL, reason TEXT NOT NULL, publish_us INTEGER NOT NULL,
+  layout_attempt INTEGER NOT NULL DEFAULT 1, first_sample INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (job_id, layout_attempt, window));
+INSERT INTO latches_by_layout (job_id, window, generation, first_micro_batch, n, kv_mode,
+                               no_sync, reason, publish_us, layout_attempt, first_sample)
+  SELECT job_id, window, generation, first_micro_batch, n, kv_mode, no_sync, reason, publish_us,
+         1, first_sample FROM latches;
+DROP TRIGGER latches_no_update;
+DROP TRIGGER latches_no_delete;
+DROP TABLE latches;
+ALTER TABLE latches_by_layout RENAME TO latches;
+CREATE INDEX latches_by_window ON latches (job_id, window);
+CREATE TRIGGER latches_no_update BEFORE UPDATE ON latches
+  BEGIN SELECT RAISE(ABORT, 'latches are append-only'); END;
+CREATE TRIGGER latches_no_delete BEFORE DELETE ON latches
+  BEGIN SELECT RAISE(ABORT, 'latches are append-only'); END;
+)sql";
+
 }  // namespace
 
 absl::StatusOr<int> SqliteStore::SchemaVersion() {
@@ -172,6 +206,8 @@ absl::Status SqliteStore::Migrate(int from) {
       return MigrateV4ToV5();
     case 5:
       return MigrateV5ToV6();
+    case 6:
+      return Exec(kMigrateV6ToV7);
   }
   return absl::InternalError(absl::StrCat("no migration from schema v", from));
 }

@@ -100,7 +100,7 @@ TEST(SqliteSchemaTest, NewFileIsAtTheCurrentVersion) {
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
   EXPECT_EQ(RawInt(path, "PRAGMA user_version"), SqliteStore::kSchemaVersion);
-  EXPECT_EQ(SqliteStore::kSchemaVersion, 6);
+  EXPECT_EQ(SqliteStore::kSchemaVersion, 7);
 }
 
 // Latches stored before first_sample existed get M_s * DP * MB of their job's spec (every job
@@ -158,7 +158,7 @@ TEST(SqliteSchemaTest, MigratesAVersion1FileAndFillsTheMaskFromTheSpec) {
     ASSERT_EQ(latches->size(), 1u);
     EXPECT_EQ(latches->front().latch.no_sync, kMask);
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 6);  // v1 -> ... -> v6
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 7);  // v1 -> v2 -> ... -> v7
   EXPECT_EQ(RawInt(path, "SELECT COUNT(*) FROM sqlite_master WHERE name='meta'"), 0);
   // The migration kept the audit append-only.
   EXPECT_NE(RawSql(path, "UPDATE policy_changes SET gas=7"), "");
@@ -227,7 +227,7 @@ TEST(SqliteSchemaTest, MigratesAVersion2FileFillingTheLrOfEarlierReportsFromTheS
     next.report.eval_loss = 2.25;
     ASSERT_TRUE(*(*store)->InsertStepReport(next));
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 6);
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 7);
   // Reopening finds nothing to migrate and overwrites nothing.
   auto again = SqliteStore::Open(path);
   ASSERT_TRUE(again.ok()) << again.status();
@@ -276,6 +276,12 @@ TEST(SqliteSchemaTest, MigratesAVersion3FileToAttemptOneWithNoCheckpointOrEvents
     EXPECT_EQ(workers->front().worker_id, "host:1");
     EXPECT_TRUE((*store)->LoadCheckpoints("job-000001")->empty());
     EXPECT_TRUE((*store)->LoadEvents("job-000001")->empty());
+    // v6: no attempt records (every attempt of before ran the spec's layout); the stored
+    // latches were decided by attempt 1's layout and stay append-only after the rebuild.
+    EXPECT_TRUE((*store)->LoadAttempts("job-000001")->empty());
+    auto latches = (*store)->LoadLatches("job-000001", 0, 100);
+    ASSERT_TRUE(latches.ok()) << latches.status();
+    for (const PublishedLatch& p : *latches) EXPECT_EQ(p.layout_attempt, 1) << p.latch.window;
     // The reports stored before v4 carry no boundary wait; a new one does.
     auto before = (*store)->LoadStepReports("job-000002", 0);
     ASSERT_TRUE(before.ok()) << before.status();
@@ -297,8 +303,10 @@ TEST(SqliteSchemaTest, MigratesAVersion3FileToAttemptOneWithNoCheckpointOrEvents
     JobEventRecord e{"job-000001", absl::FromUnixSeconds(9), 2, "checkpoint", "after step 3"};
     ASSERT_TRUE((*store)->PutCheckpoint(c, next, e).ok());
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 6);
-  // The events are append-only.
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 7);
+  // The events are append-only, and so are the rebuilt latches.
+  EXPECT_NE(RawSql(path, "UPDATE latches SET n=9"), "");
+  EXPECT_NE(RawSql(path, "DELETE FROM latches"), "");
   EXPECT_NE(RawSql(path, "UPDATE job_events SET kind='x'"), "");
   EXPECT_NE(RawSql(path, "DELETE FROM job_events"), "");
   auto again = SqliteStore::Open(path);
@@ -348,14 +356,14 @@ TEST(SqliteSchemaTest, RefusesAFileFromANewerVersionNamingFileAndVersions) {
   ScopedTempDir dir;
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 7"), "");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 8"), "");
   auto store = SqliteStore::Open(path);
   ASSERT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
   const std::string msg(store.status().message());
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
-  EXPECT_NE(msg.find("schema version 7"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("(6)"), std::string::npos) << msg;
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 7);  // left as it was
+  EXPECT_NE(msg.find("schema version 8"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(7)"), std::string::npos) << msg;
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 8);  // left as it was
 }
 
 TEST(SqliteSchemaTest, PolicyMaskIsStoredWithTheJobAndEveryChange) {

@@ -44,8 +44,10 @@ class SqliteStore : public JobStore {
   // The schema this build writes. v2: the policy's no_sync mask is stored. v3: each step
   // report's learning rate and evaluation loss. v4: attempts (the job's fault-tolerance fields,
   // each worker's attempt), each step report's boundary wait, the checkpoints and job_events
-  // tables. v5: each job's submitter; join tokens stored only as their SHA-256 (hex).
-  static constexpr int kSchemaVersion = 6;
+  // tables. v5: each job's submitter; join tokens stored only as their SHA-256 (hex). v6: each
+  // latch's first_sample and the job's next one. v7: the attempts table (each attempt's layout),
+  // latches keyed by the layout that decided them.
+  static constexpr int kSchemaVersion = 7;
 
   // Opens (creating if needed) the database at `path`; ":memory:" for tests.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,
@@ -57,6 +59,10 @@ class SqliteStore : public JobStore {
   absl::Status CreateJob(const JobRecord& job) override;
   absl::Status UpdateJob(const JobRecord& job) override;
   absl::Status UpdateJobWithEvent(const JobRecord& job, const JobEventRecord& event) override;
+  absl::Status BeginAttempt(const JobRecord& job, const AttemptRecord& attempt,
+                            const PolicyChangeRecord* layout_change,
+                            const JobEventRecord& event) override;
+  absl::StatusOr<std::vector<AttemptRecord>> LoadAttempts(const std::string& job_id) override;
   absl::Status AppendEvent(const JobEventRecord& event) override;
   absl::Status PutCheckpoint(const CheckpointRecord& checkpoint, const JobRecord& job,
                              const JobEventRecord& event) override;
@@ -103,6 +109,8 @@ class SqliteStore : public JobStore {
   absl::Status MigrateV3ToV4();
   absl::Status MigrateV4ToV5();
   absl::Status MigrateV5ToV6();
+  // The rows of a policy change and the job's current policy, inside the caller's transaction.
+  absl::Status PolicyChangeRows(const PolicyChangeRecord& change);
   // Step reports with step in [from_step, to_step] of every rank (rank < 0) or one.
   absl::StatusOr<std::vector<StepReportRecord>> QueryStepReports(const std::string& job_id,
                                                                  int64_t from_step, int64_t to_step,

@@ -225,7 +225,9 @@ TEST(SqliteStoreTest, AuditReaderDoesNotWaitForAnOpenWrite) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
-                         "BEGIN IMMEDIATE; INSERT INTO latches VALUES "
+                         "BEGIN IMMEDIATE; INSERT INTO latches (job_id, window, generation, "
+                         "first_micro_batch, n, kv_mode, no_sync, reason, publish_us, "
+                         "first_sample) VALUES "
                          "('job-1', 1, 0, 4, 4, 'coalesced', '1110', 'x', 99, 8);",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);

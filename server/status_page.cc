@@ -175,10 +175,10 @@ std::string JobSummary(const JobView& view) {
                   HtmlEscape(rec.job_id), "</span> ", StateBadge(rec.state), "</h1>");
   absl::StrAppend(&out, "<p>step ", view.steps_completed, "/", view.steps, ", attempt ",
                   rec.attempt, ", restarts ", rec.restarts, "/", view.max_restarts, ", world ",
-                  view.world_size, " (tp ", view.tp, " &times; dp ", view.dp,
-                  "), last checkpoint step ", rec.last_checkpoint_step, ", submitted by ",
-                  rec.submitter.empty() ? "-" : HtmlEscape(rec.submitter), ", updated ",
-                  Time(rec.update_time), "</p>");
+                  view.world_size, " (tp ", view.tp, " &times; dp ", view.dp, "; spec world ",
+                  view.spec_world_size, "), last checkpoint step ", rec.last_checkpoint_step,
+                  ", submitted by ", rec.submitter.empty() ? "-" : HtmlEscape(rec.submitter),
+                  ", updated ", Time(rec.update_time), "</p>");
   if (!rec.failure_reason.empty()) {
     absl::StrAppend(&out, "<p class=\"reason\"><b>reason:</b> ", HtmlEscape(rec.failure_reason),
                     "</p>");
@@ -190,6 +190,17 @@ std::string JobSummary(const JobView& view) {
   for (const std::string& w : rec.warnings) {
     absl::StrAppend(&out, "<p><b>warning:</b> ", HtmlEscape(w), "</p>");
   }
+  // Every attempt with its layout: what `latchkey --json status` lists as attempts.
+  absl::StrAppend(&out,
+                  "<table id=\"attempts\"><tr><th>attempt</th><th>world</th><th>tp</th>"
+                  "<th>dp</th><th>gradient_accumulation_steps</th><th>resume_step</th>"
+                  "<th>cause</th></tr>");
+  for (const AttemptSummary& a : view.attempts) {
+    absl::StrAppend(&out, "<tr><td>", a.attempt, "</td><td>", a.world, "</td><td>", a.tp,
+                    "</td><td>", a.dp, "</td><td>", a.gradient_accumulation_steps, "</td><td>",
+                    a.resume_step, "</td><td>", HtmlEscape(a.cause), "</td></tr>");
+  }
+  absl::StrAppend(&out, "</table>");
   return out;
 }
 

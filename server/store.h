@@ -50,7 +50,7 @@ struct JobRecord {
   absl::Time update_time = absl::UnixEpoch();
   // Fault tolerance (docs/fault-tolerance.md): the current attempt (from 1) and how it began.
   int64_t attempt = 1;
-  int restarts = 0;                    // recoveries so far (attempt - 1)
+  int restarts = 0;                    // recoveries so far (an elastic shrink or grow: none)
   int64_t resume_step = -1;            // the checkpoint the current attempt resumes from
   std::string resume_manifest_sha256;  // its manifest's SHA-256
   int64_t last_checkpoint_step = -1;   // newest committed checkpoint; -1: none
@@ -73,6 +73,29 @@ struct WorkerRecord {
 struct PublishedLatch {
   Latch latch;
   absl::Time publish_time = absl::UnixEpoch();
+  // The attempt whose layout decided it (1: the spec's layout, from the start). An attempt with
+  // a new layout (elastic recovery) re-decides every window after its resume step; the latches
+  // of the old layout stay stored, immutable, and the newest layout's latch of a window is the
+  // one that counts (LoadLatches).
+  int64_t layout_attempt = 1;
+};
+
+// An attempt after the first, as it began (docs/fault-tolerance.md): its layout, the
+// checkpoint it resumed from and the cause. Attempt 1 runs the spec's layout from the start and
+// has no record.
+struct AttemptRecord {
+  std::string job_id;
+  int64_t attempt = 2;
+  int world_size = 1;
+  int tp = 1;
+  int dp = 1;
+  int gradient_accumulation_steps = 1;
+  int64_t resume_step = -1;
+  std::string cause;
+  // The attempt whose layout it runs: itself when its layout is new, else the attempt that
+  // began that layout (its latches are served).
+  int64_t layout_attempt = 1;
+  absl::Time start_time = absl::UnixEpoch();
 };
 
 struct PolicyChangeRecord {
@@ -164,6 +187,13 @@ class JobStore {
   // in one transaction.
   virtual absl::Status PutCheckpoint(const CheckpointRecord& checkpoint, const JobRecord& job,
                                      const JobEventRecord& event) = 0;
+  // A new attempt: UpdateJob(job), the attempt's record and `event` in one transaction. With
+  // `layout_change` (an attempt with a new layout) also the policy change it begins under
+  // (as AppendPolicyChange) and the job's latch position moved back to job.next_window /
+  // job.next_first_micro_batch (the first window the new layout decides).
+  virtual absl::Status BeginAttempt(const JobRecord& job, const AttemptRecord& attempt,
+                                    const PolicyChangeRecord* layout_change,
+                                    const JobEventRecord& event) = 0;
   // Inserts or replaces the worker holding (job_id, rank).
   virtual absl::Status PutWorker(const WorkerRecord& worker) = 0;
   // Appends consecutive latches and moves the job's next window / next M / next first_sample to
@@ -181,7 +211,8 @@ class JobStore {
   virtual absl::StatusOr<std::vector<JobRecord>> LoadJobs() = 0;  // seq order
   virtual absl::StatusOr<std::vector<WorkerRecord>> LoadWorkers() = 0;
   virtual absl::StatusOr<std::vector<RankProgress>> LoadProgress() = 0;
-  // Latches of one job with window >= start_window, window order, at most `limit`.
+  // Latches of one job with window >= start_window, window order, at most `limit`: per window
+  // the one of the newest layout that decided it.
   virtual absl::StatusOr<std::vector<PublishedLatch>> LoadLatches(const std::string& job_id,
                                                                   int64_t start_window,
                                                                   int64_t limit) = 0;
@@ -198,6 +229,8 @@ class JobStore {
       const std::string& job_id) = 0;
   // Events of one job, in the order they were appended.
   virtual absl::StatusOr<std::vector<JobEventRecord>> LoadEvents(const std::string& job_id) = 0;
+  // The records of a job's attempts after the first, attempt order.
+  virtual absl::StatusOr<std::vector<AttemptRecord>> LoadAttempts(const std::string& job_id) = 0;
 };
 
 }  // namespace latchkey

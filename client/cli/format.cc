@@ -52,8 +52,11 @@ std::string JobDetails(const JobInfo& job) {
   if (!job.failure_reason.empty()) {
     absl::StrAppend(&out, "reason:       ", job.failure_reason, "\n");
   }
-  absl::StrAppend(&out, "world:        ", job.world_size, " (tp ", job.tp, " x dp ", job.dp, "), ",
-                  job.workers_joined, " joined\n");
+  const int world = job.world > 0 ? job.world : job.world_size;
+  absl::StrAppend(&out, "world:        ", world, " (tp ", job.tp, " x dp ", job.dp, "), ",
+                  job.workers_joined, " joined");
+  if (world != job.world_size) absl::StrAppend(&out, "; the spec's world is ", job.world_size);
+  absl::StrAppend(&out, "\n");
   absl::StrAppend(&out, "steps:        ", job.steps_completed, "/", job.steps, " completed, ",
                   job.windows_published, " latches published\n");
   absl::StrAppend(&out, "policy:       ", PolicySummary(job.policy),
@@ -76,6 +79,13 @@ std::string JobDetails(const JobInfo& job) {
                   job.max_restarts, ")");
   if (job.resume_step >= 0) absl::StrAppend(&out, ", resumed after step ", job.resume_step);
   absl::StrAppend(&out, "\n");
+  // The attempts whose layout is not the spec's, so a shrink or grow shows in status.
+  for (const AttemptSummary& a : job.attempts) {
+    if (a.attempt == 1) continue;
+    absl::StrAppend(&out, "  attempt ", a.attempt, ": world ", a.world, " (tp ", a.tp, " x dp ",
+                    a.dp, ", gas ", a.gradient_accumulation_steps, "), resumed after step ",
+                    a.resume_step, ": ", a.cause, "\n");
+  }
   absl::StrAppend(&out, "checkpoint:   ",
                   job.last_checkpoint_step >= 0
                       ? absl::StrCat("last committed after step ", job.last_checkpoint_step)
@@ -130,6 +140,9 @@ std::string ProgressLine(const JobInfo& job, const CompletedStep* step) {
                                           tok_s, r.kv_allreduce_calls, KvModeName(r.kv_mode)));
   }
   if (job.attempt > 1) absl::StrAppend(&out, " attempt ", job.attempt);
+  if (job.world > 0 && job.world != job.world_size) {
+    absl::StrAppend(&out, " world ", job.world, " (dp ", job.dp, ")");
+  }
   absl::StrAppend(&out, " ", JobStateName(job.state));
   if (job.state == JobState::kPending) {
     absl::StrAppend(&out, " (", job.workers_joined, "/", job.world_size, " joined)");
@@ -163,6 +176,22 @@ std::string StatusJson(const JobInfo& job) {
   nlohmann::json j = nlohmann::json::parse(ToJson(ToProto(job)), nullptr, false);
   if (!j.is_object()) j = nlohmann::json::object();
   j["attempt"] = std::max<int64_t>(1, job.attempt);  // a coordinator without attempts: 1
+  // The current attempt's layout beside the spec's world_size (elastic recovery changes it).
+  j["world_size"] = job.world_size;
+  j["world"] = job.world > 0 ? job.world : job.world_size;
+  j["dp"] = job.dp;
+  j["tp"] = job.tp;
+  nlohmann::json attempts = nlohmann::json::array();
+  for (const AttemptSummary& a : job.attempts) {
+    attempts.push_back({{"attempt", a.attempt},
+                        {"world", a.world},
+                        {"tp", a.tp},
+                        {"dp", a.dp},
+                        {"gradient_accumulation_steps", a.gradient_accumulation_steps},
+                        {"resume_step", a.resume_step},
+                        {"cause", a.cause}});
+  }
+  j["attempts"] = std::move(attempts);
   j["restarts"] = job.restarts;
   j["max_restarts"] = job.max_restarts;
   j["last_checkpoint_step"] = job.last_checkpoint_step;

@@ -321,6 +321,10 @@ class GatedAuditStore : public JobStore, public AuditReader {
                              const JobEventRecord& e) override {
     return inner_->PutCheckpoint(c, j, e);
   }
+  absl::Status BeginAttempt(const JobRecord& j, const AttemptRecord& a, const PolicyChangeRecord* c,
+                            const JobEventRecord& e) override {
+    return inner_->BeginAttempt(j, a, c, e);
+  }
   absl::Status PutWorker(const WorkerRecord& w) override { return inner_->PutWorker(w); }
   absl::Status AppendLatches(const std::string& id, const std::vector<PublishedLatch>& l,
                              int64_t next_window, int64_t next_m,
@@ -356,6 +360,9 @@ class GatedAuditStore : public JobStore, public AuditReader {
   }
   absl::StatusOr<std::vector<CheckpointRecord>> LoadCheckpoints(const std::string& id) override {
     return inner_->LoadCheckpoints(id);
+  }
+  absl::StatusOr<std::vector<AttemptRecord>> LoadAttempts(const std::string& id) override {
+    return inner_->LoadAttempts(id);
   }
   absl::StatusOr<std::vector<JobEventRecord>> LoadEvents(const std::string& id) override {
     return inner_->LoadEvents(id);

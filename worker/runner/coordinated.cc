@@ -1,7 +1,9 @@
 #include "worker/runner/coordinated.h"
 
+#include <iostream>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "worker/comm/collective_stats.h"
 #include "worker/comm/flight_recorder.h"
 #include "worker/runner/device.h"
@@ -41,6 +43,14 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   }
   WorkerSession& session = **session_or;
   const JoinInfo& info = session.info();
+  if (info.spare) {  // it waited as a spare and the job ended without it
+    std::cerr << "latchkey-worker: not needed: job " << options.job_id << " "
+              << JobStateName(info.state) << " with world " << info.world_size
+              << " without this worker; exiting" << std::endl;
+    if (info.state == JobState::kSucceeded) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", options.job_id, " ", JobStateName(info.state), ": ", info.failure_reason));
+  }
   comm::RendezvousConfig rdv;
   rdv.local_address = env.transport_host;
   rdv.collective_timeout = options.collective_timeout;
@@ -57,7 +67,17 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   if (!placed.ok()) return source.Abandon(placed.status());
   job.device = placed->device;
   job.backend = placed->backend;
-  return RunRank(job, source, options.run);
+  absl::Status st = RunRank(job, source, options.run);
+  // A spare of an elastic job (or a survivor a shrink left without a rank) that the job
+  // finished without: nothing failed, so an Indexed Job's pod completes.
+  const JoinInfo& last = session.info();
+  if (st.code() == absl::StatusCode::kCancelled && last.spare) {
+    std::cerr << "latchkey-worker: not needed: job " << options.job_id << " "
+              << JobStateName(last.state) << " with world " << last.world_size
+              << " without this worker; exiting" << std::endl;
+    if (last.state == JobState::kSucceeded) return absl::OkStatus();
+  }
+  return st;
 }
 
 }  // namespace latchkey

@@ -35,6 +35,10 @@ struct AttemptPlan {
   std::string resume_manifest_sha256;
   // The folder of that checkpoint; empty: latchkey.checkpoint.dir/step-N.
   std::string resume_dir;
+  // The attempt's gradient accumulation steps when its layout is not the spec's (an elastic
+  // attempt keeps the global batch: GAS * dp / dp'); 0: the spec's. Its world size is
+  // rendezvous.world_size.
+  int gradient_accumulation_steps = 0;
   int64_t first_window() const { return resume_step + 1; }
 };
 

@@ -38,9 +38,23 @@ struct RankProcess {
 // One attempt: groups, engine, the checkpoint to resume, then every remaining window. The
 // engine is declared after the groups, so on any exit (a Status or an exception unwinding) it
 // is destroyed first and the groups after it.
+// The spec an attempt runs: the job's, in the attempt's layout. An elastic attempt may run
+// fewer ranks than the spec names, with more micro-batches per window (the global batch kept);
+// the engine, the data placement and the checkpoint see this layout, never the spec's.
+JobSpec AttemptSpec(const JobSpec& job_spec, const AttemptPlan& plan) {
+  JobSpec spec = job_spec;
+  spec.world_size = plan.rendezvous.world_size;
+  const int gas = plan.gradient_accumulation_steps;
+  if (gas > 0 && gas != spec.gradient_accumulation_steps) {
+    spec.gradient_accumulation_steps = gas;
+    spec.no_sync.clear();  // a mask of the spec's window length: the latch carries the mask
+  }
+  return spec;
+}
+
 absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOptions& options,
                         AttemptPlan plan, RankProcess& proc) {
-  const JobSpec& spec = job.spec;
+  const JobSpec spec = AttemptSpec(job.spec, plan);
   proc.recorder->SetAttempt(plan.attempt);
   proc.recorder->SetPhase(RankPhase::kIdle);
   plan.rendezvous.stats = proc.stats;

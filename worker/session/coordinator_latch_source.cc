@@ -36,7 +36,18 @@ bool IsSymptom(const absl::Status& error) {
 }  // namespace
 
 absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Begin() {
+  // An elastic job's ranks meet once every rank of the attempt has joined: a recovery that
+  // cannot get its ranks back moves to a smaller layout instead, and a rank waiting in the
+  // rendezvous of the abandoned one could not leave it. Joining again is idempotent (the same
+  // rank, the job's state now) and adopts a newer attempt when there is one.
+  while (session_->info().elastic && !session_->info().spare &&
+         (session_->info().state == JobState::kPending ||
+          session_->info().state == JobState::kRecovering)) {
+    absl::SleepFor(kRecoverPoll);
+    if (absl::Status st = session_->Rejoin(); !st.ok()) return Report(st);
+  }
   const JoinInfo& info = session_->info();
+  if (info.spare) return NotNeeded(info);
   AttemptPlan plan;
   plan.attempt = info.attempt;
   plan.job_id = session_->job_id();
@@ -49,6 +60,7 @@ absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Begin() {
   plan.rendezvous.prefix = info.rendezvous_prefix.empty() ? plan.job_id : info.rendezvous_prefix;
   plan.resume_step = info.resume_step;
   plan.resume_manifest_sha256 = info.resume_manifest_sha256;
+  plan.gradient_accumulation_steps = info.gradient_accumulation_steps;
   if (base_.recorder) {
     base_.recorder->SetAttempt(info.attempt);
     base_.recorder->SetPhase(RankPhase::kIdle);
@@ -151,6 +163,13 @@ absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Recover(absl::Status error) 
   }
   started_ = false;  // the new attempt's stream starts at its first window
   return Begin();
+}
+
+absl::Status CoordinatorLatchSource::NotNeeded(const JoinInfo& info) {
+  // A spare whose wait ended with the job (the session joins again while the job runs).
+  return absl::CancelledError(absl::StrCat(
+      "not needed: job ", session_->job_id(), " ", JobStateName(info.state),
+      info.failure_reason.empty() ? "" : ": ", info.failure_reason, " without this worker"));
 }
 
 void CoordinatorLatchSource::Finished() { session_->Close(); }

@@ -13,6 +13,10 @@
 // its own error, or ABORTED naming the job's end and the symptom). A symptom nobody named in
 // that time is reported as this rank's failure.
 // `base.recorder`, when set, hears each attempt's number (SetAttempt) at Begin.
+// Elastic jobs (JoinInfo::elastic): Begin waits (joining again) until every rank of the
+// attempt has joined before it hands out the plan, and a worker the coordinator made a spare
+// (WorkerSession joins again until it has a rank) that the job ended without gets CANCELLED
+// ("not needed: ...") from Begin or Recover.
 // Thread-safety: the training thread only. `session` outlives the source.
 #ifndef LATCHKEY_WORKER_SESSION_COORDINATOR_LATCH_SOURCE_H_
 #define LATCHKEY_WORKER_SESSION_COORDINATOR_LATCH_SOURCE_H_
@@ -47,6 +51,8 @@ class CoordinatorLatchSource final : public LatchSource {
  private:
   // Reports `error` (its first line) to the coordinator, best effort, and returns it.
   absl::Status Report(absl::Status error);
+  // CANCELLED naming the job's end: a spare (latchkey.elastic) the job ended without.
+  absl::Status NotNeeded(const JoinInfo& info);
 
   WorkerSession* session_;
   comm::RendezvousConfig base_;

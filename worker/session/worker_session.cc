@@ -171,9 +171,26 @@ struct WorkerSession::Impl {
     const v1::JoinRequest req = MakeJoinRequest(who, opt.requested_rank, opt.advertise_host);
     v1::JoinResponse resp;
     const absl::Time start = clock->Now();
+    bool said_spare = false;
     while (true) {
       absl::Status s = Retry([&](grpc::ClientContext* ctx) { return stub->Join(ctx, req, &resp); });
       if (!s.ok()) return s;
+      if (resp.spare()) {
+        // latchkey.elastic: no rank for this worker now. It joins again (the coordinator counts
+        // a spare alive while it does) until the job grows into it or ends without it.
+        JoinInfo spare = FromProto(resp);
+        if (IsTerminal(spare.state)) return spare;
+        if (!said_spare) {
+          said_spare = true;
+          std::cerr << "latchkey-worker: job " << opt.job_id << " has no rank for this worker "
+                    << "now (world " << spare.world_size << "): waiting as a spare" << std::endl;
+        }
+        const absl::Duration poll = spare.heartbeat_interval > absl::ZeroDuration()
+                                        ? spare.heartbeat_interval
+                                        : opt.retry_max;
+        if (!Sleep(poll)) return SessionClosed();
+        continue;
+      }
       // The host is unknown only while rank 0 (of the attempt) has not joined (and the
       // submitter named none).
       if (!resp.rendezvous().host().empty() || clock->Now() - start > opt.rendezvous_wait) break;
