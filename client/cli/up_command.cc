@@ -550,7 +550,9 @@ void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   up->add_option("--spec", opts->spec,
                  "job spec JSON (default: the built-in job: the demo model on synthetic data)");
   up->add_option("--run-dir", opts->run_dir, "folder for the database, logs, JSONL, weights");
-  up->add_option("--workers", opts->workers, "worker processes (default: the spec's world size)")
+  up->add_option(
+        "--workers", opts->workers,
+        "worker processes: one per rank, the spec's world size (any other number is refused)")
       ->check(Positive());
   up->add_option("--max-restarts", opts->max_restarts,
                  "recoveries before the job fails (replaces the spec's latchkey.max_restarts)")

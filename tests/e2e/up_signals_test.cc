@@ -321,6 +321,7 @@ TEST(UpSignals, WorkersOtherThanTheWorldSizeAreRefused) {
         << c.output;
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
     EXPECT_FALSE(std::ifstream(dir.path() + "/run-" + n + "/coordinator.db").good());
+    for (int p : ProcessesOf(dir.path() + "/run-" + n, -1)) kill(p, SIGKILL);  // a run it began
   }
 }
 
