@@ -142,7 +142,7 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
   // by one and restarted.
   if (o.workers > 0 && o.workers != spec->world_size) {
     return absl::InvalidArgumentError("--workers " + std::to_string(o.workers) +
-                                      ": the spec's world size " + "(latchkey.world_size) is " +
+                                      ": the spec's world size (latchkey.world_size) is " +
                                       std::to_string(spec->world_size) +
                                       "; up starts one worker per rank: pass --workers " +
                                       std::to_string(spec->world_size) + " or leave it out");

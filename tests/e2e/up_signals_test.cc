@@ -245,6 +245,10 @@ TEST(UpSignals, InterruptWhilePending) {
   EXPECT_EQ(up.Wait(), 11) << up.log();
   up.ExpectNothingLeft();
   ExpectCancelled(up, job, "interrupted by latchkey up (SIGINT)");
+  // It was still pending: the coordinator's log has the transition.
+  const std::string coordinator_log = ReadText(up.run() + "/coordinator.log");
+  EXPECT_NE(coordinator_log.find(job + ": pending -> cancelled"), std::string::npos)
+      << coordinator_log;
 }
 
 // Two Ctrl-C from the terminal 0.1 s apart, while the job runs: the terminal signals the whole
