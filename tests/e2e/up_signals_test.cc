@@ -2,7 +2,8 @@
 // built-in job (40 steps on synthetic data, 2 workers) is signalled while pending or running, and
 // within 10 s of the signal no process of the run is alive, no /dev/shm segment names one of its
 // processes, and the database (RUN/coordinator.db, read-only) holds the job as cancelled, naming
-// why. Also: `up --workers N` other than the spec's world size is refused at once.
+// why. Also: the coordinator's --cancel-on-shutdown, and `up --workers N` other than the
+// spec's world size refused at once.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <string>
@@ -24,6 +26,7 @@
 
 #include "common/subprocess.h"
 #include "tests/support/process.h"
+#include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
 
 namespace latchkey::testing {
@@ -307,6 +310,49 @@ TEST(UpSignals, KilledWithSigkill) {
   EXPECT_EQ(up.Wait(), 128 + SIGKILL);
   up.ExpectNothingLeft();
   ExpectCancelled(up, job, "the coordinator stopped (signal 15");
+}
+
+// The coordinator's side on its own: a stop signal (SIGHUP here, which a closed terminal sends)
+// is a clean shutdown, and with --cancel-on-shutdown the job it has not finished is cancelled,
+// naming the signal; without the flag the job stays as it was, to resume on the next start.
+TEST(UpSignals, CoordinatorCancelsItsJobsOnShutdownOnlyWhenAsked) {
+  for (const bool cancel : {true, false}) {
+    const ScopedTempDir dir("up-signals-coordinator");
+    const std::string d = dir.path();
+    std::ofstream(d + "/spec.json") << SpecObject(SpecParams{}).dump(2);
+    std::vector<std::string> args = {LATCHKEY_COORDINATOR_BIN,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--db",
+                                     d + "/coordinator.db",
+                                     "--port-file",
+                                     d + "/ports.json",
+                                     "--metrics-port",
+                                     "-1"};
+    if (cancel) args.push_back("--cancel-on-shutdown");
+    const int pid = StartProcess(args, {}, d + "/coordinator.log");
+    const std::string ports = WaitForFile(
+        d + "/ports.json",
+        [](const std::string& t) { return t.find("grpc_port") != std::string::npos; }, seconds(20));
+    const auto j = nlohmann::json::parse(ports, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << ReadText(d + "/coordinator.log");
+    const std::string address = "127.0.0.1:" + std::to_string(j["grpc_port"].get<int>());
+    const Captured sub = RunAndCapture(
+        {LATCHKEY_CLI_BIN, "--coordinator", address, "submit", d + "/spec.json"}, seconds(30));
+    ASSERT_EQ(sub.exit_code, 0) << sub.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(sub.output, m, std::regex("(job-[0-9]+)"))) << sub.output;
+    ASSERT_EQ(kill(pid, SIGHUP), 0);
+    EXPECT_EQ(WaitProcess(pid, seconds(10)), 0) << ReadText(d + "/coordinator.log");
+    const JobRow row = ReadJob(d + "/coordinator.db", m[1]);
+    if (cancel) {
+      EXPECT_EQ(row.state, 5) << row.reason;
+      EXPECT_NE(row.reason.find("the coordinator stopped (signal 1, Hangup)"), std::string::npos)
+          << row.reason;
+    } else {
+      EXPECT_EQ(row.state, 1) << row.reason;  // pending, as it was
+    }
+  }
 }
 
 // One worker per rank: `--workers` other than the spec's world size is refused at once, naming
