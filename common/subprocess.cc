@@ -260,7 +260,10 @@ void StopAll(const std::vector<pid_t>& pids, std::chrono::milliseconds grace,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  for (pid_t p : running) kill(p, SIGTERM);
+  for (pid_t p : running) {
+    kill(p, SIGTERM);
+    kill(p, SIGCONT);  // a stopped child acts on SIGTERM (cleans up) instead of dying at SIGKILL
+  }
   const auto until = std::chrono::steady_clock::now() + grace;
   for (pid_t p : running) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -63,7 +63,8 @@ std::optional<ExitInfo> PollExit(pid_t pid);
 int WaitOrKill(pid_t pid, std::chrono::milliseconds deadline);
 
 // Waits up to `patience` for the children to end by themselves (less once `*hurry` turns true),
-// then sends the rest SIGTERM, and SIGKILL after `grace`. Reaps them all.
+// then sends the rest SIGTERM (and SIGCONT, so a stopped one acts on it), and SIGKILL after
+// `grace`. Reaps them all.
 void StopAll(const std::vector<pid_t>& pids, std::chrono::milliseconds grace,
              std::chrono::milliseconds patience = std::chrono::milliseconds(0),
              const std::atomic<bool>* hurry = nullptr);

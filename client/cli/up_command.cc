@@ -371,15 +371,16 @@ std::string SignalName(int sig) {
   }
 }
 
-// Cancels the job, trying again for a few seconds while the coordinator does not answer (the
-// supervisor may be starting it again). OK once the job is final (cancelled now, or it had
-// ended).
+// Cancels the job, trying again for 4 s while the coordinator does not answer (the supervisor
+// may be starting it again: that takes a second or two). OK once the job is final (cancelled
+// now, or it had ended). Calls of 2 s: a coordinator that accepts and never answers (stopped,
+// hung) costs no more than one that refuses.
 absl::Status CancelUntilFinal(const RunningCoordinator& c, const std::string& job_id,
                               const std::string& reason) {
   ClientOptions options = c.ctx.client_options();
-  options.timeout = absl::Seconds(3);
+  options.timeout = absl::Seconds(2);
   JobClient client(options);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
   while (true) {
     const absl::StatusOr<JobInfo> cancelled = client.CancelJob(job_id, reason);
     if (cancelled.ok() || absl::IsFailedPrecondition(cancelled.status())) return absl::OkStatus();
@@ -409,7 +410,7 @@ int CodeAfterStop(const Supervised& s) {
 // the job at the coordinator, which records it (the job is final whatever happens next), and
 // ends the restarts; the watch then sees the job cancelled, and the workers and the coordinator
 // are stopped as at any end, with less patience. A second signal stops them at once (SIGTERM:
-// they still clean up). A coordinator that cannot be reached for 10 s is given up on: everything
+// they still clean up). A coordinator that does not answer for 4 s is given up on: everything
 // is stopped and `up` exits 11 at once (the coordinator's --cancel-on-shutdown records the
 // cancellation if it still lives).
 // Fails only when the workers could not be started (the job is cancelled, everything stopped).

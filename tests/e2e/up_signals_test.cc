@@ -113,7 +113,8 @@ JobRow ReadJob(const std::string& db, const std::string& job) {
       sqlite3_bind_text(st, 1, job.c_str(), -1, SQLITE_TRANSIENT);
       if (sqlite3_step(st) == SQLITE_ROW) {
         row.state = sqlite3_column_int(st, 0);
-        row.reason = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
+        const unsigned char* reason = sqlite3_column_text(st, 1);
+        if (reason != nullptr) row.reason = reinterpret_cast<const char*>(reason);
       }
     }
     sqlite3_finalize(st);
@@ -310,6 +311,26 @@ TEST(UpSignals, KilledWithSigkill) {
   EXPECT_EQ(up.Wait(), 128 + SIGKILL);
   up.ExpectNothingLeft();
   ExpectCancelled(up, job, "the coordinator stopped (signal 15");
+}
+
+// Ctrl-C while the coordinator does not answer (stopped with SIGSTOP here; hung, in life): `up`
+// gives up on cancelling after a few seconds, stops everything (a stopped coordinator is
+// continued, so it acts on SIGTERM) and the coordinator's --cancel-on-shutdown records the
+// cancellation.
+TEST(UpSignals, InterruptWhileTheCoordinatorDoesNotAnswer) {
+  const ScopedTempDir dir("up-signals-stopped");
+  UpRun up(dir.path());
+  const std::string job = up.Job();
+  ASSERT_FALSE(job.empty()) << up.log();
+  ASSERT_TRUE(up.WaitForStep(1)) << up.log();
+  const std::string coordinator = up.Grab("db [^\n]*, pid ([0-9]+)\\)");
+  ASSERT_FALSE(coordinator.empty()) << up.log();
+  ASSERT_EQ(kill(std::stoi(coordinator), SIGSTOP), 0);
+  up.Signal(SIGINT, /*to_group=*/false);
+  EXPECT_EQ(up.Wait(), 11) << up.log();
+  up.ExpectNothingLeft();
+  ExpectCancelled(up, job, "the coordinator stopped (signal 15");
+  kill(std::stoi(coordinator), SIGCONT);  // should the test have failed with it still there
 }
 
 // The coordinator's side on its own: a stop signal (SIGHUP here, which a closed terminal sends)
