@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -56,6 +58,57 @@ TEST(Subprocess, AppendLogKeepsWhatAnEarlierRunWrote) {
   EXPECT_EQ(testing::ReadText(log), "first\nagain\n");
   ASSERT_EQ(WaitOrKill(*Spawn(first), std::chrono::seconds(10)), 0);
   EXPECT_EQ(testing::ReadText(log), "first\n");  // truncated without append_log
+}
+
+// The kernel sends the parent-death signal when the forking *thread* ends: a child spawned from
+// a thread that has ended since (a supervisor's restart loop) must keep running.
+TEST(Subprocess, ParentDeathSignalOutlivesTheSpawningThread) {
+  absl::StatusOr<pid_t> child = absl::UnknownError("not spawned");
+  std::thread([&] {
+    SpawnOptions o{{"/bin/sleep", "30"}, {}, ""};
+    o.parent_death_signal = SIGTERM;
+    child = Spawn(o);
+  }).join();
+  ASSERT_TRUE(child.ok()) << child.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(PollExit(*child).has_value()) << "the child ended with its spawning thread";
+  ASSERT_EQ(kill(*child, SIGKILL), 0);
+  EXPECT_EQ(PollUntilEnded(*child)->signal, SIGKILL);
+}
+
+TEST(Subprocess, OwnProcessGroupOnBothPaths) {
+  for (int death_signal : {0, SIGTERM}) {
+    SpawnOptions o{{"sleep", "30"}, {}, ""};  // PATH lookup on both paths
+    o.own_process_group = true;
+    o.parent_death_signal = death_signal;
+    auto pid = Spawn(o);
+    ASSERT_TRUE(pid.ok()) << pid.status();
+    EXPECT_EQ(getpgid(*pid), *pid) << "death signal " << death_signal;
+    EXPECT_NE(getpgid(*pid), getpgrp());
+    // A signal to this process's group does not reach it; one to its own group does.
+    ASSERT_EQ(kill(-*pid, SIGKILL), 0);
+    EXPECT_EQ(PollUntilEnded(*pid)->signal, SIGKILL);
+  }
+}
+
+TEST(Subprocess, ForkPathReportsAProgramThatCannotStart) {
+  SpawnOptions missing{{"latchkey-no-such-program"}, {}, ""};
+  missing.parent_death_signal = SIGTERM;
+  const auto pid = Spawn(missing);
+  EXPECT_EQ(pid.status().code(), absl::StatusCode::kNotFound) << pid.status();
+  EXPECT_NE(pid.status().message().find("latchkey-no-such-program"), std::string::npos);
+
+  testing::ScopedTempDir dir("subprocess");
+  SpawnOptions not_executable{{dir / "no-x.sh"}, {}, ""};
+  std::ofstream(dir / "no-x.sh") << "#!/bin/sh\n";  // mode 0644: not executable
+  not_executable.parent_death_signal = SIGTERM;
+  EXPECT_FALSE(Spawn(not_executable).ok());
+
+  // And a log is written as on the other path.
+  SpawnOptions echo{{"/bin/sh", "-c", "echo forked"}, {}, dir / "out.log"};
+  echo.parent_death_signal = SIGTERM;
+  ASSERT_EQ(WaitOrKill(*Spawn(echo), std::chrono::seconds(10)), 0);
+  EXPECT_EQ(testing::ReadText(dir / "out.log"), "forked\n");
 }
 
 }  // namespace

@@ -114,6 +114,9 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags* f) {
   app.add_option("--shutdown-grace", f->grace_s, "seconds in-flight calls get on SIGTERM")
       ->check(cli::NonNegative())
       ->capture_default_str();
+  app.add_flag("--cancel-on-shutdown", f->cancel_on_shutdown,
+               "on SIGTERM/SIGINT/SIGHUP, cancel every job not yet ended before stopping (for "
+               "a coordinator whose jobs end with it, as latchkey up's)");
   app.add_option("--tls-cert", f->tls_cert, "PEM certificate (chain) the gRPC port serves TLS with")
       ->envname("LATCHKEY_SERVER_TLS_CERT");
   app.add_option("--tls-key", f->tls_key, "PEM private key of --tls-cert")
@@ -179,6 +182,7 @@ absl::StatusOr<CoordinatorProcessOptions> FromFlags(const CoordinatorFlags& f) {
   o.tls_key_file = f.tls_key;
   o.port_file = f.port_file;
   o.shutdown_grace = absl::Seconds(f.grace_s);
+  o.cancel_on_shutdown = f.cancel_on_shutdown;
   return o;
 }
 

@@ -47,6 +47,7 @@ struct CoordinatorFlags {
   double max_model_parameters = 2e10;
   std::vector<std::string> data_roots;
   double grace_s = 5;
+  bool cancel_on_shutdown = false;
   std::string tls_cert, tls_key, tls_client_ca, auth_tokens;
   bool allow_unauthenticated = false;
   int max_calls_per_peer = 0;
@@ -67,6 +68,9 @@ struct CoordinatorProcessOptions {
   std::string tls_cert_file, tls_key_file;  // the HTTP port serves HTTPS with these
   std::string port_file;                    // empty: none
   absl::Duration shutdown_grace;
+  // On a stop signal, every job not yet ended is cancelled before the server stops (a
+  // coordinator whose jobs end with it: `latchkey up`'s).
+  bool cancel_on_shutdown = false;
 };
 
 absl::StatusOr<CoordinatorProcessOptions> FromFlags(const CoordinatorFlags& flags);

@@ -5,17 +5,21 @@
 //     --metrics-port 9464 --auth-tokens /etc/latchkey/tokens --tls-cert cert.pem --tls-key key.pem
 //
 // main parses the flags, derives and checks the options (FromFlags), then serves until
-// SIGTERM/SIGINT.
+// SIGTERM, SIGINT or SIGHUP (a closed terminal). With --cancel-on-shutdown (`latchkey up` passes
+// it: its jobs end with it) every job not yet ended is cancelled first, naming the signal, so the
+// database says what happened however the run was stopped.
 //
-// Exit codes: 0 after SIGTERM/SIGINT and a clean shutdown; 2 bad flags; 1 cannot start
+// Exit codes: 0 after a stop signal and a clean shutdown; 2 bad flags; 1 cannot start
 // (database, ports).
 #include <signal.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
@@ -42,6 +46,30 @@ bool WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
     if (!out) return false;
   }
   return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// Cancels every job not yet ended (the jobs end with this process), in pages.
+void CancelLiveJobs(latchkey::Coordinator& core, int sig) {
+  const std::string reason = std::string("the coordinator stopped (signal ") + std::to_string(sig) +
+                             ", " + strsignal(sig) +
+                             ") and --cancel-on-shutdown ends its jobs with it";
+  const std::vector<latchkey::JobState> live = {
+      latchkey::JobState::kPending, latchkey::JobState::kRunning, latchkey::JobState::kRecovering};
+  while (true) {
+    const auto jobs = core.ListJobs(live, 1000);
+    if (!jobs.ok() || jobs->empty()) return;
+    int cancelled = 0;
+    for (const latchkey::JobView& j : *jobs) {
+      const auto done = core.CancelJob(j.record.job_id, reason);
+      if (done.ok()) {
+        ++cancelled;
+      } else {
+        std::cerr << "latchkey-coordinator: cannot cancel " << j.record.job_id << ": "
+                  << done.status().message() << std::endl;
+      }
+    }
+    if (cancelled == 0) return;  // what is left cannot be cancelled: do not spin
+  }
 }
 
 int Fail(absl::string_view message, int exit_code = kCannotStart) {
@@ -80,6 +108,12 @@ int Serve(const latchkey::CoordinatorProcessOptions& o) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  // A closed terminal (or a hang-up of a session): a clean shutdown rather than the default
+  // death, unless the user asked for SIGHUP to be ignored (nohup).
+  struct sigaction hup {};
+  if (sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler != SIG_IGN) {
+    sigaddset(&stop_signals, SIGHUP);
+  }
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   auto store = latchkey::SqliteStore::Open(o.db, o.db_sync);
@@ -110,7 +144,10 @@ int Serve(const latchkey::CoordinatorProcessOptions& o) {
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  std::cerr << "latchkey-coordinator: signal " << sig << ", shutting down" << std::endl;
+  std::cerr << "latchkey-coordinator: signal " << sig << " (" << strsignal(sig)
+            << "), shutting down" << std::endl;
+  // Before the server stops: the workers' latch streams tell them the job ended.
+  if (o.cancel_on_shutdown) CancelLiveJobs(**core, sig);
   (*server)->Shutdown(o.shutdown_grace);
   (*server)->Wait();
   server->reset();

@@ -54,7 +54,9 @@ struct SupervisorConfig {
 // is started again with the same rank and environment (its death reported to the coordinator
 // at once, unless it exited with kRestartMeExitCode), a worker the coordinator declared stalled
 // is killed (and so restarted), and a dead coordinator is started again on its ports and
-// database. Thread-safe; one thread of its own.
+// database. Thread-safe; one thread of its own. The processes it starts come from
+// SupervisorConfig's SpawnOptions (`latchkey up` gives each a process group of its own and a
+// parent-death signal: common/subprocess.h).
 class UpSupervisor {
  public:
   // A worker exits with this code when its attempt was fenced while it was stuck: it only asks
@@ -66,7 +68,7 @@ class UpSupervisor {
   UpSupervisor(const UpSupervisor&) = delete;
   UpSupervisor& operator=(const UpSupervisor&) = delete;
 
-  // Starts every rank's worker and the supervising thread.
+  // Starts every rank's worker and the supervising thread; nothing once Stop() was called.
   absl::Status Start();
   // Until every rank's first start has printed its metrics line (or gave up waiting for it).
   void WaitFirstAnnounced();

@@ -1,7 +1,9 @@
 // `latchkey up`: the local launcher. Starts an embedded coordinator (its SQLite file in the run
 // folder), submits the job, starts one latchkey-worker process per rank on this machine (Gloo on
 // CPU), shows live progress, prints where the metrics endpoints are, and ends with a summary
-// table from the ranks' per-step JSONL. Ctrl-C cancels the job and stops everything it started.
+// table from the ranks' per-step JSONL. Ctrl-C (SIGINT, SIGTERM, SIGHUP) cancels the job and
+// stops everything it started; whatever ends `up`, kill -9 included, ends its children and leaves
+// the job cancelled in the database (Supervise, below).
 // While the job runs, a supervisor (up_supervisor.cc) starts a dead worker again with the same
 // rank and reports its death, kills a worker the coordinator declared stalled, and starts a dead
 // coordinator again on the same ports and database; the job recovers from its last checkpoint
@@ -17,7 +19,9 @@
 // RunUp is five phases, each a function below with the struct it returns: Prepare (run folder,
 // spec, token, --tls certificates: up_tls.cc), StartCoordinator (started, its port file read,
 // credentials kept), Submit, Supervise (workers, restarts, progress, Ctrl-C) and Finish (the
-// summary and the exit code). The coordinator and the workers are this process's children.
+// summary and the exit code). The coordinator and the workers are this process's children,
+// each in a process group of its own (a terminal's Ctrl-C reaches `up` alone, which stops them in
+// order) and with SIGTERM as its parent-death signal (common/subprocess.h).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -27,6 +31,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -50,7 +55,7 @@ namespace fs = std::filesystem;
 struct UpOptions {
   std::string spec;     // empty: the built-in job
   std::string run_dir;  // default runs/up-<unix time>
-  int workers = 0;      // 0 = the spec's world size
+  int workers = 0;      // 0 = the spec's world size; anything else must equal it
   // Tighter than the coordinator's and worker's defaults (common/timeouts.h): every process is on
   // this machine, so a silent or stuck rank is a crash, and the user is watching.
   double liveness_s = 10;
@@ -133,7 +138,16 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
                         (run.built_in ? std::string() : "--spec " + o.spec + ": ") +
                             std::string(spec.status().message()));
   }
-  run.world = o.workers > 0 ? o.workers : spec->world_size;
+  // One worker per rank: fewer would leave the job pending for ever, more would be refused one
+  // by one and restarted.
+  if (o.workers > 0 && o.workers != spec->world_size) {
+    return absl::InvalidArgumentError("--workers " + std::to_string(o.workers) +
+                                      ": the spec's world size (latchkey.world_size) is " +
+                                      std::to_string(spec->world_size) +
+                                      "; up starts one worker per rank: pass --workers " +
+                                      std::to_string(spec->world_size) + " or leave it out");
+  }
+  run.world = spec->world_size;
   run.dir =
       fs::absolute(o.run_dir.empty() ? "runs/up-" + std::to_string(std::time(nullptr)) : o.run_dir)
           .string();
@@ -177,8 +191,18 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
   return run;
 }
 
+// How every child of `up` is started: in its own process group, so a terminal's Ctrl-C or
+// hang-up reaches `up` alone (it cancels the job, then stops them), and with SIGTERM when `up`
+// ends without stopping them (kill -9): the coordinator then cancels the job, a worker unlinks
+// its shm rendezvous name.
+void AsChildOfUp(SpawnOptions& options) {
+  options.own_process_group = true;
+  options.parent_death_signal = SIGTERM;
+}
+
 // The coordinator's command line: on `listen` and `metrics_port` (its first start: any free
 // ones; a restart: the ones it had), its database, tokens and port file in the run folder.
+// --cancel-on-shutdown: a stop signal cancels the job before it stops (its jobs end with it).
 SpawnOptions CoordinatorCommand(const UpOptions& o, const PreparedRun& run,
                                 const std::string& listen, const std::string& metrics_port) {
   SpawnOptions coordinator;
@@ -187,12 +211,13 @@ SpawnOptions CoordinatorCommand(const UpOptions& o, const PreparedRun& run,
                       metrics_port, "--port-file", run.dir + "/ports.json", "--auth-tokens",
                       run.dir + "/auth-tokens", "--liveness-timeout", std::to_string(o.liveness_s),
                       // Positions (and stall verdicts) every second.
-                      "--heartbeat-interval", "1"};
+                      "--heartbeat-interval", "1", "--cancel-on-shutdown"};
   if (o.tls) {
     coordinator.args.insert(coordinator.args.end(), {"--tls-cert", run.tls_dir + "/server.pem",
                                                      "--tls-key", run.tls_dir + "/server.key"});
   }
   coordinator.log_path = run.dir + "/coordinator.log";
+  AsChildOfUp(coordinator);
   return coordinator;
 }
 
@@ -250,8 +275,10 @@ absl::StatusOr<RunningCoordinator> StartCoordinator(const CliContext& user_ctx, 
   // Started again on the ports it had, so workers and the watch find it where it was.
   c.restart = CoordinatorCommand(o, run, c.ctx.coordinator, std::to_string(c.metrics_port));
   // Under --tls the coordinator's HTTP port serves HTTPS with the same certificate.
-  std::printf("coordinator  %s  (metrics %s://127.0.0.1:%d/metrics, db %s/coordinator.db)\n",
-              c.ctx.coordinator.c_str(), o.tls ? "https" : "http", c.metrics_port, run.dir.c_str());
+  std::printf(
+      "coordinator  %s  (metrics %s://127.0.0.1:%d/metrics, db %s/coordinator.db, pid %d)\n",
+      c.ctx.coordinator.c_str(), o.tls ? "https" : "http", c.metrics_port, run.dir.c_str(),
+      static_cast<int>(c.pid));
   std::printf("auth         admin token in %s/credentials.json (and the credentials file)\n",
               run.dir.c_str());
   return c;
@@ -318,20 +345,74 @@ SpawnOptions WorkerCommand(const UpOptions& o, const PreparedRun& run, const std
                       "LATCHKEY_TLS_CERT=",
                       "LATCHKEY_TLS_KEY="};
   worker.log_path = run.dir + "/worker-" + std::to_string(r) + ".log";
+  AsChildOfUp(worker);
   return worker;
 }
 
 // supervise: how the job ended, and what it took.
 struct Supervised {
-  int code = kOk;  // WatchUntilEnd's exit code; kJobCancelled after Ctrl-C
+  int code = kOk;  // WatchUntilEnd's exit code; after a stop signal, the job's final state's
   bool have_job = false;
   JobInfo last_job;
   int worker_restarts = 0;
   int coordinator_restarts = 0;
 };
 
-// Starts every rank's worker under the supervisor, watches the job to its end (Ctrl-C, taken
-// by a signal thread from `sigs`, cancels it), then stops the workers and the coordinator.
+std::string SignalName(int sig) {
+  switch (sig) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "signal " + std::to_string(sig);
+  }
+}
+
+// Cancels the job, trying again for 4 s while the coordinator does not answer (the supervisor
+// may be starting it again: that takes a second or two). OK once the job is final (cancelled
+// now, or it had ended). Calls of 2 s: a coordinator that accepts and never answers (stopped,
+// hung) costs no more than one that refuses.
+absl::Status CancelUntilFinal(const RunningCoordinator& c, const std::string& job_id,
+                              const std::string& reason) {
+  ClientOptions options = c.ctx.client_options();
+  options.timeout = absl::Seconds(2);
+  JobClient client(options);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+  while (true) {
+    const absl::StatusOr<JobInfo> cancelled = client.CancelJob(job_id, reason);
+    if (cancelled.ok() || absl::IsFailedPrecondition(cancelled.status())) return absl::OkStatus();
+    const bool retry =
+        absl::IsUnavailable(cancelled.status()) || absl::IsDeadlineExceeded(cancelled.status());
+    if (!retry || std::chrono::steady_clock::now() >= until) return cancelled.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+// The exit code for a job `up` stopped: its final state's (it may have ended on its own first).
+int CodeAfterStop(const Supervised& s) {
+  if (!s.have_job) return kJobCancelled;
+  switch (s.last_job.state) {
+    case JobState::kSucceeded:
+      return kOk;
+    case JobState::kFailed:
+      return kJobFailed;
+    default:
+      return kJobCancelled;
+  }
+}
+
+// Starts every rank's worker under the supervisor, watches the job to its end, then stops the
+// workers (they leave on their own once the job ended) and the coordinator.
+// Stop signals (`sigs`: SIGINT, SIGTERM, SIGHUP) go to a thread of their own. The first cancels
+// the job at the coordinator, which records it (the job is final whatever happens next), and
+// ends the restarts; the watch then sees the job cancelled, and the workers and the coordinator
+// are stopped as at any end, with less patience. A second signal stops them at once (SIGTERM:
+// they still clean up). A coordinator that does not answer for 4 s is given up on: everything
+// is stopped and `up` exits 11 at once (the coordinator's --cancel-on-shutdown records the
+// cancellation if it still lives).
 // Fails only when the workers could not be started (the job is cancelled, everything stopped).
 absl::StatusOr<Supervised> Supervise(const UpOptions& o, const PreparedRun& run,
                                      const RunningCoordinator& c, const SubmittedJob& job,
@@ -350,27 +431,51 @@ absl::StatusOr<Supervised> Supervise(const UpOptions& o, const PreparedRun& run,
     return WorkerCommand(o, run, address, job, r);
   };
   UpSupervisor supervisor(sc);
+  std::atomic<bool> interrupted{false};
+  std::atomic<bool> hurry{false};
+  // Before the workers start: a signal that came during the earlier phases (blocked, so it
+  // waited) cancels the job before any worker exists.
+  std::thread signals([&] {
+    for (bool first = true;; first = false) {
+      int sig = 0;
+      sigwait(&sigs, &sig);
+      if (sig == SIGUSR1) return;  // `up` is done
+      if (!first) {
+        hurry = true;
+        std::fprintf(stderr, "latchkey up: %s again: stopping everything now\n",
+                     SignalName(sig).c_str());
+        continue;
+      }
+      interrupted = true;
+      std::fprintf(stderr,
+                   "\nlatchkey up: %s: cancelling job %s (a second signal stops everything "
+                   "at once)\n",
+                   SignalName(sig).c_str(), job.id.c_str());
+      const absl::Status cancelled =
+          CancelUntilFinal(c, job.id, "interrupted by latchkey up (" + SignalName(sig) + ")");
+      supervisor.Stop();  // no more restarts; WaitFirstAnnounced returns
+      if (cancelled.ok()) continue;
+      // The watch would wait a minute for a coordinator that is not coming back.
+      std::fprintf(stderr, "latchkey up: cannot cancel job %s: %s; stopping everything\n",
+                   job.id.c_str(), std::string(cancelled.message()).c_str());
+      StopAll(supervisor.WorkerPids(), std::chrono::seconds(3));
+      StopAll({supervisor.CoordinatorPid()}, std::chrono::seconds(5));
+      std::fflush(stdout);
+      std::_Exit(kJobCancelled);
+    }
+  });
+  auto end_signal_thread = [&] {
+    pthread_kill(signals.native_handle(), SIGUSR1);
+    signals.join();
+  };
   if (absl::Status st = supervisor.Start(); !st.ok()) {
     (void)client.CancelJob(job.id, "latchkey up could not start its workers");
     supervisor.Stop();
-    std::vector<pid_t> all = supervisor.WorkerPids();
-    StopAll(all, std::chrono::seconds(5));
+    StopAll(supervisor.WorkerPids(), std::chrono::seconds(5));
     StopAll({supervisor.CoordinatorPid()}, std::chrono::seconds(5));
+    end_signal_thread();
     return st;
   }
-  std::atomic<bool> interrupted{false};
-  std::thread signals([&] {
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    if (sig == SIGUSR1) return;
-    interrupted = true;
-    std::fprintf(stderr, "\nlatchkey up: interrupted, cancelling job %s\n", job.id.c_str());
-    (void)client.CancelJob(job.id, "interrupted by latchkey up");
-    supervisor.Stop();
-    std::vector<pid_t> all = supervisor.WorkerPids();
-    all.push_back(supervisor.CoordinatorPid());
-    StopAll(all, std::chrono::seconds(5));
-  });
   // Where the metrics are: each worker writes its port file once it has formed its groups and
   // serves its metrics (up to a minute: the ranks meet and build their model first).
   supervisor.WaitFirstAnnounced();
@@ -382,22 +487,19 @@ absl::StatusOr<Supervised> Supervise(const UpOptions& o, const PreparedRun& run,
   };
   hooks.last_job = &out.last_job;
   out.code = WatchUntilEnd(c.ctx, job.id, o.max_seconds, hooks);
-  if (interrupted) out.code = kJobCancelled;
   if (!out.have_job || !IsTerminal(out.last_job.state)) {
     if (auto j = client.GetJob(job.id); j.ok()) {
       out.last_job = *j;
       out.have_job = true;
     }
   }
+  if (interrupted) out.code = CodeAfterStop(out);
   // Workers leave on their own once the job ended; then the coordinator goes.
   supervisor.Stop();
-  StopAll(supervisor.WorkerPids(), std::chrono::seconds(5),
-          std::chrono::seconds(o.collective_timeout_s + 5));
+  const std::chrono::seconds patience(interrupted ? 3 : o.collective_timeout_s + 5);
+  StopAll(supervisor.WorkerPids(), std::chrono::seconds(5), patience, &hurry);
   StopAll({supervisor.CoordinatorPid()}, std::chrono::seconds(10));
-  if (!interrupted) {
-    pthread_kill(signals.native_handle(), SIGUSR1);
-  }
-  signals.join();
+  end_signal_thread();
   out.worker_restarts = supervisor.worker_restarts();
   out.coordinator_restarts = supervisor.coordinator_restarts();
   return out;
@@ -418,11 +520,14 @@ int Finish(const PreparedRun& run, const SubmittedJob& job, const Supervised& s)
 
 int RunUp(const CliContext& ctx, const UpOptions& o) {
   // Signals go to one thread (sigwait, in supervise) so Ctrl-C can stop the children from
-  // anywhere; blocked from the start, so one that comes early waits for that thread.
+  // anywhere; blocked from the start, so one that comes early waits for that thread. SIGHUP (a
+  // closed terminal) stops the run as Ctrl-C does, unless the user had it ignored (nohup).
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  struct sigaction hup {};
+  if (sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler != SIG_IGN) sigaddset(&sigs, SIGHUP);
   sigaddset(&sigs, SIGUSR1);  // our own wake-up of the signal thread at the end
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
@@ -446,7 +551,9 @@ void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   up->add_option("--spec", opts->spec,
                  "job spec JSON (default: the built-in job: the demo model on synthetic data)");
   up->add_option("--run-dir", opts->run_dir, "folder for the database, logs, JSONL, weights");
-  up->add_option("--workers", opts->workers, "worker processes (default: the spec's world size)")
+  up->add_option(
+        "--workers", opts->workers,
+        "worker processes: one per rank, the spec's world size (any other number is refused)")
       ->check(Positive());
   up->add_option("--max-restarts", opts->max_restarts,
                  "recoveries before the job fails (replaces the spec's latchkey.max_restarts)")

@@ -64,10 +64,14 @@ absl::Status UpSupervisor::SpawnRank(int r) {
 absl::Status UpSupervisor::Start() {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return absl::OkStatus();  // stopped first (a signal): nothing to start
     for (int r = 0; r < config_.world; ++r) {
       if (absl::Status st = SpawnRank(r); !st.ok()) return st;
     }
   }
+  // A Stop() meanwhile finds no thread to join; this one then ends at once, and the
+  // destructor's Stop() joins it.
+  std::lock_guard<std::mutex> lock(join_mu_);
   thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "worker/comm/shm/shm_cleanup.h"
 #include "worker/comm/shm/shm_group.h"
 #include "worker/comm/shm/shm_segment.h"
 
@@ -34,15 +35,6 @@ uint64_t Nonce() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
-// Unlinks the segment's name on every exit path of the rendezvous.
-struct UnlinkOnExit {
-  std::string dir, name;
-  bool armed = false;
-  ~UnlinkOnExit() {
-    if (armed) shm::Segment::Unlink(dir, name);
-  }
-};
-
 }  // namespace
 
 int UsableCpus() {
@@ -69,22 +61,25 @@ absl::StatusOr<std::shared_ptr<Group>> TryShmGroup(const RendezvousConfig& confi
   const std::chrono::milliseconds timeout = config.rendezvous_timeout;
   const std::string& dir = config.shm_dir;
   std::unique_ptr<shm::Segment> seg;
-  UnlinkOnExit unlink_guard;
-  unlink_guard.dir = dir;
+  // The segment's name, unlinked on every exit path of the rendezvous and by a stop signal
+  // (shm_cleanup.h) while it lasts.
+  shm::ScopedName name_guard;
   std::string mapped = "1";
   if (req.rank == 0) {
     const uint64_t nonce = Nonce();
     const std::string name = ShmSegmentName(config.prefix, req.key, nonce);
+    // Held before the file exists, so a signal right after its creation still unlinks it (the
+    // random nonce makes the name this process's own).
+    name_guard.Hold(dir + "/" + name);
     auto created = shm::Segment::Create(dir, name, req.size, config.shm_slot_bytes, nonce);
     std::string published;
     if (created.ok()) {
-      unlink_guard.name = name;
-      unlink_guard.armed = true;
       seg = *std::move(created);
       char value[64];
       std::snprintf(value, sizeof(value), " %" PRIu64 " %zu", nonce, config.shm_slot_bytes);
       published = name + value;
     } else {
+      name_guard.Release();  // not ours: Create removed what it made, or the file was there
       published = "! " + std::string(created.status().message());
     }
     if (absl::Status st = store.Set(base + "segment", Bytes(published)); !st.ok()) return st;
@@ -108,8 +103,7 @@ absl::StatusOr<std::shared_ptr<Group>> TryShmGroup(const RendezvousConfig& confi
     }
     auto opened = shm::Segment::Open(dir, name, req.size, slot_bytes, nonce);
     if (opened.ok()) {
-      unlink_guard.name = name;
-      unlink_guard.armed = true;
+      name_guard.Hold(dir + "/" + name);
       seg = *std::move(opened);
     } else {
       mapped = "0 " + std::string(opened.status().message());
@@ -137,7 +131,7 @@ absl::StatusOr<std::shared_ptr<Group>> TryShmGroup(const RendezvousConfig& confi
           "rank " + std::to_string(r) + ": " + answer.substr(std::min<size_t>(2, answer.size()));
     }
   }
-  // unlink_guard runs here on return: every rank has mapped the segment (or given up on it).
+  // name_guard unlinks here on return: every rank has mapped the segment (or given up on it).
   if (!refusals.empty()) {
     *why_not = refusals;
     return std::shared_ptr<Group>();

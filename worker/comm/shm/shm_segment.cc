@@ -117,10 +117,6 @@ absl::StatusOr<std::unique_ptr<Segment>> Segment::Open(const std::string& dir,
   return seg;
 }
 
-void Segment::Unlink(const std::string& dir, const std::string& name) {
-  unlink((dir + "/" + name).c_str());  // ENOENT: a peer unlinked it first
-}
-
 absl::Status Segment::Attach(int rank, int job_rank) {
   RankControl& c = control(rank);
   c.pid = static_cast<int32_t>(getpid());

@@ -89,7 +89,6 @@ class Segment {
   static absl::StatusOr<std::unique_ptr<Segment>> Open(const std::string& dir,
                                                        const std::string& name, int ranks,
                                                        size_t slot_bytes, uint64_t nonce);
-  static void Unlink(const std::string& dir, const std::string& name);
   static size_t TotalBytes(int ranks, size_t slot_bytes);
 
   // Makes this rank (`job_rank` in the job) a member: records its pid, initialises and takes its

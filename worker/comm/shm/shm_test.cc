@@ -525,6 +525,32 @@ TEST(ShmProcesses, PeerKilledMidCollectiveIsUnavailableAndLeavesNoSegment) {
   EXPECT_TRUE(SegmentsOf(prefix).empty());
 }
 
+// A rank stopped by a signal while it waits in the rendezvous (rank 0 has created the segment,
+// its peer never comes) unlinks the name on its way out, and still ends by that signal.
+TEST(ShmProcesses, RankStoppedBySignalDuringRendezvousLeavesNoSegment) {
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    testing::ScopedTempDir dir("shm-signal");
+    const std::string prefix = UniquePrefix("signal");
+    const std::string log = dir / "rank0.log";
+    const int pid =
+        testing::StartProcess({SelfPath()},
+                              {"LATCHKEY_SHM_TEST_CHILD=0 2 " +
+                               std::to_string(testing::FreePort()) + " " + prefix + " check"},
+                              log);
+    ASSERT_GT(pid, 0);
+    const auto until = Clock::now() + std::chrono::seconds(60);
+    while (SegmentsOf(prefix).empty() && Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_FALSE(SegmentsOf(prefix).empty()) << testing::ReadText(log);
+    ASSERT_EQ(kill(pid, sig), 0);
+    EXPECT_EQ(testing::WaitProcess(pid, std::chrono::seconds(10)), 128 + sig)
+        << strsignal(sig) << "\n"
+        << testing::ReadText(log);
+    EXPECT_TRUE(SegmentsOf(prefix).empty()) << strsignal(sig);
+  }
+}
+
 }  // namespace
 }  // namespace latchkey::comm
 

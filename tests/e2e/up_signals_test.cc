@@ -1,0 +1,400 @@
+// `latchkey up` stopped by each signal a user (or a terminal) sends it, with real processes: the
+// built-in job (40 steps on synthetic data, 2 workers) is signalled while pending or running, and
+// within 10 s of the signal no process of the run is alive, no /dev/shm segment names one of its
+// processes, and the database (RUN/coordinator.db, read-only) holds the job as cancelled, naming
+// why. Also: the coordinator's --cancel-on-shutdown, and `up --workers N` other than the
+// spec's world size refused at once.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/subprocess.h"
+#include "tests/support/process.h"
+#include "tests/support/specs.h"
+#include "tests/support/temp_dir.h"
+
+namespace latchkey::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr auto kCleanupBudget = seconds(10);  // from the signal to nothing left
+
+// A process is gone once it no longer exists or is a zombie nobody reaped yet.
+bool Alive(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return false;
+  const size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
+}
+
+// Every live process whose command line mentions `needle`, and every child of `parent`.
+std::set<int> ProcessesOf(const std::string& needle, int parent) {
+  std::set<int> found;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return found;
+  while (dirent* e = readdir(d)) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0 || pid == getpid()) continue;
+    std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string args((std::istreambuf_iterator<char>(cmd)), {});
+    std::replace(args.begin(), args.end(), '\0', ' ');
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    std::getline(stat, text);
+    const size_t paren = text.rfind(')');
+    int ppid = -1;
+    if (paren != std::string::npos) std::sscanf(text.c_str() + paren + 2, "%*c %d", &ppid);
+    if ((args.find(needle) != std::string::npos || (parent > 0 && ppid == parent)) && Alive(pid)) {
+      found.insert(pid);
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+// The pids named in the control blocks of the shm segments in /dev/shm (docs/transport.md: the
+// header's rank count at byte 12, rank r's block at 4096 + 64 r with its pid at byte 12).
+std::map<std::string, std::set<int>> SegmentPids() {
+  std::map<std::string, std::set<int>> out;
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (std::strncmp(e->d_name, "latchkey-shm-", 13) != 0) continue;
+    std::ifstream in(std::string("/dev/shm/") + e->d_name, std::ios::binary);
+    char header[16] = {0};
+    if (!in.read(header, sizeof(header))) continue;
+    uint32_t ranks = 0;
+    std::memcpy(&ranks, header + 12, 4);
+    std::set<int>& pids = out[e->d_name];
+    for (uint32_t r = 0; r < std::min<uint32_t>(ranks, 4096); ++r) {
+      int32_t pid = 0;
+      in.seekg(4096 + 64 * static_cast<std::streamoff>(r) + 12);
+      if (!in.read(reinterpret_cast<char*>(&pid), 4)) break;
+      if (pid > 0) pids.insert(pid);
+    }
+  }
+  closedir(d);
+  return out;
+}
+
+struct JobRow {
+  int state = -1;  // JobState: 1 pending, 2 running, 3 succeeded, 4 failed, 5 cancelled
+  std::string reason;
+};
+
+// The job's row in the run's database, opened read-only.
+JobRow ReadJob(const std::string& db, const std::string& job) {
+  JobRow row;
+  sqlite3* h = nullptr;
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(h, "SELECT state, failure_reason FROM jobs WHERE job_id = ?", -1, &st,
+                           nullptr) == SQLITE_OK) {
+      sqlite3_bind_text(st, 1, job.c_str(), -1, SQLITE_TRANSIENT);
+      if (sqlite3_step(st) == SQLITE_ROW) {
+        row.state = sqlite3_column_int(st, 0);
+        const unsigned char* reason = sqlite3_column_text(st, 1);
+        if (reason != nullptr) row.reason = reinterpret_cast<const char*>(reason);
+      }
+    }
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(h);
+  return row;
+}
+
+// One `latchkey up` of the built-in job in <dir>/run, leader of a process group of its own, as
+// a shell starts a foreground job: a signal to the group is what a terminal's Ctrl-C (or its
+// closing) sends.
+class UpRun {
+ public:
+  explicit UpRun(const std::string& dir, std::vector<std::string> extra = {})
+      : run_(dir + "/run"), log_(dir + "/up.log") {
+    SpawnOptions o;
+    o.args = {LATCHKEY_CLI_BIN, "up", "--run-dir", run_};
+    o.args.insert(o.args.end(), extra.begin(), extra.end());
+    o.log_path = log_;
+    o.own_process_group = true;
+    auto pid = Spawn(o);
+    pid_ = pid.ok() ? *pid : -1;
+  }
+  ~UpRun() {
+    if (pid_ > 0 && code_ == kRunning) {
+      kill(-pid_, SIGKILL);
+      WaitProcess(pid_, seconds(10));
+    }
+    for (int p : ProcessesOf(run_, -1)) kill(p, SIGKILL);  // never leave one behind
+  }
+  static constexpr int kRunning = -1000;
+
+  int pid() const { return pid_; }
+  const std::string& run() const { return run_; }
+  std::string log() const { return ReadText(log_); }
+
+  // The first match of `pattern`'s group 1 in up's output, waiting up to `deadline`.
+  std::string Grab(const std::string& pattern, seconds deadline = seconds(120)) {
+    const std::regex re(pattern);
+    std::smatch m;
+    const auto until = Clock::now() + deadline;
+    while (Clock::now() < until) {
+      Remember();
+      const std::string text = log();
+      if (std::regex_search(text, m, re)) return m[1].str();
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return "";
+  }
+  std::string Job() { return Grab("job          (\\S+)"); }
+  // Until rank 0 has recorded `step` (the job runs).
+  bool WaitForStep(int step) {
+    const std::string needle = "\"step\":" + std::to_string(step);
+    const auto until = Clock::now() + seconds(240);
+    while (Clock::now() < until) {
+      Remember();
+      if (ReadText(run_ + "/steps-0.jsonl").find(needle) != std::string::npos) return true;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return false;
+  }
+  void Signal(int sig, bool to_group) {
+    Remember();
+    signalled_ = Clock::now();
+    ASSERT_EQ(kill(to_group ? -pid_ : pid_, sig), 0);
+  }
+  // up's exit code, waiting what is left of the budget.
+  int Wait() {
+    if (code_ == kRunning) {
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(signalled_ + kCleanupBudget - Clock::now());
+      code_ = WaitProcess(pid_, std::max(left, milliseconds(1)));
+    }
+    return code_;
+  }
+
+  // Within the budget: no process of the run alive (the pids up printed, its children seen
+  // while it ran, anything naming the run folder), and no shm segment naming one of them.
+  void ExpectNothingLeft() {
+    const std::string text = log();
+    std::set<int> pids = children_;
+    const std::regex pid_re("(?:db [^\n]*, pid|worker [0-9]+ +pid) ([0-9]+)");
+    for (std::sregex_iterator it(text.begin(), text.end(), pid_re), end; it != end; ++it) {
+      pids.insert(std::stoi((*it)[1]));
+    }
+    EXPECT_GE(pids.size(), 1u) << text;
+    std::set<int> alive;
+    do {
+      alive.clear();
+      for (int p : pids) {
+        if (Alive(p)) alive.insert(p);
+      }
+      for (int p : ProcessesOf(run_, -1)) alive.insert(p);
+      if (alive.empty()) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    } while (Clock::now() < signalled_ + kCleanupBudget);
+    for (int p : alive) ADD_FAILURE() << "pid " << p << " of the run still alive\n" << text;
+    for (const auto& [name, owners] : SegmentPids()) {
+      for (int p : owners) {
+        EXPECT_EQ(pids.count(p), 0u) << "/dev/shm/" << name << " belongs to pid " << p;
+      }
+    }
+  }
+
+ private:
+  void Remember() {
+    for (int p : ProcessesOf(run_, pid_)) children_.insert(p);
+  }
+
+  std::string run_;
+  std::string log_;
+  int pid_ = -1;
+  int code_ = kRunning;
+  std::set<int> children_;
+  Clock::time_point signalled_ = Clock::now();
+};
+
+void ExpectCancelled(const UpRun& up, const std::string& job, const std::string& why) {
+  const JobRow row = ReadJob(up.run() + "/coordinator.db", job);
+  EXPECT_EQ(row.state, 5) << "job " << job << ": " << row.reason << "\n" << up.log();
+  EXPECT_NE(row.reason.find(why), std::string::npos) << row.reason;
+}
+
+// Ctrl-C before any worker has joined: the job is cancelled at once (before, `up` waited a
+// minute for a coordinator it had stopped itself, and left the job pending).
+TEST(UpSignals, InterruptWhilePending) {
+  const ScopedTempDir dir("up-signals-pending");
+  UpRun up(dir.path());
+  const std::string job = up.Job();
+  ASSERT_FALSE(job.empty()) << up.log();
+  up.Signal(SIGINT, /*to_group=*/false);
+  EXPECT_EQ(up.Wait(), 11) << up.log();
+  up.ExpectNothingLeft();
+  ExpectCancelled(up, job, "interrupted by latchkey up (SIGINT)");
+  // It was still pending: the coordinator's log has the transition.
+  const std::string coordinator_log = ReadText(up.run() + "/coordinator.log");
+  EXPECT_NE(coordinator_log.find(job + ": pending -> cancelled"), std::string::npos)
+      << coordinator_log;
+}
+
+// Two Ctrl-C from the terminal 0.1 s apart, while the job runs: the terminal signals the whole
+// foreground group (before, the coordinator died of the first one before `up` could cancel the
+// job, which stayed running).
+TEST(UpSignals, TwoInterruptsFromTheTerminal) {
+  const ScopedTempDir dir("up-signals-twice");
+  UpRun up(dir.path());
+  const std::string job = up.Job();
+  ASSERT_FALSE(job.empty()) << up.log();
+  ASSERT_TRUE(up.WaitForStep(1)) << up.log();
+  up.Signal(SIGINT, /*to_group=*/true);
+  std::this_thread::sleep_for(milliseconds(100));
+  ASSERT_EQ(kill(-up.pid(), SIGINT), 0);
+  EXPECT_EQ(up.Wait(), 11) << up.log();
+  EXPECT_EQ(up.log().find("UNAVAILABLE"), std::string::npos) << up.log();
+  up.ExpectNothingLeft();
+  ExpectCancelled(up, job, "interrupted by latchkey up (SIGINT)");
+}
+
+// The terminal closes (SIGHUP to its foreground group) while the job runs.
+TEST(UpSignals, TerminalClosed) {
+  const ScopedTempDir dir("up-signals-hup");
+  UpRun up(dir.path());
+  const std::string job = up.Job();
+  ASSERT_FALSE(job.empty()) << up.log();
+  ASSERT_TRUE(up.WaitForStep(1)) << up.log();
+  up.Signal(SIGHUP, /*to_group=*/true);
+  EXPECT_EQ(up.Wait(), 11) << up.log();
+  up.ExpectNothingLeft();
+  ExpectCancelled(up, job, "interrupted by latchkey up (SIGHUP)");
+}
+
+// SIGTERM to `up` alone (a process manager, `kill PID`).
+TEST(UpSignals, TerminatedWhileRunning) {
+  const ScopedTempDir dir("up-signals-term");
+  UpRun up(dir.path());
+  const std::string job = up.Job();
+  ASSERT_FALSE(job.empty()) << up.log();
+  ASSERT_TRUE(up.WaitForStep(1)) << up.log();
+  up.Signal(SIGTERM, /*to_group=*/false);
+  EXPECT_EQ(up.Wait(), 11) << up.log();
+  up.ExpectNothingLeft();
+  ExpectCancelled(up, job, "interrupted by latchkey up (SIGTERM)");
+}
+
+// kill -9 of `up`: nothing of it runs any more, yet its children die with it (their
+// parent-death signal) and its coordinator records the job cancelled as it stops.
+TEST(UpSignals, KilledWithSigkill) {
+  const ScopedTempDir dir("up-signals-kill");
+  UpRun up(dir.path());
+  const std::string job = up.Job();
+  ASSERT_FALSE(job.empty()) << up.log();
+  ASSERT_TRUE(up.WaitForStep(1)) << up.log();
+  up.Signal(SIGKILL, /*to_group=*/false);
+  EXPECT_EQ(up.Wait(), 128 + SIGKILL);
+  up.ExpectNothingLeft();
+  ExpectCancelled(up, job, "the coordinator stopped (signal 15");
+}
+
+// Ctrl-C while the coordinator does not answer (stopped with SIGSTOP here; hung, in life): `up`
+// gives up on cancelling after a few seconds, stops everything (a stopped coordinator is
+// continued, so it acts on SIGTERM) and the coordinator's --cancel-on-shutdown records the
+// cancellation.
+TEST(UpSignals, InterruptWhileTheCoordinatorDoesNotAnswer) {
+  const ScopedTempDir dir("up-signals-stopped");
+  UpRun up(dir.path());
+  const std::string job = up.Job();
+  ASSERT_FALSE(job.empty()) << up.log();
+  ASSERT_TRUE(up.WaitForStep(1)) << up.log();
+  const std::string coordinator = up.Grab("db [^\n]*, pid ([0-9]+)\\)");
+  ASSERT_FALSE(coordinator.empty()) << up.log();
+  ASSERT_EQ(kill(std::stoi(coordinator), SIGSTOP), 0);
+  up.Signal(SIGINT, /*to_group=*/false);
+  EXPECT_EQ(up.Wait(), 11) << up.log();
+  up.ExpectNothingLeft();
+  ExpectCancelled(up, job, "the coordinator stopped (signal 15");
+  kill(std::stoi(coordinator), SIGCONT);  // should the test have failed with it still there
+}
+
+// The coordinator's side on its own: a stop signal (SIGHUP here, which a closed terminal sends)
+// is a clean shutdown, and with --cancel-on-shutdown the job it has not finished is cancelled,
+// naming the signal; without the flag the job stays as it was, to resume on the next start.
+TEST(UpSignals, CoordinatorCancelsItsJobsOnShutdownOnlyWhenAsked) {
+  for (const bool cancel : {true, false}) {
+    const ScopedTempDir dir("up-signals-coordinator");
+    const std::string d = dir.path();
+    std::ofstream(d + "/spec.json") << SpecObject(SpecParams{}).dump(2);
+    std::vector<std::string> args = {LATCHKEY_COORDINATOR_BIN,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--db",
+                                     d + "/coordinator.db",
+                                     "--port-file",
+                                     d + "/ports.json",
+                                     "--metrics-port",
+                                     "-1"};
+    if (cancel) args.push_back("--cancel-on-shutdown");
+    const int pid = StartProcess(args, {}, d + "/coordinator.log");
+    const std::string ports = WaitForFile(
+        d + "/ports.json",
+        [](const std::string& t) { return t.find("grpc_port") != std::string::npos; }, seconds(20));
+    const auto j = nlohmann::json::parse(ports, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << ReadText(d + "/coordinator.log");
+    const std::string address = "127.0.0.1:" + std::to_string(j["grpc_port"].get<int>());
+    const Captured sub = RunAndCapture(
+        {LATCHKEY_CLI_BIN, "--coordinator", address, "submit", d + "/spec.json"}, seconds(30));
+    ASSERT_EQ(sub.exit_code, 0) << sub.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(sub.output, m, std::regex("(job-[0-9]+)"))) << sub.output;
+    ASSERT_EQ(kill(pid, SIGHUP), 0);
+    EXPECT_EQ(WaitProcess(pid, seconds(10)), 0) << ReadText(d + "/coordinator.log");
+    const JobRow row = ReadJob(d + "/coordinator.db", m[1]);
+    if (cancel) {
+      EXPECT_EQ(row.state, 5) << row.reason;
+      EXPECT_NE(row.reason.find("the coordinator stopped (signal 1, Hangup)"), std::string::npos)
+          << row.reason;
+    } else {
+      EXPECT_EQ(row.state, 1) << row.reason;  // pending, as it was
+    }
+  }
+}
+
+// One worker per rank: `--workers` other than the spec's world size is refused at once, naming
+// both, with the invalid-value exit code, before anything is started.
+TEST(UpSignals, WorkersOtherThanTheWorldSizeAreRefused) {
+  const ScopedTempDir dir("up-signals-workers");
+  for (const std::string n : {"1", "3"}) {
+    const auto start = Clock::now();
+    const Captured c = RunAndCapture(
+        {LATCHKEY_CLI_BIN, "up", "--workers", n, "--run-dir", dir.path() + "/run-" + n},
+        seconds(30));
+    EXPECT_EQ(c.exit_code, 3) << c.output;
+    EXPECT_NE(
+        c.output.find("--workers " + n + ": the spec's world size (latchkey.world_size) is 2"),
+        std::string::npos)
+        << c.output;
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
+    EXPECT_FALSE(std::ifstream(dir.path() + "/run-" + n + "/coordinator.db").good());
+    for (int p : ProcessesOf(dir.path() + "/run-" + n, -1)) kill(p, SIGKILL);  // a run it began
+  }
+}
+
+}  // namespace
+}  // namespace latchkey::testing
