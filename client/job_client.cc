@@ -137,9 +137,10 @@ absl::StatusOr<LatchAuditPage> JobClient::ListAllLatches(const std::string& job_
 
 absl::StatusOr<JobInfo> JobClient::WatchJob(const std::string& job_id,
                                             const std::function<bool(const JobUpdate&)>& on_update,
-                                            absl::Time deadline) {
+                                            absl::Time deadline, bool replay_recent_steps) {
   if (!impl_->channel_error.ok()) return impl_->channel_error;
-  const v1::WatchJobRequest req = MakeWatchJobRequest(job_id);
+  // A reopened stream does not replay: its steps were delivered already.
+  v1::WatchJobRequest req = MakeWatchJobRequest(job_id, replay_recent_steps);
   absl::Duration backoff = absl::Milliseconds(100);
   absl::Time unreachable_since = absl::InfiniteFuture();
   // Even an endless watch has a deadline per stream: it is reopened after each.
@@ -148,6 +149,7 @@ absl::StatusOr<JobInfo> JobClient::WatchJob(const std::string& job_id,
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + kStreamAttempt)));
     auto reader = impl_->stub->WatchJob(&ctx, req);
+    req.set_replay_recent_steps(false);
     v1::WatchJobResponse m;
     JobInfo last;
     bool got_any = false;

@@ -80,7 +80,8 @@ latchkey::v1::ListJobsResponse ToProto(const std::vector<JobInfo>& jobs);
 latchkey::v1::GetJobRequest MakeGetJobRequest(const std::string& job_id);
 latchkey::v1::CancelJobRequest MakeCancelJobRequest(const std::string& job_id,
                                                     const std::string& reason);
-latchkey::v1::WatchJobRequest MakeWatchJobRequest(const std::string& job_id);
+latchkey::v1::WatchJobRequest MakeWatchJobRequest(const std::string& job_id,
+                                                  bool replay_recent_steps = false);
 latchkey::v1::ListLatchesRequest MakeListLatchesRequest(const std::string& job_id,
                                                         int64_t start_window, int page_size);
 // ListJobs: the states to list (empty: all) and at most `page_size` jobs (0: the server's page).

@@ -323,9 +323,10 @@ v1::CancelJobRequest MakeCancelJobRequest(const std::string& job_id, const std::
   return out;
 }
 
-v1::WatchJobRequest MakeWatchJobRequest(const std::string& job_id) {
+v1::WatchJobRequest MakeWatchJobRequest(const std::string& job_id, bool replay_recent_steps) {
   v1::WatchJobRequest out;
   out.set_job_id(job_id);
+  out.set_replay_recent_steps(replay_recent_steps);
   return out;
 }
 

@@ -84,12 +84,13 @@ grpc::Status JobServiceImpl::UpdateJobPolicy(grpc::ServerContext* ctx,
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::WatchJobResponse>* writer) {
-  return Guard(*ctx, "WatchJob", JobAccess::kRead, req->job_id(),
-               [&](const Principal&) { return Watch(*ctx, req->job_id(), writer); });
+  return Guard(*ctx, "WatchJob", JobAccess::kRead, req->job_id(), [&](const Principal&) {
+    return Watch(*ctx, req->job_id(), req->replay_recent_steps(), writer);
+  });
 }
 
 absl::Status JobServiceImpl::Watch(const grpc::ServerContext& ctx, const std::string& job_id,
-                                   grpc::ServerWriter<v1::WatchJobResponse>* writer) {
+                                   bool replay, grpc::ServerWriter<v1::WatchJobResponse>* writer) {
   uint64_t version = 0;
   int64_t last_step = -1;
   bool first = true;
@@ -103,8 +104,12 @@ absl::Status JobServiceImpl::Watch(const grpc::ServerContext& ctx, const std::st
     JobUpdate update;
     update.job = ToJobInfo(u->job);
     if (first || u->steps.empty()) {
-      // The first message is the job as it is now, not a replay of its history.
+      // The first message is the job as it is now; with `replay` the recent steps follow it.
       if (!writer->Write(ToProto(update))) return absl::CancelledError("client gone");
+      for (size_t i = 0; first && replay && i < u->steps.size(); ++i) {
+        update.step = u->steps[i];
+        if (!writer->Write(ToProto(update))) return absl::CancelledError("client gone");
+      }
     } else {
       for (const CompletedStep& s : u->steps) {
         update.step = s;

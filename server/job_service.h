@@ -52,7 +52,7 @@ class JobServiceImpl final : public latchkey::v1::JobService::Service {
                                       JobAccess access, const std::string& job_id) const;
   // WatchJob's stream: the job now, then each completed step, until the job ends or the client
   // goes (CANCELLED).
-  absl::Status Watch(const grpc::ServerContext& ctx, const std::string& job_id,
+  absl::Status Watch(const grpc::ServerContext& ctx, const std::string& job_id, bool replay,
                      grpc::ServerWriter<v1::WatchJobResponse>* writer);
 
   Coordinator* const core_;

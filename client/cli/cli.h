@@ -77,6 +77,9 @@ void AddCheckpointCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 struct WatchHooks {
   std::function<void(const JobInfo&)> on_job;
   JobInfo* last_job = nullptr;
+  // Show the steps completed before the watch began too (those the coordinator still holds):
+  // `up` watches its own job from its start.
+  bool replay_recent_steps = false;
 };
 
 // Follows a job until it ends, printing progress (a live bar on a terminal, one line per step

@@ -48,7 +48,7 @@ int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_s
     }
     return true;
   };
-  auto final_job = client.WatchJob(job_id, on_update, deadline);
+  auto final_job = client.WatchJob(job_id, on_update, deadline, hooks.replay_recent_steps);
   if (tty) std::cout << std::endl;
   if (final_job.ok() && hooks.last_job) *hooks.last_job = *final_job;
   if (!final_job.ok()) return Fail(final_job.status());

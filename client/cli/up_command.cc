@@ -481,6 +481,7 @@ absl::StatusOr<Supervised> Supervise(const UpOptions& o, const PreparedRun& run,
   supervisor.WaitFirstAnnounced();
   Supervised out;
   WatchHooks hooks;
+  hooks.replay_recent_steps = true;  // its own job, from the start: every step it still holds
   hooks.on_job = [&](const JobInfo& j) {
     out.have_job = true;
     supervisor.OnJob(j);

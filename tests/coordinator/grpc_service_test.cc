@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "client/job_client.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/grpc_fixture.h"
@@ -372,6 +373,53 @@ TEST_F(GrpcServiceTest, WatchJobStreamsStateAndSteps) {
   auto missing = client.WatchJob(
       "job-555555", [](const JobUpdate&) { return true; }, absl::Now() + absl::Seconds(5));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+// A watcher that attaches after steps completed sees them only when it asks for the replay;
+// either way the steps after it attached follow, each once, in order.
+TEST_F(GrpcServiceTest, WatchJobReplaysTheStepsBeforeItOnlyWhenAsked) {
+  SpecParams p;
+  p.world_size = 1;
+  p.tp = 1;
+  p.steps = 3;
+  v1::SubmitJobResponse job = Submit(p);
+  v1::JoinResponse r;
+  ASSERT_TRUE(Join(job, "solo", &r).ok());
+  const auto report = [&](int64_t s) {
+    v1::ReportStepRequest req;
+    *req.mutable_identity() = Id(job, "solo");
+    req.set_step(s);
+    req.set_kv_mode(v1::KV_MODE_COALESCED);
+    req.set_loss(3.0 - s);
+    v1::ReportStepResponse resp;
+    return workers_->ReportStep(Ctx().get(), req, &resp);
+  };
+  ASSERT_TRUE(report(0).ok());
+  ASSERT_TRUE(report(1).ok());
+  JobClient client({server_->address(), absl::Seconds(5), absl::ZeroDuration(), {}});
+  for (const bool replay : {false, true}) {
+    std::vector<int64_t> steps;
+    absl::Notification attached;
+    std::thread watcher([&] {
+      auto end = client.WatchJob(
+          job.job_id(),
+          [&](const JobUpdate& m) {
+            if (m.step) steps.push_back(m.step->report.step);
+            if (!attached.HasBeenNotified()) attached.Notify();
+            return true;
+          },
+          absl::Now() + absl::Seconds(20), replay);
+      EXPECT_TRUE(end.ok()) << end.status();  // the stream ends with the job
+    });
+    ASSERT_TRUE(attached.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    if (!replay) {
+      absl::SleepFor(absl::Milliseconds(200));  // the stream is open before the last step
+      ASSERT_TRUE(report(2).ok());
+    }
+    watcher.join();
+    EXPECT_EQ(steps, replay ? (std::vector<int64_t>{0, 1, 2}) : (std::vector<int64_t>{2}))
+        << "replay " << replay;
+  }
 }
 
 TEST_F(GrpcServiceTest, MetricsCountJobsWorkersAndLatches) {
