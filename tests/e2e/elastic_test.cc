@@ -13,8 +13,10 @@
 // FAILED_PRECONDITION and these tests fail there.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -182,13 +184,17 @@ nlohmann::json KillAndShrink(Cluster& c, std::vector<int>& pids) {
 
 void ExpectMatches(const std::map<int64_t, nlohmann::json>& ref,
                    const std::map<int64_t, nlohmann::json>& got, int64_t from_step) {
+  double worst = 0;
   for (int64_t s = from_step; s < kSteps; ++s) {
     SCOPED_TRACE(s);
     ASSERT_TRUE(ref.count(s) && got.count(s));
     const double want = ref.at(s)["loss"].get<double>();
     const double have = got.at(s)["loss"].get<double>();
     EXPECT_LE(std::abs(have - want), 1e-5 * std::abs(want)) << have << " vs " << want;
+    worst = std::max(worst, std::abs(have - want) / std::abs(want));
   }
+  std::printf("steps %lld..%d: max relative loss deviation from the uninterrupted run %.3e\n",
+              static_cast<long long>(from_step), kSteps - 1, worst);
 }
 
 TEST(ElasticEndToEnd, LosingAReplicaShrinksToDp1AndMatchesTheUninterruptedRun) {
