@@ -1,6 +1,5 @@
 #include "worker/runner/local_gate.h"
 
-#include <algorithm>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -47,8 +46,7 @@ absl::StatusOr<AttemptPlan> LocalGate::Begin() {
     if (!m.ok()) {
       return absl::Status(m.status().code(), field + ": " + std::string(m.status().message()));
     }
-    const int dp = rendezvous_.world_size / std::max(rendezvous_.tp, 1);
-    const ResumePoint point = ResumePointFor(*m, dp, spec_.micro_batch_size);
+    const ResumePoint point = ResumePointFor(*m, spec_.dp(), spec_.micro_batch_size);
     plan.resume_step = m->step;
     plan.resume_dir = dir;
     next_window_ = point.next_window;
