@@ -209,6 +209,24 @@ absl::Status ParseCheckpoint(JsonObjectReader s, const std::string& base_dir, Ch
   return s.RefuseUnknown();
 }
 
+// latchkey.activation_checkpointing: {mode, every_layers}.
+absl::Status ParseActivationCheckpointing(JsonObjectReader s, ActivationCheckpointingConfig* c) {
+  if (s.Get("mode") != nullptr) {
+    std::string name;
+    LK_RETURN_IF_ERROR(s.String("mode", &name));
+    std::optional<RecomputeMode> m = ParseRecomputeMode(name);
+    if (!m)
+      return s.Error("mode", absl::StrCat("unknown mode '", name, "' (none, selective, full)"));
+    c->mode = *m;
+  }
+  const bool has_every = s.Get("every_layers") != nullptr;
+  LK_RETURN_IF_ERROR(s.Int("every_layers", &c->every_layers, AtLeast(1)));
+  if (has_every && c->mode != RecomputeMode::kFull && c->every_layers != 1) {
+    return s.Error("every_layers", "applies to mode \"full\" only");
+  }
+  return s.RefuseUnknown();
+}
+
 // latchkey.elastic: {min_dp}; checked against the layout in ParseTop.
 absl::Status ParseElastic(JsonObjectReader s, ElasticConfig* e) {
   LK_RETURN_IF_ERROR(s.Require("min_dp"));
@@ -280,6 +298,12 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
     spec->device = *d;
   }
   LK_RETURN_IF_ERROR(s.Bool("tf32", &spec->tf32));
+  const json* recompute = nullptr;
+  LK_RETURN_IF_ERROR(s.Object("activation_checkpointing", &recompute));
+  if (recompute != nullptr) {
+    LK_RETURN_IF_ERROR(ParseActivationCheckpointing(s.Child("activation_checkpointing", *recompute),
+                                                    &spec->activation_checkpointing));
+  }
   if (spec->backend == CommBackend::kNccl && spec->device != DeviceKind::kCuda) {
     return s.Error("backend", "nccl needs latchkey.device \"cuda\" (this job runs on cpu)");
   }
@@ -340,9 +364,8 @@ absl::Status ParseTop(const json& root, const std::string& base_dir, JobSpec* sp
   if (obj != nullptr) {
     JsonObjectReader z = top.Child("zero_optimization", *obj);
     LK_RETURN_IF_ERROR(z.Int("stage", &spec->zero_stage, AtLeast(0)));
-    if (spec->zero_stage == 2 || spec->zero_stage == 3) {
-      return z.Error("stage",
-                     absl::StrCat("ZeRO ", spec->zero_stage, " is not supported yet (use 0 or 1)"));
+    if (spec->zero_stage == 3) {
+      return z.Error("stage", "ZeRO 3 is not supported (use 0, 1 or 2)");
     }
     if (spec->zero_stage > 3) {
       return z.Error("stage", absl::StrCat("unknown stage ", spec->zero_stage));
@@ -379,6 +402,7 @@ absl::Status ParseTop(const json& root, const std::string& base_dir, JobSpec* sp
     LK_RETURN_IF_ERROR(t.Int("autotp_size", &spec->tp, AtLeast(1)));
     const json* pc = t.Get("partition_config");
     spec->has_partition_config = pc != nullptr && !pc->is_null();
+    LK_RETURN_IF_ERROR(t.Bool("sequence_parallel", &spec->sequence_parallel));
     t.WarnUnknown(&spec->warnings);
   }
 
@@ -397,6 +421,16 @@ absl::Status ParseTop(const json& root, const std::string& base_dir, JobSpec* sp
                                                 spec->model.n_positions, ")"));
   }
   if (!has_world_size) spec->world_size = spec->tp;
+  if (spec->sequence_parallel && spec->tp == 1) {
+    spec->warnings.push_back(
+        "tensor_parallel.sequence_parallel: ignored with autotp_size 1 (nothing to shard over)");
+    spec->sequence_parallel = false;
+  }
+  if (spec->sequence_parallel && spec->seq_len % spec->tp != 0) {
+    return Err("tensor_parallel.sequence_parallel",
+               absl::StrCat("latchkey.seq_len (", spec->seq_len,
+                            ") must be divisible by tensor_parallel.autotp_size (", spec->tp, ")"));
+  }
   if (spec->world_size % spec->tp != 0) {
     return Err("latchkey.world_size",
                absl::StrCat(spec->world_size, " is not divisible by tensor_parallel.autotp_size (",

@@ -96,6 +96,21 @@ struct ElasticConfig {
   bool enabled() const { return min_dp > 0; }
 };
 
+// `latchkey.activation_checkpointing` (docs/memory.md): which activations the backward
+// recomputes instead of keeping.
+enum class RecomputeMode {
+  kNone,       // every activation is kept (the default)
+  kSelective,  // core attention (scores, softmax, attention dropout, probs·V) is recomputed
+  kFull,       // only the input of every `every_layers`-th layer group is kept
+};
+const char* RecomputeModeName(RecomputeMode m);  // "none", "selective", "full"
+std::optional<RecomputeMode> ParseRecomputeMode(absl::string_view name);
+
+struct ActivationCheckpointingConfig {
+  RecomputeMode mode = RecomputeMode::kNone;
+  int every_layers = 1;  // >= 1; full only: layers per recomputed group
+};
+
 struct DataConfig {
   // Exactly one of tokens_file / synthetic_seed is set.
   std::string tokens_file;  // absolute after parsing (resolved against the spec's folder)
@@ -108,12 +123,16 @@ struct JobSpec {
   int micro_batch_size = 1;             // train_micro_batch_size_per_gpu
   int gradient_accumulation_steps = 1;  // managed windows: n_s
   double gradient_clipping = 0.0;       // 0 = off
-  int zero_stage = 0;                   // zero_optimization.stage: 0 or 1
+  int zero_stage = 0;                   // zero_optimization.stage: 0, 1 or 2
   bool bf16 = false;                    // bf16.enabled
   OptimizerConfig optimizer;
-  SchedulerConfig scheduler;                  // top-level `scheduler`
-  int tp = 1;                                 // tensor_parallel.autotp_size
-  bool has_partition_config = false;          // tensor_parallel.partition_config present
+  SchedulerConfig scheduler;          // top-level `scheduler`
+  int tp = 1;                         // tensor_parallel.autotp_size
+  bool has_partition_config = false;  // tensor_parallel.partition_config present
+  // tensor_parallel.sequence_parallel (Megatron's --sequence-parallel): LayerNorm, dropout and
+  // residual activations sharded along the sequence over TP. Only with tp > 1 (with tp 1 the
+  // key is accepted, warned about and off).
+  bool sequence_parallel = false;
   bool managed_gradient_accumulation = true;  // false: windows from window_schedule
   std::vector<int> window_schedule;           // latchkey.window_schedule (last one repeats)
   // latchkey.no_sync: the no_sync mask of every window (managed windows; one entry per
@@ -136,9 +155,10 @@ struct JobSpec {
   // latchkey.rejoin_timeout_seconds: how long a recovery waits for every rank to join the new
   // attempt. 0 (absent): the coordinator's liveness timeout.
   double rejoin_timeout_seconds = 0;
-  CommBackend backend = CommBackend::kAuto;  // latchkey.backend
-  DeviceKind device = DeviceKind::kCpu;      // latchkey.device
-  bool tf32 = false;                         // latchkey.tf32: TF32 matmuls on cuda
+  CommBackend backend = CommBackend::kAuto;                // latchkey.backend
+  DeviceKind device = DeviceKind::kCpu;                    // latchkey.device
+  bool tf32 = false;                                       // latchkey.tf32: TF32 matmuls on cuda
+  ActivationCheckpointingConfig activation_checkpointing;  // latchkey.activation_checkpointing
 
   // Unknown DeepSpeed top-level keys: listed here, ignored otherwise.
   std::vector<std::string> warnings;
@@ -178,6 +198,7 @@ bool operator==(const SchedulerConfig& a, const SchedulerConfig& b);
 bool operator==(const EvalConfig& a, const EvalConfig& b);
 bool operator==(const CheckpointConfig& a, const CheckpointConfig& b);
 bool operator==(const ElasticConfig& a, const ElasticConfig& b);
+bool operator==(const ActivationCheckpointingConfig& a, const ActivationCheckpointingConfig& b);
 bool operator==(const JobSpec& a, const JobSpec& b);
 inline bool operator!=(const OptimizerConfig& a, const OptimizerConfig& b) { return !(a == b); }
 inline bool operator!=(const DataConfig& a, const DataConfig& b) { return !(a == b); }

@@ -41,6 +41,25 @@ std::optional<KvReducePolicy> ParseKvReducePolicy(absl::string_view name) {
   return std::nullopt;
 }
 
+const char* RecomputeModeName(RecomputeMode m) {
+  switch (m) {
+    case RecomputeMode::kNone:
+      return "none";
+    case RecomputeMode::kSelective:
+      return "selective";
+    case RecomputeMode::kFull:
+      return "full";
+  }
+  return "unknown";
+}
+
+std::optional<RecomputeMode> ParseRecomputeMode(absl::string_view name) {
+  for (RecomputeMode m : {RecomputeMode::kNone, RecomputeMode::kSelective, RecomputeMode::kFull}) {
+    if (name == RecomputeModeName(m)) return m;
+  }
+  return std::nullopt;
+}
+
 std::optional<KvMode> ParseKvMode(absl::string_view name) {
   for (KvMode m : {KvMode::kPerMicroBatch, KvMode::kDeferred, KvMode::kCoalesced}) {
     if (name == KvModeName(m)) return m;
@@ -104,6 +123,7 @@ std::string JobSpecToJson(const JobSpec& spec) {
 
   json tensor_parallel = {{"autotp_size", spec.tp}};
   if (spec.has_partition_config) tensor_parallel["partition_config"] = json::object();
+  tensor_parallel["sequence_parallel"] = spec.sequence_parallel;
 
   json data = {{"dtype", DtypeName(spec.data.dtype)}};
   if (spec.data.synthetic_seed) {
@@ -142,6 +162,9 @@ std::string JobSpecToJson(const JobSpec& spec) {
   latchkey["backend"] = CommBackendName(spec.backend);
   latchkey["device"] = DeviceKindName(spec.device);
   latchkey["tf32"] = spec.tf32;
+  latchkey["activation_checkpointing"] = {
+      {"mode", RecomputeModeName(spec.activation_checkpointing.mode)},
+      {"every_layers", spec.activation_checkpointing.every_layers}};
 
   json root = {{"model", model},
                {"train_micro_batch_size_per_gpu", spec.micro_batch_size},
@@ -192,14 +215,19 @@ bool operator==(const CheckpointConfig& a, const CheckpointConfig& b) {
 
 bool operator==(const ElasticConfig& a, const ElasticConfig& b) { return a.min_dp == b.min_dp; }
 
+bool operator==(const ActivationCheckpointingConfig& a, const ActivationCheckpointingConfig& b) {
+  return a.mode == b.mode && a.every_layers == b.every_layers;
+}
+
 bool operator==(const JobSpec& a, const JobSpec& b) {
   auto t = [](const JobSpec& s) {
     return std::tie(s.model, s.micro_batch_size, s.gradient_accumulation_steps, s.gradient_clipping,
                     s.zero_stage, s.bf16, s.optimizer, s.scheduler, s.tp, s.has_partition_config,
-                    s.managed_gradient_accumulation, s.window_schedule, s.no_sync, s.seq_len,
-                    s.steps, s.seed, s.world_size, s.kv_reduce, s.data, s.eval, s.init_from,
-                    s.checkpoint, s.max_restarts, s.hang_timeout_seconds, s.elastic,
-                    s.rejoin_timeout_seconds, s.backend, s.device, s.tf32, s.warnings);
+                    s.sequence_parallel, s.managed_gradient_accumulation, s.window_schedule,
+                    s.no_sync, s.seq_len, s.steps, s.seed, s.world_size, s.kv_reduce, s.data,
+                    s.eval, s.init_from, s.checkpoint, s.max_restarts, s.hang_timeout_seconds,
+                    s.elastic, s.rejoin_timeout_seconds, s.backend, s.device, s.tf32,
+                    s.activation_checkpointing, s.warnings);
   };
   return t(a) == t(b);
 }

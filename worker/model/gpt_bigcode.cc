@@ -127,23 +127,53 @@ at::Tensor GptBigCode::Attention(const at::Tensor& qkv, int64_t B, int64_t S, in
     k = blocks.narrow(-1, D, D);
     v = blocks.narrow(-1, 2 * D, D);
   }
+  return CoreAttention(q, k, v, layer).transpose(1, 2).reshape({B, S, Hl * D});
+}
+
+at::Tensor GptBigCode::CoreAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     int64_t layer) {
+  const int64_t S = q.size(2), D = q.size(3);
   const double scale = cfg_.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
   // On cuda in bf16 without attention dropout: the fused scaled-dot-product attention (flash or
   // memory-efficient kernels). The CPU and fp32 paths keep the explicit form below.
-  if (qkv.is_cuda() && qkv.scalar_type() == at::kBFloat16 && cfg_.attn_pdrop == 0.0) {
-    at::Tensor out = at::scaled_dot_product_attention(
-        q, k.expand({B, Hl, S, D}), v.expand({B, Hl, S, D}), {}, 0.0, /*is_causal=*/true, scale);
-    return out.transpose(1, 2).reshape({B, S, Hl * D});
+  if (q.is_cuda() && q.scalar_type() == at::kBFloat16 && cfg_.attn_pdrop == 0.0) {
+    const int64_t B = q.size(0), Hl = q.size(1);
+    return at::scaled_dot_product_attention(q, k.expand({B, Hl, S, D}), v.expand({B, Hl, S, D}), {},
+                                            0.0, /*is_causal=*/true, scale);
   }
 #endif
   // The scaled scores are a fresh fp32 tensor that nothing saved for backward: masked in place.
   at::Tensor scores = (at::matmul(q, k.transpose(-1, -2)) * scale).to(at::kFloat);  // [B,Hl,S,S]
   scores.masked_fill_(future_mask(S), -std::numeric_limits<float>::infinity());
-  at::Tensor probs = at::softmax(scores, -1).to(qkv.scalar_type());
+  at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
   probs = Dropout(probs, cfg_.attn_pdrop, philox::DropoutSite::kAttn, layer);
-  at::Tensor out = at::matmul(probs, v);  // [B,Hl,S,D]
-  return out.transpose(1, 2).reshape({B, S, Hl * D});
+  return at::matmul(probs, v);  // [B,Hl,S,D]
+}
+
+at::Tensor GptBigCode::Layer(const at::Tensor& x_in, int64_t i) {
+  const int64_t B = x_in.size(0), S = x_in.size(1);
+  const int64_t E = cfg_.n_embd;
+  const double eps = cfg_.layer_norm_epsilon;
+  const bool tp = comm::is_parallel(tp_);
+  const auto& P = [&](const std::string& n) -> const at::Tensor& { return store_->param(n); };
+  const std::string pre = "transformer.h." + std::to_string(i) + ".";
+  at::Tensor h = at::layer_norm(x_in, {E}, P(pre + "ln_1.weight"), P(pre + "ln_1.bias"), eps);
+  if (tp) h = CopyToTp::apply(h, tp_);
+  at::Tensor qkv = at::linear(h, P(pre + "attn.c_attn.weight"), P(pre + "attn.c_attn.bias"));
+  at::Tensor a = at::linear(Attention(qkv, B, S, i), P(pre + "attn.c_proj.weight"));
+  if (tp) a = ReduceFromTp::apply(a, tp_, tag_);
+  a = a + P(pre + "attn.c_proj.bias");
+  at::Tensor x = x_in + Dropout(a, cfg_.resid_pdrop, philox::DropoutSite::kResidAttn, i);
+
+  at::Tensor h2 = at::layer_norm(x, {E}, P(pre + "ln_2.weight"), P(pre + "ln_2.bias"), eps);
+  if (tp) h2 = CopyToTp::apply(h2, tp_);
+  at::Tensor f =
+      at::gelu(at::linear(h2, P(pre + "mlp.c_fc.weight"), P(pre + "mlp.c_fc.bias")), "tanh");
+  at::Tensor m = at::linear(f, P(pre + "mlp.c_proj.weight"));
+  if (tp) m = ReduceFromTp::apply(m, tp_, tag_);
+  m = m + P(pre + "mlp.c_proj.bias");
+  return x + Dropout(m, cfg_.resid_pdrop, philox::DropoutSite::kResidMlp, i);
 }
 
 at::Tensor GptBigCode::Logits(const at::Tensor& ids, const std::vector<int64_t>& row_positions) {
@@ -159,32 +189,13 @@ at::Tensor GptBigCode::Logits(const at::Tensor& ids, const std::vector<int64_t>&
   positions_ = dropout ? at::tensor(row_positions, at::kLong).to(store_->device()) : at::Tensor();
   const int64_t E = cfg_.n_embd;
   const double eps = cfg_.layer_norm_epsilon;
-  const bool tp = comm::is_parallel(tp_);
   const auto& P = [&](const std::string& n) -> const at::Tensor& { return store_->param(n); };
 
   at::Tensor pos = at::arange(S, ids.options().dtype(at::kLong));
   at::Tensor x = at::embedding(P("transformer.wte.weight"), ids) +
                  at::embedding(P("transformer.wpe.weight"), pos).unsqueeze(0);
   x = Dropout(x, cfg_.embd_pdrop, philox::DropoutSite::kEmbd, 0);
-  for (int i = 0; i < cfg_.n_layer; ++i) {
-    const std::string pre = "transformer.h." + std::to_string(i) + ".";
-    at::Tensor h = at::layer_norm(x, {E}, P(pre + "ln_1.weight"), P(pre + "ln_1.bias"), eps);
-    if (tp) h = CopyToTp::apply(h, tp_);
-    at::Tensor qkv = at::linear(h, P(pre + "attn.c_attn.weight"), P(pre + "attn.c_attn.bias"));
-    at::Tensor a = at::linear(Attention(qkv, B, S, i), P(pre + "attn.c_proj.weight"));
-    if (tp) a = ReduceFromTp::apply(a, tp_, tag_);
-    a = a + P(pre + "attn.c_proj.bias");
-    x = x + Dropout(a, cfg_.resid_pdrop, philox::DropoutSite::kResidAttn, i);
-
-    at::Tensor h2 = at::layer_norm(x, {E}, P(pre + "ln_2.weight"), P(pre + "ln_2.bias"), eps);
-    if (tp) h2 = CopyToTp::apply(h2, tp_);
-    at::Tensor f =
-        at::gelu(at::linear(h2, P(pre + "mlp.c_fc.weight"), P(pre + "mlp.c_fc.bias")), "tanh");
-    at::Tensor m = at::linear(f, P(pre + "mlp.c_proj.weight"));
-    if (tp) m = ReduceFromTp::apply(m, tp_, tag_);
-    m = m + P(pre + "mlp.c_proj.bias");
-    x = x + Dropout(m, cfg_.resid_pdrop, philox::DropoutSite::kResidMlp, i);
-  }
+  for (int i = 0; i < cfg_.n_layer; ++i) x = Layer(x, i);
   x = at::layer_norm(x, {E}, P("transformer.ln_f.weight"), P("transformer.ln_f.bias"), eps);
   return at::matmul(x, P("transformer.wte.weight").t());
 }

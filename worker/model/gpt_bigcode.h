@@ -50,7 +50,14 @@ class GptBigCode {
   // x [B, ...] with p in (0, 1) while training: x · keep / (1 − p) with the keep mask of
   // (site, layer) for the rows at positions_; x itself otherwise.
   at::Tensor Dropout(const at::Tensor& x, double p, philox::DropoutSite site, int64_t layer);
+  // Transformer block `layer`: x [B, S, E] -> x [B, S, E], with its 2 TP all-reduces forward.
+  at::Tensor Layer(const at::Tensor& x, int64_t layer);
+  // qkv [B, S, local width] -> [B, S, Hl*D]: splits the heads and runs CoreAttention.
   at::Tensor Attention(const at::Tensor& qkv, int64_t B, int64_t S, int64_t layer);
+  // q [B,Hl,S,D], k/v [B,Hl or 1,S,D] -> [B,Hl,S,D]: scores, causal mask, softmax, attention
+  // dropout, probabilities·V. No parameters and no collectives.
+  at::Tensor CoreAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           int64_t layer);
   const at::Tensor& future_mask(int64_t S);
 
   ModelConfig cfg_;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/checkpoint/training_state.h"
 #include "worker/data/token_source.h"
@@ -368,6 +369,19 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const JobSpec& spec,
         "latchkey.world_size: the process group (world " + std::to_string(groups->world_size) +
         ", tp " + std::to_string(groups->tp) + ") does not match the spec (world " +
         std::to_string(spec.world_size) + ", tp " + std::to_string(spec.tp) + ")");
+  }
+  if (spec.activation_checkpointing.mode != RecomputeMode::kNone) {
+    return absl::UnimplementedError(
+        absl::StrCat("latchkey.activation_checkpointing.mode: '",
+                     RecomputeModeName(spec.activation_checkpointing.mode),
+                     "' is not implemented by this worker"));
+  }
+  if (spec.sequence_parallel) {
+    return absl::UnimplementedError(
+        "tensor_parallel.sequence_parallel: not implemented by this worker");
+  }
+  if (spec.zero_stage == 2) {
+    return absl::UnimplementedError("zero_optimization.stage: 2 is not implemented by this worker");
   }
   auto engine = std::make_unique<EngineImpl>(spec, groups, options);
   if (absl::Status st = engine->Init(); !st.ok()) return st;
