@@ -291,6 +291,13 @@ class Coordinator {
   // not joined the attempt within the liveness timeout of the recovery's start, or (running)
   // stalled by the hang detector, recovers or fails.
   void CheckLiveness();
+  // The coordinator did not run for `gap` (the checker thread's monotonic clock jumped: a
+  // SIGSTOP, a frozen VM, a long stall): every rank of every live job counts as seen now, a
+  // recovery's rejoin window restarts now, and no hang verdict is given for the job's
+  // hang_timeout_seconds. The checker thread calls it when its checks start more than
+  // kPauseThreshold later than their period; tests may call it themselves.
+  void GraceAfterPause(absl::Duration gap);
+  static constexpr absl::Duration kPauseThreshold = absl::Seconds(2);
 
   const CoordinatorOptions& options() const { return options_; }
 

@@ -60,6 +60,9 @@ struct Coordinator::Job {
   // The most ranks.StepsCompleted() has been as of the last Advance: it does not go back when
   // a recovery resumes from an older checkpoint (the steps stay completed and stored).
   int64_t steps_completed = 0;
+  // No hang verdict before this time: set when the coordinator finds it did not run for a
+  // while (Coordinator::GraceAfterPause). Never persisted.
+  absl::Time hang_grace_until = absl::InfinitePast();
 
   // Waiters (WaitJobChange, WaitLatches) and latch streams.
   uint64_t version = 1;  // bumps on every change waiters may care about

@@ -4,6 +4,7 @@
 // failure for FailOrRecover (coordinator_attempts.cc). Stall verdicts stay listed on the job
 // until the attempt they caused completed a step.
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <utility>
@@ -26,15 +27,53 @@ void Coordinator::StartLivenessChecker() {
   const absl::Duration period = std::min(
       absl::Milliseconds(250), std::max(absl::Milliseconds(10), options_.liveness_timeout / 4));
   liveness_thread_ = std::thread([this, period] {
+    // The monotonic clock of the process (not the coordinator's Clock): it keeps running while
+    // the process is stopped (SIGSTOP, a frozen VM, starvation), which is what it measures. Two
+    // checks' starts further apart than the period plus kPauseThreshold mean the coordinator
+    // did not run in between; heartbeats that arrived meanwhile could not be counted, so no
+    // rank is judged on that gap (GraceAfterPause) before this check.
+    auto last_start = std::chrono::steady_clock::now();
     absl::MutexLock lock(&liveness_mu_);
     while (!liveness_stop_) {
       liveness_cv_.WaitWithTimeout(&liveness_mu_, period);
       if (liveness_stop_) break;
       liveness_mu_.Unlock();
+      const auto start = std::chrono::steady_clock::now();
+      const absl::Duration gap = absl::FromChrono(start - last_start);
+      last_start = start;
+      if (gap > period + kPauseThreshold) GraceAfterPause(gap);
       CheckLiveness();
       liveness_mu_.Lock();
     }
   });
+}
+
+void Coordinator::GraceAfterPause(absl::Duration gap) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return;
+  const absl::Time now = clock_->Now();
+  int granted = 0;
+  for (auto& [id, job] : jobs_) {
+    if (IsTerminal(job->rec.state)) continue;
+    for (int i = 0; i < job->world_size(); ++i) {
+      RankTable::Rank& r = job->ranks.at(i);
+      r.last_seen = std::max(r.last_seen, now);
+      r.heartbeat_time = std::max(r.heartbeat_time, now);
+    }
+    for (auto& [worker, spare] : job->spares) spare.last_seen = std::max(spare.last_seen, now);
+    if (job->rec.state == JobState::kRecovering) {
+      job->attempts.set_recovery_start(std::max(job->attempts.recovery_start(), now));
+    }
+    // A rank's reported position can hold the whole gap (waiting for a latch the coordinator
+    // could not publish): no hang verdict until a full hang timeout after waking.
+    job->hang_grace_until = now + absl::Seconds(job->spec.hang_timeout_seconds);
+    ++granted;
+  }
+  Log(absl::StrCat("coordinator did not run for ",
+                   absl::FormatDuration(absl::Trunc(gap, absl::Milliseconds(100))),
+                   " (stopped, frozen or starved): ", granted,
+                   granted == 1 ? " live job gets" : " live jobs get",
+                   " a fresh liveness and hang grace period"));
 }
 
 void Coordinator::CheckLiveness() {
@@ -107,6 +146,7 @@ bool Coordinator::CheckRejoin(Job& job, absl::Time now) {
 
 bool Coordinator::CheckHang(Job& job, absl::Time now) {
   if (job.rec.state != JobState::kRunning || !job.ranks.all_joined()) return false;
+  if (now < job.hang_grace_until) return false;  // GraceAfterPause
   const int64_t attempt = job.attempts.attempt();
   std::vector<RankWatch> watch;
   for (int i = 0; i < job.world_size(); ++i) {

@@ -333,6 +333,35 @@ TEST(UpSignals, InterruptWhileTheCoordinatorDoesNotAnswer) {
   kill(std::stoi(coordinator), SIGCONT);  // should the test have failed with it still there
 }
 
+// The coordinator stopped (SIGSTOP: a frozen VM, a long stall) for 45 s, longer than up's 10 s
+// liveness timeout and the 20 s hang timeout: on waking it notices it did not run and judges no
+// rank on the gap, so the job goes on and succeeds without a restart (before, it named a healthy
+// rank lost, killed the attempt and spent a restart).
+TEST(UpSignals, CoordinatorStoppedLongerThanEveryTimeoutSpendsNoRestart) {
+  const ScopedTempDir dir("up-signals-paused");
+  UpRun up(dir.path());
+  const std::string job = up.Job();
+  ASSERT_FALSE(job.empty()) << up.log();
+  ASSERT_TRUE(up.WaitForStep(1)) << up.log();
+  const std::string coordinator = up.Grab("db [^\n]*, pid ([0-9]+)\\)");
+  ASSERT_FALSE(coordinator.empty()) << up.log();
+  const int pid = std::stoi(coordinator);
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  std::this_thread::sleep_for(seconds(45));
+  ASSERT_EQ(kill(pid, SIGCONT), 0);
+  EXPECT_EQ(WaitProcess(up.pid(), seconds(240)), 0) << up.log();
+  const std::string text = up.log();
+  EXPECT_TRUE(std::regex_search(text, std::regex("restarts +0 \\(attempt 1\\)"))) << text;
+  const JobRow row = ReadJob(up.run() + "/coordinator.db", job);
+  EXPECT_EQ(row.state, 3) << row.reason;
+  const std::string coordinator_log = ReadText(up.run() + "/coordinator.log");
+  EXPECT_NE(coordinator_log.find("coordinator did not run for 4"), std::string::npos)
+      << coordinator_log;
+  EXPECT_EQ(coordinator_log.find("stalled"), std::string::npos) << coordinator_log;
+  EXPECT_EQ(coordinator_log.find("missed the liveness deadline"), std::string::npos)
+      << coordinator_log;
+}
+
 // The coordinator's side on its own: a stop signal (SIGHUP here, which a closed terminal sends)
 // is a clean shutdown, and with --cancel-on-shutdown the job it has not finished is cancelled,
 // naming the signal; without the flag the job stays as it was, to resume on the next start.
