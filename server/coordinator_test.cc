@@ -82,7 +82,7 @@ TEST(CoordinatorTest, SubmitValidatesNamingTheField) {
   EXPECT_NE(r.status().message().find("tensor_parallel.autotp_size"), absl::string_view::npos)
       << r.status();
   p = SpecParams();
-  p.zero_stage = 2;
+  p.zero_stage = 3;
   r = c->SubmitJob({SpecJson(p), "", "", 0});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("zero_optimization.stage"), absl::string_view::npos);

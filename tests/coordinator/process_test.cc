@@ -422,7 +422,7 @@ TEST_F(CliTest, ExitCodesScriptsCanRelyOn) {
   EXPECT_NE(r.output.find("join_token: "), std::string::npos);
 
   SpecParams bad;
-  bad.zero_stage = 2;
+  bad.zero_stage = 3;
   r = Cli({"submit", WriteFile("bad.json", SpecJson(bad))});
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("zero_optimization.stage"), std::string::npos) << r.output;

@@ -1,10 +1,12 @@
 #include "worker/runner/run_rank.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include "worker/checkpoint/checkpointer.h"
@@ -117,6 +119,10 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
     }
     return absl::OkStatus();
   };
+  // LATCHKEY_TEST_MIN_WINDOW_SECONDS (tests only, docs/fault-tolerance.md): every window lasts
+  // at least this long, as a larger model's would.
+  const char* min_window_env = std::getenv("LATCHKEY_TEST_MIN_WINDOW_SECONDS");
+  const double min_window_seconds = min_window_env ? std::atof(min_window_env) : 0.0;
   for (int64_t s = plan.first_window(); s < spec.steps; ++s) {
     proc.recorder->BeginWindow(s, RankPhase::kLatch);
     const auto wait_start = Clock::now();
@@ -126,9 +132,15 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
     if (s == options.throw_at_window_for_testing) {
       throw std::logic_error("injected fault in window " + std::to_string(s));
     }
+    const auto window_start = Clock::now();
     auto report = (*engine)->RunWindow(*latch);
     if (!report.ok()) return report.status();
     report->latch_wait_seconds = waited;
+    if (min_window_seconds > 0) {  // tests: a slow step without the compute
+      std::this_thread::sleep_until(window_start +
+                                    std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(min_window_seconds)));
+    }
     const bool save = checkpoints && (s + 1) % spec.checkpoint.every_steps == 0;
     // A background save commits at the boundary every rank derives from its step.
     const auto commit_due = [&]() -> absl::Status {

@@ -18,6 +18,7 @@
 #include "proto/channel.h"
 #include "proto/grpc_status.h"
 #include "proto/wire.h"
+#include "worker/session/report_outbox.h"
 
 namespace latchkey {
 namespace {
@@ -75,6 +76,9 @@ struct WorkerSession::Impl {
   bool recovering ABSL_GUARDED_BY(mu) = false;
   std::thread reader;
   std::thread heart;
+  // Reports the coordinator could not take when they were made; later reports queue behind
+  // them (Deliver).
+  ReportOutbox outbox;
 
   WorkerIdentity Identity() {
     absl::MutexLock lock(&mu);
@@ -339,6 +343,41 @@ struct WorkerSession::Impl {
     return s;
   }
 
+  // A report the training thread makes: sent at once; when the coordinator cannot be reached (a
+  // retryable error) or earlier reports are still queued, queued in the outbox instead, which
+  // re-sends it as Report does. OK when delivered or queued; the failure of a queued report is
+  // the answer of the next one.
+  template <typename Request, typename Response>
+  absl::Status Deliver(const Request& req,
+                       grpc::Status (v1::WorkerService::Stub::*method)(grpc::ClientContext*,
+                                                                       const Request&, Response*)) {
+    const auto queue = [this, req, method] {
+      return outbox.Enqueue([this, req, method] { return Report(req, method); });
+    };
+    if (absl::Status e = outbox.error(); !e.ok()) return e;
+    if (outbox.pending() > 0) return queue();
+    Response resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(GrpcDeadline(opt.rpc_timeout));
+    const grpc::Status st = (stub.get()->*method)(&ctx, req, &resp);
+    if (st.ok()) {
+      SetEnd(FromProto(resp).state, "");
+      return absl::OkStatus();
+    }
+    if (!IsRetryable(st.error_code())) {
+      absl::Status s = FromGrpcStatus(st);
+      NoteRefusal(s, /*always=*/false, req.identity().attempt());
+      return s;
+    }
+    if (!said_retrying.exchange(true)) {
+      std::cerr << "latchkey-worker: coordinator " << opt.coordinator
+                << " not answering; training goes on, reports are kept and re-sent for up to "
+                << absl::FormatDuration(opt.reconnect_timeout) << ": "
+                << FromGrpcStatus(st).ToString() << std::endl;
+    }
+    return queue();
+  }
+
   // The watchdog: a fenced session whose training thread never came back to recover is stuck
   // where no error reaches it (a collective with a stopped peer).
   void CheckStuck() {
@@ -481,8 +520,8 @@ absl::Status WorkerSession::ReportStep(const StepMetrics& m) {
     absl::MutexLock lock(&impl_->mu);
     if (impl_->fenced) return impl_->FencedErrorLocked();
   }
-  return impl_->Report(MakeReportStepRequest(impl_->Identity(), impl_->Rank(), m),
-                       &v1::WorkerService::Stub::ReportStep);
+  return impl_->Deliver(MakeReportStepRequest(impl_->Identity(), impl_->Rank(), m),
+                        &v1::WorkerService::Stub::ReportStep);
 }
 
 absl::Status WorkerSession::ReportFailure(const std::string& message, bool permanent) {
@@ -502,8 +541,8 @@ absl::Status WorkerSession::ReportCheckpoint(int64_t step, const std::string& ma
   report.manifest_sha256 = manifest_sha256;
   report.bytes = bytes;
   report.blocked_seconds = blocked_seconds;
-  return impl_->Report(MakeReportCheckpointRequest(impl_->Identity(), impl_->Rank(), report),
-                       &v1::WorkerService::Stub::ReportCheckpoint);
+  return impl_->Deliver(MakeReportCheckpointRequest(impl_->Identity(), impl_->Rank(), report),
+                        &v1::WorkerService::Stub::ReportCheckpoint);
 }
 
 absl::Status WorkerSession::Heartbeat() { return impl_->HeartbeatOnce(/*retry=*/true); }
@@ -519,6 +558,7 @@ absl::Status WorkerSession::Rejoin() {
     if (impl_->closed) return SessionClosed();
   }
   impl_->StopReader();
+  impl_->outbox.Drop();  // what the old attempt queued is moot: the coordinator refuses it
   auto joined = impl_->DoJoin();
   if (!joined.ok()) return joined.status();
   impl_->Adopt(*std::move(joined));
@@ -530,7 +570,14 @@ std::optional<JobEnd> WorkerSession::job_end() const {
   return impl_->end;
 }
 
+absl::Status WorkerSession::Flush(absl::Duration timeout) {
+  if (job_end().has_value()) return absl::OkStatus();  // the coordinator has what it needs
+  return impl_->outbox.Flush(timeout);
+}
+
 void WorkerSession::Close() {
+  // Steps reported during an outage are delivered before the session goes (nothing lost).
+  (void)Flush(impl_->opt.reconnect_timeout + impl_->opt.rpc_timeout);
   {
     absl::MutexLock lock(&impl_->mu);
     impl_->closed = true;
@@ -539,6 +586,7 @@ void WorkerSession::Close() {
   }
   if (impl_->reader.joinable()) impl_->reader.join();
   if (impl_->heart.joinable()) impl_->heart.join();
+  impl_->outbox.Close();
 }
 
 }  // namespace latchkey

@@ -12,9 +12,13 @@
 //
 // Resilience: the latch stream reopens by itself when the coordinator goes away (restart,
 // network), from the first window not yet received, with exponential backoff; unary calls
-// retry the same way (ReportStep is idempotent per step). After `reconnect_timeout` without
-// the coordinator, calls fail UNAVAILABLE. A background thread heartbeats at the interval the
-// coordinator asked for, carrying the rank's position (options.position).
+// retry the same way (ReportStep is idempotent per step). Step and checkpoint reports do not
+// hold training up during an outage: one the coordinator cannot take is queued and re-sent in
+// order by a sender thread, with the same backoff, and ReportStep returns at once (training goes
+// on through the latches already published); Close() first delivers what is queued. After
+// `reconnect_timeout` without the coordinator, calls fail UNAVAILABLE. A background thread
+// heartbeats at the interval the coordinator asked for, carrying the rank's position
+// (options.position).
 //
 // Attempts (docs/fault-tolerance.md): every call carries the attempt of the current join. The
 // session is fenced once the coordinator moved on to a newer attempt (a heartbeat said so, or a
@@ -138,7 +142,9 @@ class WorkerSession {
   absl::StatusOr<ReceivedLatch> AwaitLatch(int64_t window, absl::Duration timeout);
   // Unary calls retry while the coordinator is unreachable; FAILED_PRECONDITION (SESSION_CLOSED)
   // once the session is closed while they wait; ReportStep fails ABORTED (ATTEMPT_FENCED) at once
-  // once the session is fenced.
+  // once the session is fenced. ReportStep and ReportCheckpoint queue a report the coordinator
+  // cannot take now (see Resilience) and return OK; a queued report that is later refused (or
+  // undeliverable past reconnect_timeout) is the error of the next report and of Flush().
   absl::Status ReportStep(const StepMetrics& metrics);
   // `permanent`: a configuration error no restart can fix; the job fails at once.
   absl::Status ReportFailure(const std::string& message, bool permanent = false);
@@ -155,6 +161,10 @@ class WorkerSession {
   absl::Status Rejoin();
   // Set once the coordinator said the job ended (stream or heartbeat).
   std::optional<JobEnd> job_end() const;
+  // Waits up to `timeout` (real time) for the queued reports to be delivered: OK, the refusal of
+  // one, or UNAVAILABLE naming how many are still queued. OK at once when nothing is queued.
+  absl::Status Flush(absl::Duration timeout);
+  // Delivers what is queued (up to reconnect_timeout), then stops the threads.
   void Close();
 
  private:
