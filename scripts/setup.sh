@@ -11,7 +11,7 @@ PACKAGES=(
   libcpp-httplib-dev
   clang libclang-rt-14-dev llvm
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  prometheus python3-grpcio python3-grpc-tools python3-torch python3-venv
+  prometheus python3-grpcio python3-grpc-tools python3-torch python3-venv python3-yaml openssl
   chromium curl
 )
 
