@@ -136,6 +136,22 @@ def check_objects(objects, overlay):
            "the Service has the gRPC and HTTP ports")
     for name in ("latchkey-auth", "latchkey-join", "latchkey-tls"):
         k.find(objects, "Secret", name)
+    # The workers' store and transport ports admit the job's workers only; metrics anyone.
+    np = k.find(objects, "NetworkPolicy", "latchkey-workers")["spec"]
+    worker_labels = workers["template"]["metadata"]["labels"]
+    expect(all(worker_labels.get(key) == v for key, v in np["podSelector"]["matchLabels"].items()),
+           "the NetworkPolicy selects the worker pods")
+    expect(np["policyTypes"] == ["Ingress"], "the NetworkPolicy restricts ingress")
+    peers = [r for r in np["ingress"] if "from" in r]
+    expect(len(peers) == 1 and "ports" not in peers[0] and
+           [f.get("podSelector", {}).get("matchLabels") for f in peers[0]["from"]] ==
+           [np["podSelector"]["matchLabels"]],
+           "every port of a worker admits the job's workers, and no one else")
+    open_rules = [r for r in np["ingress"] if "from" not in r]
+    port_names = {p["name"] for p in worker.get("ports", [])}
+    expect(len(open_rules) == 1 and
+           [p["port"] for p in open_rules[0]["ports"]] == ["metrics"] and "metrics" in port_names,
+           "only the named metrics port is open to others")
     gpu = worker["resources"].get("limits", {}).get("nvidia.com/gpu")
     if overlay == "gpu":
         expect(gpu == 1, "one nvidia.com/gpu per worker")
