@@ -7,7 +7,9 @@
 // Collectives: the JSONL collective_calls equal mode none's except all_reduce/tp under full,
 // which carries 2 more per layer per micro-batch (each recomputed layer's forward re-issues its
 // two row-parallel all-reduces); kv_allreduce_calls and every DP count are unchanged.
-// bf16: the same runs in bf16 agree with mode none within bf16's tolerance.
+// bf16: the same runs in bf16 agree with mode none within bf16's tolerance. Evaluation (no
+// grad) is unchanged. In process, over a TP group with no peers: the all-reduce count of one
+// forward and backward per mode, and a collective failing inside the replay keeps its type.
 // Memory: in process, a counting CPU allocator measures the bytes a training forward leaves
 // allocated for its backward; selective leaves less than none, full less than selective, by at
 // least what each mode is documented to drop (docs/memory.md).
@@ -15,8 +17,8 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -24,8 +26,10 @@
 #include <vector>
 
 #include "tests/support/launch.h"
+#include "tests/support/scripted_group.h"
 #include "tests/support/specs.h"
 #include "tests/support/tiny_model.h"
+#include "worker/comm/collective_error.h"
 #include "worker/model/gpt_bigcode.h"
 #include "worker/model/param_store.h"
 #include "worker/model/tp_layout.h"
@@ -47,8 +51,13 @@ constexpr Mode kNone{"none", "none", 1};
 constexpr Mode kModes[] = {
     {"selective", "selective", 1}, {"full", "full", 1}, {"full_every_2", "full", 2}};
 
-WorkerRun RunMode(const Mode& m, int tp, const std::string& kv, bool bf16) {
+WorkerRun RunMode(const Mode& m, int tp, const std::string& kv, bool bf16,
+                  const nlohmann::json& eval = nullptr, int dp = 1, int zero = 0) {
   RunShape s;
+  s.eval = eval;
+  s.dp = dp;
+  s.zero = zero;
+  if (dp > 1) s.mb = 1;
   s.variant = "mqa";
   s.tp = tp;
   s.gas = kGas;
@@ -62,7 +71,8 @@ WorkerRun RunMode(const Mode& m, int tp, const std::string& kv, bool bf16) {
   }
   if (bf16) spec["bf16"] = {{"enabled", true}};
   return RunWorkers(
-      spec, tp, {"--dump-grads", "{dir}/grads", "--dump-grads-step", std::to_string(kDumpStep)});
+      spec, dp * tp,
+      {"--dump-grads", "{dir}/grads", "--dump-grads-step", std::to_string(kDumpStep)});
 }
 
 absl::StatusOr<StFile> Grads(const WorkerRun& run, int rank) {
@@ -116,23 +126,28 @@ double MaxRelativeGradDiff(const WorkerRun& ref, const WorkerRun& run, int ranks
 struct Case {
   int tp;
   std::string kv;
+  int dp = 1;
+  int zero = 0;  // zero_optimization.stage
+  int world() const { return dp * tp; }
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << "tp " << c.tp << " " << c.kv; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "tp " << c.tp << " " << c.kv << " dp " << c.dp << " zero " << c.zero;
+}
 
 class RecomputeIdentity : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RecomputeIdentity, GradientsLossesAndCountsEqualModeNone) {
   const Case& c = GetParam();
-  const WorkerRun ref = RunMode(kNone, c.tp, c.kv, false);
+  const WorkerRun ref = RunMode(kNone, c.tp, c.kv, false, nullptr, c.dp, c.zero);
   ASSERT_TRUE(ref.ok()) << ref.Describe();
   for (const Mode& m : kModes) {
     SCOPED_TRACE(m.name);
-    const WorkerRun run = RunMode(m, c.tp, c.kv, false);
+    const WorkerRun run = RunMode(m, c.tp, c.kv, false, nullptr, c.dp, c.zero);
     ASSERT_TRUE(run.ok()) << run.Describe();
-    EXPECT_EQ(GradDifferences(ref, run, c.tp), "") << ref.dir << " vs " << run.dir;
+    EXPECT_EQ(GradDifferences(ref, run, c.world()), "") << ref.dir << " vs " << run.dir;
     const bool full = std::string(m.mode) == "full";
-    for (int r = 0; r < c.tp; ++r) {
+    for (int r = 0; r < c.world(); ++r) {
       ASSERT_EQ(run.steps[r].size(), static_cast<size_t>(kSteps));
       for (int s = 0; s < kSteps; ++s) {
         const nlohmann::json& want = ref.steps[r][s];
@@ -147,7 +162,7 @@ TEST_P(RecomputeIdentity, GradientsLossesAndCountsEqualModeNone) {
           calls["all_reduce/tp"] = calls["all_reduce/tp"].get<int64_t>() + 2 * kLayers * kGas;
         }
         EXPECT_EQ(got["collective_calls"], calls) << "rank " << r << " step " << s;
-        if (c.tp > 1) {
+        if (c.tp > 1 && c.dp == 1) {
           // The documented totals (docs/memory.md): (4 or 6)·L·n all_reduce/tp by the model,
           // the K/V reductions and the norm's one.
           const int64_t per_layer = full ? 6 : 4;
@@ -161,7 +176,10 @@ TEST_P(RecomputeIdentity, GradientsLossesAndCountsEqualModeNone) {
 }
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& i) {
-  return "tp" + std::to_string(i.param.tp) + "_" + i.param.kv;
+  std::string name = "tp" + std::to_string(i.param.tp) + "_" + i.param.kv;
+  if (i.param.dp > 1)
+    name += "_dp" + std::to_string(i.param.dp) + "_zero" + std::to_string(i.param.zero);
+  return name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, RecomputeIdentity,
@@ -169,7 +187,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, RecomputeIdentity,
                                            Case{1, "coalesced"}, Case{2, "per_micro_batch"},
                                            Case{2, "deferred"}, Case{2, "coalesced"},
                                            Case{4, "per_micro_batch"}, Case{4, "deferred"},
-                                           Case{4, "coalesced"}),
+                                           Case{4, "coalesced"},
+                                           // DP 2: the DP collectives (ZeRO-0's mean
+                                           // all-reduces, ZeRO-1's reduce-scatter and
+                                           // all-gathers) are unchanged too.
+                                           Case{2, "coalesced", 2, 0}, Case{2, "deferred", 2, 1}),
                          CaseName);
 
 // bf16 runs the same code on bf16 compute parameters: the modes agree with none within bf16's
@@ -196,6 +218,87 @@ TEST(RecomputeBf16, AgreesWithModeNoneWithinBf16Tolerance) {
     EXPECT_LE(loss_diff, 1.0 / 256);
     EXPECT_LE(grad_diff, 1.0 / 64);
   }
+}
+
+// Evaluation (no grad) runs the model as always under every mode: the eval losses after each
+// update are mode none's, bit for bit.
+TEST(RecomputeEval, EvalLossesEqualModeNone) {
+  const nlohmann::json eval = {{"tokens_file", FixtureDir() + "/eval.bin"},
+                               {"dtype", "uint16"},
+                               {"every_steps", 1},
+                               {"samples", 4}};
+  const WorkerRun ref = RunMode(kNone, 2, "coalesced", false, eval);
+  ASSERT_TRUE(ref.ok()) << ref.Describe();
+  for (const Mode& m : {kModes[0], kModes[1]}) {
+    SCOPED_TRACE(m.name);
+    const WorkerRun run = RunMode(m, 2, "coalesced", false, eval);
+    ASSERT_TRUE(run.ok()) << run.Describe();
+    for (int r = 0; r < 2; ++r) {
+      for (int s = 0; s < kSteps; ++s) {
+        ASSERT_TRUE(run.steps[r][s].contains("eval_loss")) << run.steps[r][s].dump();
+        EXPECT_EQ(run.steps[r][s]["eval_loss"].get<double>(),
+                  ref.steps[r][s]["eval_loss"].get<double>())
+            << "rank " << r << " step " << s;
+      }
+    }
+  }
+}
+
+// --- In process: the replay's collectives -------------------------------------------------
+
+// Rank 0 of a TP-2 tiny model over a group with no peers: counts its all-reduces, and fails
+// every one after the first `ok_all_reduces`.
+struct TpShard {
+  TpShard(const Mode& m, int ok_all_reduces)
+      : group("tp", 0, 2, std::make_shared<comm::CollectiveStats>(), ok_all_reduces),
+        config(TinyModel()),
+        store(*BuildTpLayout(config, 2, 0), 1) {
+    EXPECT_TRUE(store.LoadFromFull(InitFullWeights(config, 3), 0).ok());
+    model = std::make_unique<GptBigCode>(config, &store, &group, 1);
+    ActivationCheckpointingConfig ac;
+    ac.mode = *ParseRecomputeMode(m.mode);
+    ac.every_layers = m.every_layers;
+    model->set_activation_checkpointing(ac);
+  }
+  at::Tensor Loss() {
+    at::Tensor ids = at::arange(16, at::kLong).remainder(config.vocab_size).view({2, 8});
+    return model->Loss(ids, ids, {0, 1});
+  }
+  testing::ScriptedGroup group;
+  ModelConfig config;
+  ParamStore store;
+  std::unique_ptr<GptBigCode> model;
+};
+
+TEST(RecomputeCollectives, FullReplaysEachLayersTwoForwardAllReducesInBackward) {
+  for (const Mode& m : {kNone, kModes[0], kModes[1], kModes[2]}) {
+    SCOPED_TRACE(m.name);
+    TpShard shard(m, std::numeric_limits<int>::max());
+    at::Tensor loss = shard.Loss();
+    EXPECT_EQ(shard.group.all_reduces(), 2 * kLayers);  // the forward, in every mode
+    loss.backward();
+    const int per_layer = std::string(m.mode) == "full" ? 6 : 4;
+    EXPECT_EQ(shard.group.all_reduces(), per_layer * kLayers);
+  }
+}
+
+// A collective failing in the replay (inside the checkpoint node's backward, a reentrant
+// backward) reaches the caller of backward() as the same CollectiveError.
+TEST(RecomputeCollectives, CollectiveFailingInTheReplayKeepsItsTypeThroughAutograd) {
+  TpShard shard(kModes[1], /*ok_all_reduces=*/2 * kLayers);  // the whole forward
+  at::Tensor loss = shard.Loss();
+  try {
+    loss.backward();
+    FAIL() << "backward succeeded";
+  } catch (const comm::CollectiveError& e) {
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kDeadlineExceeded) << e.status();
+    EXPECT_NE(e.status().message().find("all_reduce on group 'tp'"), std::string::npos)
+        << e.status();
+  } catch (const std::exception& e) {
+    FAIL() << "the collective's error lost its type: " << e.what();
+  }
+  // The first backward collective is the last layer's replayed attn.c_proj all-reduce.
+  EXPECT_EQ(shard.group.all_reduces(), 2 * kLayers + 1);
 }
 
 // --- Memory --------------------------------------------------------------------------------
