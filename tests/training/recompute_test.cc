@@ -12,7 +12,8 @@
 // forward and backward per mode, and a collective failing inside the replay keeps its type.
 // Memory: in process, a counting CPU allocator measures the bytes a training forward leaves
 // allocated for its backward; selective leaves less than none, full less than selective, by at
-// least what each mode is documented to drop (docs/memory.md).
+// least what each mode is documented to drop (docs/memory.md); the MHA variant's gradients are
+// mode none's too.
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <gtest/gtest.h>
@@ -412,6 +413,23 @@ TEST(RecomputeMemory, SelectiveHoldsLessThanNoneAndFullLessThanSelective) {
   EXPECT_TRUE(at::equal(none.grads, selective.grads));
   EXPECT_TRUE(at::equal(none.grads, full.grads));
   EXPECT_TRUE(at::equal(none.grads, full2.grads));
+}
+
+// MHA (q, k, v as narrow views of one [B, Hl, S, 3D] block) in process: the same gradients.
+TEST(RecomputeMemory, MhaGradientsEqualModeNone) {
+  static CountingCpuAllocator counting;
+  c10::SetCPUAllocator(&counting, /*priority=*/100);
+  ModelConfig cfg = TinyMhaModel();
+  cfg.attn_pdrop = cfg.resid_pdrop = cfg.embd_pdrop = 0.1;
+  at::manual_seed(12);
+  const Held none = ForwardHeld(cfg, kNone, 2, 32);
+  for (const Mode& m : kModes) {
+    at::manual_seed(12);
+    const Held h = ForwardHeld(cfg, m, 2, 32);
+    EXPECT_TRUE(at::equal(none.grads, h.grads)) << m.name;
+    EXPECT_LT(h.bytes, none.bytes) << m.name;
+  }
+  c10::SetCPUAllocator(c10::GetDefaultCPUAllocator(), /*priority=*/100);
 }
 
 }  // namespace
