@@ -1,13 +1,17 @@
 #include "worker/model/gpt_bigcode.h"
 
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "worker/comm/collective_error.h"
 #include "worker/model/comm_buffer.h"
 #include "worker/model/dropout_mask.h"
+#include "worker/model/recompute.h"
 
 namespace latchkey {
 namespace {
@@ -104,6 +108,20 @@ at::Tensor GptBigCode::Dropout(const at::Tensor& x, double p, philox::DropoutSit
   return x * keep / (1.0 - p);
 }
 
+bool GptBigCode::Recomputing(RecomputeMode mode) const {
+  return recompute_.mode == mode && training_ && at::GradMode::is_enabled();
+}
+
+GptBigCode::ReplayScope::ReplayScope(GptBigCode* model, at::Tensor positions)
+    : model_(model),
+      positions_(std::exchange(model->positions_, std::move(positions))),
+      training_(std::exchange(model->training_, true)) {}
+
+GptBigCode::ReplayScope::~ReplayScope() {
+  model_->positions_ = std::move(positions_);
+  model_->training_ = training_;
+}
+
 const at::Tensor& GptBigCode::future_mask(int64_t S) {
   if (!mask_.defined() || mask_.size(0) != S) {
     mask_ = at::ones({S, S}, at::TensorOptions().dtype(at::kBool).device(store_->device()))
@@ -127,7 +145,20 @@ at::Tensor GptBigCode::Attention(const at::Tensor& qkv, int64_t B, int64_t S, in
     k = blocks.narrow(-1, D, D);
     v = blocks.narrow(-1, 2 * D, D);
   }
-  return CoreAttention(q, k, v, layer).transpose(1, 2).reshape({B, S, Hl * D});
+  at::Tensor core;
+  if (Recomputing(RecomputeMode::kSelective)) {
+    // Only q, k, v (views of qkv) are kept; scores, probabilities and the attention dropout mask
+    // ([B, Hl, S, S] each) are made again in backward.
+    core = Recompute(
+        [this, layer, positions = positions_](const std::vector<at::Tensor>& in) {
+          ReplayScope scope(this, positions);
+          return std::vector<at::Tensor>{CoreAttention(in[0], in[1], in[2], layer)};
+        },
+        {q, k, v})[0];
+  } else {
+    core = CoreAttention(q, k, v, layer);
+  }
+  return core.transpose(1, 2).reshape({B, S, Hl * D});
 }
 
 at::Tensor GptBigCode::CoreAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -195,7 +226,23 @@ at::Tensor GptBigCode::Logits(const at::Tensor& ids, const std::vector<int64_t>&
   at::Tensor x = at::embedding(P("transformer.wte.weight"), ids) +
                  at::embedding(P("transformer.wpe.weight"), pos).unsqueeze(0);
   x = Dropout(x, cfg_.embd_pdrop, philox::DropoutSite::kEmbd, 0);
-  for (int i = 0; i < cfg_.n_layer; ++i) x = Layer(x, i);
+  if (Recomputing(RecomputeMode::kFull)) {
+    // Only each group's input is kept; the group runs again in backward (its 2 forward TP
+    // all-reduces per layer with it).
+    for (int first = 0; first < cfg_.n_layer; first += recompute_.every_layers) {
+      const int end = std::min(first + recompute_.every_layers, cfg_.n_layer);
+      x = Recompute(
+          [this, first, end, positions = positions_](const std::vector<at::Tensor>& in) {
+            ReplayScope scope(this, positions);
+            at::Tensor y = in[0];
+            for (int i = first; i < end; ++i) y = Layer(y, i);
+            return std::vector<at::Tensor>{y};
+          },
+          {x})[0];
+    }
+  } else {
+    for (int i = 0; i < cfg_.n_layer; ++i) x = Layer(x, i);
+  }
   x = at::layer_norm(x, {E}, P("transformer.ln_f.weight"), P("transformer.ln_f.bias"), eps);
   return at::matmul(x, P("transformer.wte.weight").t());
 }

@@ -8,6 +8,10 @@
 // Dropout (training only, p > 0) draws its masks from the Philox streams of philox.h on the
 // parameters' device: every element is a function of (seed, the row's stream position, layer,
 // site, global head, element position), so every TP/DP layout draws the same masks.
+// Activation recomputation (set_activation_checkpointing, docs/memory.md) applies only while
+// training with grad mode on: `selective` recomputes CoreAttention in backward, `full` keeps
+// only the input of each group of `every_layers` layers and recomputes the group, re-issuing its
+// forward TP all-reduces. The replay draws the same dropout masks, so gradients are unchanged.
 // Thread-safety: one thread at a time. Lifetime: `store` and `tp_group` outlive the model.
 #ifndef LATCHKEY_WORKER_MODEL_GPT_BIGCODE_H_
 #define LATCHKEY_WORKER_MODEL_GPT_BIGCODE_H_
@@ -45,6 +49,8 @@ class GptBigCode {
   // The tag the forward's TP all-reduces are counted under (comm::CollectiveOptions::tag, static
   // storage); nullptr (the default) for training's.
   void set_collective_tag(const char* tag) { tag_ = tag; }
+  // latchkey.activation_checkpointing (mode none by default). every_layers >= 1.
+  void set_activation_checkpointing(const ActivationCheckpointingConfig& c) { recompute_ = c; }
 
  private:
   // x [B, ...] with p in (0, 1) while training: x · keep / (1 − p) with the keep mask of
@@ -59,6 +65,23 @@ class GptBigCode {
   at::Tensor CoreAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            int64_t layer);
   const at::Tensor& future_mask(int64_t S);
+  // True when `mode` is the configured recomputation and it applies: training, grad mode on.
+  bool Recomputing(RecomputeMode mode) const;
+  // What a recomputed function runs under, in its forward and in its replay in backward: the row
+  // positions of the forward that recorded it (its dropout masks) and training on; the model's
+  // own are restored on exit.
+  class ReplayScope {
+   public:
+    ReplayScope(GptBigCode* model, at::Tensor positions);
+    ~ReplayScope();
+    ReplayScope(const ReplayScope&) = delete;
+    ReplayScope& operator=(const ReplayScope&) = delete;
+
+   private:
+    GptBigCode* model_;
+    at::Tensor positions_;
+    bool training_;
+  };
 
   ModelConfig cfg_;
   ParamStore* store_;
@@ -68,6 +91,7 @@ class GptBigCode {
   uint64_t dropout_seed_;
   bool training_ = true;
   const char* tag_ = nullptr;
+  ActivationCheckpointingConfig recompute_;
   at::Tensor positions_;  // int64 [B] on the device: the forward's row positions (dropout only)
   at::Tensor mask_;  // [S, S] bool, true above the diagonal (the future), cached for the last S
 };

@@ -55,6 +55,7 @@ class EngineImpl final : public Engine {
     LK_RETURN_IF_ERROR(LoadInitialWeights());
     model_ =
         std::make_unique<GptBigCode>(spec_.model, store_.get(), g_->tp_group.get(), spec_.seed);
+    model_->set_activation_checkpointing(spec_.activation_checkpointing);
     kv_ = std::make_unique<KvReducer>(store_->segments(), g_->tp_group.get(), ops_.get());
     kv_->set_enabled_for_testing(!opts_.skip_kv_reduction_for_testing);
     auto data = OpenDataSource(spec_);
@@ -369,12 +370,6 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const JobSpec& spec,
         "latchkey.world_size: the process group (world " + std::to_string(groups->world_size) +
         ", tp " + std::to_string(groups->tp) + ") does not match the spec (world " +
         std::to_string(spec.world_size) + ", tp " + std::to_string(spec.tp) + ")");
-  }
-  if (spec.activation_checkpointing.mode != RecomputeMode::kNone) {
-    return absl::UnimplementedError(
-        absl::StrCat("latchkey.activation_checkpointing.mode: '",
-                     RecomputeModeName(spec.activation_checkpointing.mode),
-                     "' is not implemented by this worker"));
   }
   if (spec.sequence_parallel) {
     return absl::UnimplementedError(
