@@ -33,3 +33,19 @@ if [ "${#missing[@]}" -gt 0 ]; then
 else
   echo "setup: all packages present"
 fi
+
+# kubectl renders the Kubernetes overlays in the deploy tests. Debian 12's kubernetes-client
+# (1.20) cannot render them (kustomize v5 features): a current kubectl (>= 1.27) must be on PATH.
+# In CI (CI=true) its absence is an error here already; elsewhere those two tests skip.
+kubectl_minor=$(kubectl version --client -o json 2>/dev/null |
+  sed -n 's/.*"minor": *"\([0-9]*\).*/\1/p' | head -1)
+if [ -z "$kubectl_minor" ] || [ "$kubectl_minor" -lt 27 ]; then
+  msg="setup: kubectl >= 1.27 is not on PATH (found: ${kubectl_minor:+1.$kubectl_minor}${kubectl_minor:-none})"
+  if [ "${CI:-}" = true ]; then
+    echo "$msg; CI=true requires it (https://kubernetes.io/docs/tasks/tools/)" >&2
+    exit 1
+  fi
+  echo "$msg: the two Kubernetes render tests will skip"
+else
+  echo "setup: kubectl 1.$kubectl_minor"
+fi

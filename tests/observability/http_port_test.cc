@@ -26,6 +26,7 @@
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/tools.h"
 #include "worker/metrics/worker_metrics.h"
 
 namespace latchkey::testing {
@@ -246,9 +247,8 @@ TEST(HttpPort, StatusPageEscapesTheJobIdOfAnUnknownJob) {
 }
 
 TEST(HttpPort, HttpsWithTheGrpcCertificateAndPlaintextRefused) {
-  if (RunAndCapture({"sh", "-c", "command -v openssl && command -v curl"}).exit_code != 0) {
-    GTEST_SKIP() << "needs the openssl and curl commands";
-  }
+  LATCHKEY_REQUIRE_TOOL("openssl", "Debian package openssl");
+  LATCHKEY_REQUIRE_TOOL("curl", "Debian package curl");
   ScopedTempDir dir("obs-tls");
   const std::string script =
       "set -e; cd " + dir.path() +

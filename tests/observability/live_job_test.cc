@@ -21,6 +21,7 @@
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/tools.h"
 
 namespace latchkey::testing {
 namespace {
@@ -35,10 +36,6 @@ bool Has(const std::string& text, const std::string& what) {
 int PortFrom(const std::string& file) {
   const auto j = nlohmann::json::parse(ReadText(file), nullptr, false);
   return j.is_discarded() ? 0 : j.value("metrics_port", 0);
-}
-
-bool HaveTool(const std::string& name) {
-  return RunAndCapture({"sh", "-c", "command -v " + name}).exit_code == 0;
 }
 
 // The shared run: started once for the suite, stopped at its end.
@@ -165,7 +162,7 @@ class LiveJobTest : public ::testing::Test {
   static void SetUpTestSuite() {
     live = new LiveJob();
     if (!HaveTool("prometheus")) {
-      live->error = "skip: prometheus is not installed";
+      live->error = "skip: prometheus";
       return;
     }
     StartLiveJob(live);
@@ -184,7 +181,9 @@ class LiveJobTest : public ::testing::Test {
     live = nullptr;
   }
   void SetUp() override {
-    if (live->error.rfind("skip: ", 0) == 0) GTEST_SKIP() << live->error.substr(6);
+    if (live->error.rfind("skip: ", 0) == 0) {
+      LATCHKEY_REQUIRE_TOOL(live->error.substr(6), "Debian package prometheus");
+    }
     ASSERT_EQ(live->error, "");
   }
 };
@@ -278,7 +277,7 @@ TEST_F(LiveJobTest, EveryRecordingRuleReturnsDataAndNoAlertIsActive) {
 }
 
 TEST_F(LiveJobTest, StatusPageInHeadlessChromium) {
-  if (!HaveTool("chromium")) GTEST_SKIP() << "chromium is not installed (Debian package chromium)";
+  LATCHKEY_REQUIRE_TOOL("chromium", "Debian package chromium");
   const std::string base = "http://127.0.0.1:" + std::to_string(live->coordinator_port);
   const std::string page = base + "/jobs/" + live->job_id;
   const std::string profile = live->dir + "/chromium";

@@ -1,9 +1,13 @@
 #!/bin/sh
 # promtool on deploy/prometheus: both configs, the rule files, and the alerts' unit tests.
-# Exit 77 (skipped) without promtool.
+# Exit 77 (skipped) without promtool; a failure under CI=true.
 set -u
 dir=$1
 if ! command -v promtool >/dev/null 2>&1; then
+  if [ "${CI:-}" = true ]; then
+    echo "FAIL: promtool is not installed (Debian package prometheus); CI=true requires it"
+    exit 1
+  fi
   echo "SKIP: promtool is not installed (Debian package prometheus)"
   exit 77
 fi
