@@ -165,6 +165,68 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"mha", 4, 1, 2, 0.1, "coalesced"}),
     Name);
 
+// Evaluation runs the same model under SP (its forward collectives tagged eval): the eval losses
+// equal the run without SP within 1e-5, and training's per-step counts are those of the table.
+TEST(SequenceParallelWith, EvaluationEqualsTheRunWithoutIt) {
+  const Case c{"mqa", 2, 1, 2, 0.1, "coalesced"};
+  WorkerRun runs[2];
+  for (bool sp : {false, true}) {
+    RunShape s;
+    s.tp = 2;
+    s.gas = 2;
+    s.steps = 3;
+    s.kv_reduce = c.kv;
+    s.eval = {{"tokens_file", FixtureDir() + "/eval.bin"},
+              {"dtype", "uint16"},
+              {"every_steps", 1},
+              {"samples", 3}};
+    nlohmann::json spec = FixtureSpec(s);
+    spec["tensor_parallel"]["sequence_parallel"] = sp;
+    for (const char* key : {"embd_pdrop", "resid_pdrop", "attn_pdrop"}) spec["model"][key] = 0.1;
+    runs[sp] = RunWorkers(spec, 2);
+    ASSERT_TRUE(runs[sp].ok()) << runs[sp].Describe();
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(runs[1].steps[r].size(), 3u);
+    for (size_t s = 0; s < 3; ++s) {
+      const nlohmann::json& a = runs[0].steps[r][s];
+      const nlohmann::json& b = runs[1].steps[r][s];
+      ASSERT_TRUE(b.contains("eval_loss")) << b.dump();
+      EXPECT_NEAR(a["eval_loss"].get<double>(), b["eval_loss"].get<double>(), 1e-5);
+      EXPECT_NEAR(a["loss"].get<double>(), b["loss"].get<double>(), 1e-5);
+    }
+  }
+  ExpectCounts(runs[0], c, false);
+  ExpectCounts(runs[1], c, true);
+}
+
+// bf16 compute (activations travel and sum in fp32 in the sequence collectives): the SP run
+// follows the bf16 run without SP within bf16's resolution, with the same counts.
+TEST(SequenceParallelWith, Bf16FollowsTheRunWithoutIt) {
+  const Case c{"mqa", 2, 1, 2, 0.0, "deferred"};
+  WorkerRun runs[2];
+  for (bool sp : {false, true}) {
+    RunShape s;
+    s.tp = 2;
+    s.gas = 2;
+    s.steps = 3;
+    s.kv_reduce = c.kv;
+    nlohmann::json spec = FixtureSpec(s);
+    spec["tensor_parallel"]["sequence_parallel"] = sp;
+    spec["bf16"] = {{"enabled", true}};
+    runs[sp] = RunWorkers(spec, 2);
+    ASSERT_TRUE(runs[sp].ok()) << runs[sp].Describe();
+  }
+  for (size_t s = 0; s < 3; ++s) {
+    const double a = runs[0].steps[0][s]["loss"].get<double>();
+    const double b = runs[1].steps[0][s]["loss"].get<double>();
+    std::printf("bf16 step %zu: loss %.6f without SP, %.6f with SP\n", s, a, b);
+    EXPECT_NEAR(a, b, 2e-3 * std::abs(a)) << "step " << s;
+  }
+  ExpectCounts(runs[0], c, false);
+  ExpectCounts(runs[1], c, true);
+}
+
 // The switch-off proof: an MHA model has no K/V rows, so under SP the reducer carries only the
 // LayerNorm and row-parallel bias gradients; without that reduction (the test-only switch) the
 // run departs from the one without SP, and the JSONL counts no replicated reduction.
