@@ -18,7 +18,11 @@ struct StepReport {
   double loss = 0.0;       // mean over every token of the window across all DP ranks
   double grad_norm = 0.0;  // global, before clipping
   KvMode kv_mode = KvMode::kPerMicroBatch;
-  int64_t kv_allreduce_calls = 0;                   // this rank, this step (observed)
+  int64_t kv_allreduce_calls = 0;  // this rank, this step (observed)
+  // Every TP reduction of replicated-parameter gradients this rank issued in this step: the K/V
+  // collectives and, under sequence parallelism, those of the LayerNorm and row-parallel bias
+  // gradients (one coalesced collective carries both and counts once). Observed.
+  int64_t replicated_allreduce_calls = 0;
   std::map<std::string, int64_t> collective_calls;  // "op/group" -> count (observed)
   double step_seconds = 0.0;
   int64_t tokens = 0;                 // whole job, this step: n_s * MB * DP * S

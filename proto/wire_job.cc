@@ -30,6 +30,7 @@ v1::StepSummary ToProto(const CompletedStep& step) {
   out.set_grad_norm(r.grad_norm);
   out.set_kv_mode(ToProto(r.kv_mode));
   out.set_kv_allreduce_calls(r.kv_allreduce_calls);
+  out.set_replicated_allreduce_calls(r.replicated_allreduce_calls);
   out.set_step_seconds(r.step_seconds);
   out.set_tokens(r.tokens);
   out.set_ranks_reported(step.ranks_reported);
@@ -47,6 +48,7 @@ CompletedStep FromProto(const v1::StepSummary& step) {
   r.grad_norm = step.grad_norm();
   r.kv_mode = FromProto(step.kv_mode()).value_or(KvMode::kPerMicroBatch);
   r.kv_allreduce_calls = step.kv_allreduce_calls();
+  r.replicated_allreduce_calls = step.replicated_allreduce_calls();
   r.step_seconds = step.step_seconds();
   r.tokens = step.tokens();
   r.lr = step.lr();

@@ -90,10 +90,17 @@ TEST(WireTest, WorkerRequestsCarryIdentityAndRank) {
   StepReport r;
   r.step = 4;
   r.kv_mode = KvMode::kDeferred;
+  r.kv_allreduce_calls = 4;
+  r.replicated_allreduce_calls = 18;
   const v1::ReportStepRequest step = MakeReportStepRequest(who, 2, r);
   EXPECT_EQ(step.identity().worker_id(), "host:1");
   EXPECT_EQ(step.rank(), 2);
   EXPECT_EQ(step.step(), 4);
+  EXPECT_EQ(step.replicated_allreduce_calls(), 18);  // field 18
+  const absl::StatusOr<StepReport> step_back = FromProto(step);
+  ASSERT_TRUE(step_back.ok()) << step_back.status();
+  EXPECT_EQ(step_back->kv_allreduce_calls, 4);
+  EXPECT_EQ(step_back->replicated_allreduce_calls, 18);
   const v1::HeartbeatRequest hb = MakeHeartbeatRequest(who, 1, nullptr);
   EXPECT_FALSE(hb.has_position());
   const v1::JoinRequest join = MakeJoinRequest(who, 0, "10.0.0.1");

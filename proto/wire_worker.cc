@@ -75,6 +75,7 @@ v1::ReportStepRequest ToProto(const StepReport& report) {
   out.set_grad_norm(report.grad_norm);
   out.set_kv_mode(ToProto(report.kv_mode));
   out.set_kv_allreduce_calls(report.kv_allreduce_calls);
+  out.set_replicated_allreduce_calls(report.replicated_allreduce_calls);
   for (const auto& [k, v] : report.collective_calls) (*out.mutable_collective_calls())[k] = v;
   out.set_step_seconds(report.step_seconds);
   out.set_tokens(report.tokens);
@@ -95,6 +96,7 @@ absl::StatusOr<StepReport> FromProto(const v1::ReportStepRequest& report) {
   out.grad_norm = report.grad_norm();
   out.kv_mode = *mode;
   out.kv_allreduce_calls = report.kv_allreduce_calls();
+  out.replicated_allreduce_calls = report.replicated_allreduce_calls();
   for (const auto& [k, v] : report.collective_calls()) out.collective_calls[k] = v;
   out.step_seconds = report.step_seconds();
   out.tokens = report.tokens();

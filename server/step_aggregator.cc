@@ -20,6 +20,7 @@ void StepAggregator::Add(const StepReportRecord& record) {
     out.grad_norm = r.grad_norm;
     out.kv_mode = r.kv_mode;
     out.kv_allreduce_calls = r.kv_allreduce_calls;
+    out.replicated_allreduce_calls = r.replicated_allreduce_calls;
     out.tokens = r.tokens;
     out.lr = r.lr;
     out.eval_loss = r.eval_loss;

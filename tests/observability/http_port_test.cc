@@ -153,6 +153,12 @@ TEST(HttpPort, WorkerSeriesExistAtZeroFromTheStart) {
     EXPECT_TRUE(
         Has(text, std::string("latchkey_kv_allreduce_planned_total{mode=\"") + mode + "\"} 0"))
         << text;
+    EXPECT_TRUE(Has(
+        text, std::string("latchkey_replicated_allreduce_calls_total{mode=\"") + mode + "\"} 0"))
+        << text;
+    EXPECT_TRUE(Has(
+        text, std::string("latchkey_replicated_allreduce_planned_total{mode=\"") + mode + "\"} 0"))
+        << text;
   }
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier"}) {
     for (const char* group : {"world", "tp", "dp"}) {
@@ -193,6 +199,36 @@ TEST(HttpPort, PlannedKvAllReducesFollowTheLatch) {
   spec.model.multi_query = false;  // MHA shards its K/V heads: no replicated rows
   latch.kv_mode = KvMode::kPerMicroBatch;
   EXPECT_EQ(PlannedKvAllReduces(spec, latch), 0);
+}
+
+// Every TP reduction of replicated-parameter gradients: K/V's 2 tensors per layer (MQA) and,
+// under sequence parallelism, 6 per layer + ln_f's 2, per tensor or one coalesced
+// (docs/memory.md, "Sequence parallelism").
+TEST(HttpPort, PlannedReplicatedAllReducesFollowTheLatch) {
+  JobSpec spec;
+  spec.model.n_layer = 24;
+  spec.model.multi_query = true;
+  spec.tp = 2;
+  Latch latch;
+  latch.n = 32;
+  // Without sequence parallelism the replicated reductions are the K/V ones.
+  for (KvMode mode : {KvMode::kPerMicroBatch, KvMode::kDeferred, KvMode::kCoalesced}) {
+    latch.kv_mode = mode;
+    EXPECT_EQ(PlannedReplicatedAllReduces(spec, latch), PlannedKvAllReduces(spec, latch));
+  }
+  spec.sequence_parallel = true;
+  latch.kv_mode = KvMode::kPerMicroBatch;
+  EXPECT_EQ(PlannedReplicatedAllReduces(spec, latch), (48 + 146) * 32);
+  latch.kv_mode = KvMode::kDeferred;
+  EXPECT_EQ(PlannedReplicatedAllReduces(spec, latch), 48 + 146);
+  latch.kv_mode = KvMode::kCoalesced;
+  EXPECT_EQ(PlannedReplicatedAllReduces(spec, latch), 1);
+  spec.model.multi_query = false;  // MHA: SP's tensors alone
+  latch.kv_mode = KvMode::kDeferred;
+  EXPECT_EQ(PlannedReplicatedAllReduces(spec, latch), 146);
+  EXPECT_EQ(PlannedKvAllReduces(spec, latch), 0);
+  spec.tp = 1;
+  EXPECT_EQ(PlannedReplicatedAllReduces(spec, latch), 0);
 }
 
 TEST(HttpPort, StatusPageNeedsTheReadTokenOnANonLoopbackPortWithAuth) {

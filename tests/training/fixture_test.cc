@@ -1,6 +1,7 @@
 // Every fixture run (testdata/gptbigcode-tiny/expected.json, made by an independent float64
 // implementation) reproduced by real multi-process Gloo jobs at TP 1, 2 and 4, for every K/V
-// mode, with the K/V all-reduce counts observed by the comm layer asserted exactly.
+// mode, with the K/V all-reduce counts observed by the comm layer asserted exactly; at TP 2 and 4
+// also with sequence parallelism (tensor_parallel.sequence_parallel), at the same tolerances.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -17,15 +18,18 @@ struct Case {
   int tp;
   int zero;
   std::string kv;
+  bool sp = false;  // tensor_parallel.sequence_parallel
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.variant << " run " << c.run << " tp " << c.tp << " zero " << c.zero << " " << c.kv;
+  *os << c.variant << " run " << c.run << " tp " << c.tp << " zero " << c.zero << " " << c.kv
+      << (c.sp ? " sp" : "");
 }
 
 std::string Name(const ::testing::TestParamInfo<Case>& i) {
   return i.param.variant + "_run" + std::to_string(i.param.run) + "_tp" +
-         std::to_string(i.param.tp) + "_zero" + std::to_string(i.param.zero) + "_" + i.param.kv;
+         std::to_string(i.param.tp) + "_zero" + std::to_string(i.param.zero) + "_" + i.param.kv +
+         (i.param.sp ? "_sp" : "");
 }
 
 nlohmann::json Expected() {
@@ -42,12 +46,14 @@ std::vector<Case> AllCases() {
       const int dp = runs[i]["DP"];
       for (int zero : dp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0}) {
         for (int tp : {1, 2, 4}) {
-          if (variant == "mqa" && tp > 1) {
-            for (const char* kv : {"per_micro_batch", "deferred", "coalesced"}) {
-              out.push_back({variant, i, tp, zero, kv});
+          for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+            if (variant == "mqa" && tp > 1) {
+              for (const char* kv : {"per_micro_batch", "deferred", "coalesced"}) {
+                out.push_back({variant, i, tp, zero, kv, sp});
+              }
+            } else {
+              out.push_back({variant, i, tp, zero, "auto", sp});
             }
-          } else {
-            out.push_back({variant, i, tp, zero, "auto"});
           }
         }
       }
@@ -73,7 +79,9 @@ TEST_P(FixtureRun, ReproducesLossGradNormParamsAndCounts) {
   shape.zero = c.zero;
   shape.kv_reduce = c.kv;
   const int world = shape.dp * shape.tp;
-  WorkerRun w = RunWorkers(FixtureSpec(shape), world, {"--save", "{dir}/final"});
+  nlohmann::json spec = FixtureSpec(shape);
+  if (c.sp) spec["tensor_parallel"]["sequence_parallel"] = true;
+  WorkerRun w = RunWorkers(spec, world, {"--save", "{dir}/final"});
   ASSERT_TRUE(w.ok()) << w.Describe();
 
   const int n_layer = 2;
@@ -83,6 +91,16 @@ TEST_P(FixtureRun, ReproducesLossGradNormParamsAndCounts) {
     expected_kv = c.kv == "per_micro_batch" ? 2 * n_layer * shape.gas
                   : c.kv == "deferred"      ? 2 * n_layer
                                             : 1;
+  }
+  // Sequence parallelism adds the partial LayerNorm and row-parallel bias gradients (6 tensors
+  // per layer and ln_f's 2) to the same reductions (docs/memory.md, "Sequence parallelism").
+  int64_t expected_replicated = expected_kv;
+  if (c.sp) {
+    const int64_t tensors = (mqa ? 2 * n_layer : 0) + 6 * n_layer + 2;
+    const std::string mode = c.kv == "auto" ? "coalesced" : c.kv;
+    expected_replicated = mode == "per_micro_batch" ? tensors * shape.gas
+                          : mode == "deferred"      ? tensors
+                                                    : 1;
   }
   for (int r = 0; r < world; ++r) {
     ASSERT_EQ(w.steps[r].size(), static_cast<size_t>(shape.steps)) << w.Describe();
@@ -95,6 +113,8 @@ TEST_P(FixtureRun, ReproducesLossGradNormParamsAndCounts) {
       EXPECT_NEAR(got["grad_norm"].get<double>(), want["grad_norm"].get<double>(), 1e-5)
           << "rank " << r << " step " << s;
       EXPECT_EQ(got["kv_allreduce_calls"].get<int64_t>(), expected_kv) << "rank " << r;
+      EXPECT_EQ(got["replicated_allreduce_calls"].get<int64_t>(), expected_replicated)
+          << "rank " << r;
       const nlohmann::json& calls = got["collective_calls"];
       if (c.tp == 1) {
         for (auto it = calls.begin(); it != calls.end(); ++it) {
@@ -103,12 +123,22 @@ TEST_P(FixtureRun, ReproducesLossGradNormParamsAndCounts) {
         if (shape.dp == 1) {
           EXPECT_TRUE(calls.empty()) << calls.dump();
         }
-      } else {
+      } else if (!c.sp) {
         // 2 forward + 2 backward all-reduces per layer per micro-batch, the K/V reductions and
         // the norm's one all-reduce (ZeRO-0; ZeRO-1 reduces the norm over the world group).
         const int64_t norm = (c.zero == 1 && shape.dp > 1) ? 0 : 1;
         EXPECT_EQ(calls["all_reduce/tp"].get<int64_t>(),
                   4 * n_layer * shape.gas + expected_kv + norm)
+            << calls.dump();
+      } else {
+        // SP: no activation all-reduce; per micro-batch 6L + 2 all-gathers and 4L
+        // reduce-scatters; the all-reduces are the replicated reductions and the norm's.
+        const int64_t norm = (c.zero == 1 && shape.dp > 1) ? 0 : 1;
+        EXPECT_EQ(calls["all_reduce/tp"].get<int64_t>(), expected_replicated + norm)
+            << calls.dump();
+        EXPECT_EQ(calls["all_gather/tp"].get<int64_t>(), (6 * n_layer + 2) * shape.gas)
+            << calls.dump();
+        EXPECT_EQ(calls["reduce_scatter/tp"].get<int64_t>(), 4 * n_layer * shape.gas)
             << calls.dump();
       }
     }

@@ -42,9 +42,28 @@ int64_t PlannedKvAllReduces(const JobSpec& spec, const Latch& latch) {
   return 0;
 }
 
+int64_t PlannedReplicatedAllReduces(const JobSpec& spec, const Latch& latch) {
+  if (spec.tp <= 1 || latch.n < 1) return 0;
+  const int64_t L = spec.model.n_layer;
+  const int64_t tensors =
+      (spec.model.multi_query ? 2 * L : 0) + (spec.sequence_parallel ? 6 * L + 2 : 0);
+  if (tensors == 0) return 0;
+  switch (latch.kv_mode) {
+    case KvMode::kPerMicroBatch:
+      return tensors * latch.n;
+    case KvMode::kDeferred:
+      return tensors;
+    case KvMode::kCoalesced:
+      return 1;
+  }
+  return 0;
+}
+
 struct WorkerMetrics::Families {
   prometheus::Family<prometheus::Counter>* kv_allreduce;
   prometheus::Family<prometheus::Counter>* kv_planned;
+  prometheus::Family<prometheus::Counter>* replicated_allreduce;
+  prometheus::Family<prometheus::Counter>* replicated_planned;
   prometheus::Family<prometheus::Counter>* collective_calls;
   prometheus::Family<prometheus::Counter>* collective_bytes;
   prometheus::Family<prometheus::Histogram>* collective_seconds;
@@ -77,9 +96,23 @@ WorkerMetrics::WorkerMetrics()
                         .Name("latchkey_kv_allreduce_planned_total")
                         .Help("K/V all-reduces the windows' latches planned for this rank, by mode")
                         .Register(*registry_);
+  f_->replicated_allreduce =
+      &BuildCounter()
+           .Name("latchkey_replicated_allreduce_calls_total")
+           .Help(
+               "TP reductions of replicated-parameter gradients (K/V and sequence-parallel), by "
+               "kv_mode")
+           .Register(*registry_);
+  f_->replicated_planned =
+      &BuildCounter()
+           .Name("latchkey_replicated_allreduce_planned_total")
+           .Help("Replicated-gradient TP reductions the windows' latches planned, by mode")
+           .Register(*registry_);
   for (const char* mode : kModes) {
     f_->kv_allreduce->Add({{"mode", mode}});  // present (0) before the first step
     f_->kv_planned->Add({{"mode", mode}});
+    f_->replicated_allreduce->Add({{"mode", mode}});
+    f_->replicated_planned->Add({{"mode", mode}});
   }
   f_->collective_calls = &BuildCounter()
                               .Name("latchkey_collective_calls_total")
@@ -193,10 +226,13 @@ void WorkerMetrics::ObserveCollective(const std::string& op, const std::string& 
   f_->collective_seconds->Add(labels, kCollectiveBuckets).Observe(seconds);
 }
 
-void WorkerMetrics::ObserveStep(const StepReport& r, int64_t rank_tokens, int64_t kv_planned) {
-  f_->kv_allreduce->Add({{"mode", KvModeName(r.kv_mode)}})
-      .Increment(static_cast<double>(r.kv_allreduce_calls));
-  f_->kv_planned->Add({{"mode", KvModeName(r.kv_mode)}}).Increment(static_cast<double>(kv_planned));
+void WorkerMetrics::ObserveStep(const StepReport& r, int64_t rank_tokens, int64_t kv_planned,
+                                int64_t replicated_planned) {
+  const prometheus::Labels mode = {{"mode", KvModeName(r.kv_mode)}};
+  f_->kv_allreduce->Add(mode).Increment(static_cast<double>(r.kv_allreduce_calls));
+  f_->kv_planned->Add(mode).Increment(static_cast<double>(kv_planned));
+  f_->replicated_allreduce->Add(mode).Increment(static_cast<double>(r.replicated_allreduce_calls));
+  f_->replicated_planned->Add(mode).Increment(static_cast<double>(replicated_planned));
   f_->step_seconds->Observe(r.step_seconds);
   f_->optimizer_steps->Increment();
   f_->tokens->Increment(static_cast<double>(rank_tokens));

@@ -26,6 +26,16 @@ namespace latchkey {
 // compares.
 int64_t PlannedKvAllReduces(const JobSpec& spec, const Latch& latch);
 
+// Every TP reduction of replicated-parameter gradients the latch plans for this rank
+// (docs/memory.md, "Sequence parallelism"): the K/V tensors (2 per layer under MQA) and, with
+// tensor_parallel.sequence_parallel, the partial LayerNorm and row-parallel bias tensors (6 per
+// layer and ln_f's 2), reduced one collective per tensor: per_micro_batch n_s * tensors,
+// deferred tensors, coalesced 1 (none when there are no such tensors or TP is 1). Without
+// sequence parallelism it equals PlannedKvAllReduces. Exported as
+// latchkey_replicated_allreduce_planned_total beside the observed
+// latchkey_replicated_allreduce_calls_total.
+int64_t PlannedReplicatedAllReduces(const JobSpec& spec, const Latch& latch);
+
 class WorkerMetrics {
  public:
   WorkerMetrics();
@@ -37,8 +47,10 @@ class WorkerMetrics {
   void ObserveCollective(const std::string& op, const std::string& group, const std::string& tag,
                          int64_t bytes, double seconds);
   // One optimizer step; `rank_tokens` = tokens this rank consumed in it (n_s * MB * S);
-  // `kv_planned` = PlannedKvAllReduces of its latch (counted under the report's kv_mode).
-  void ObserveStep(const StepReport& report, int64_t rank_tokens, int64_t kv_planned);
+  // `kv_planned` = PlannedKvAllReduces of its latch, `replicated_planned` =
+  // PlannedReplicatedAllReduces (both counted under the report's kv_mode).
+  void ObserveStep(const StepReport& report, int64_t rank_tokens, int64_t kv_planned,
+                   int64_t replicated_planned);
   void ObserveLatchWait(double seconds);
   // A committed resumable checkpoint: the training time it blocked, the bytes of all its files
   // and when it was committed (unix seconds).

@@ -20,9 +20,11 @@ void CheckDraw(const philox::DropoutDraw& d, const at::Tensor& positions) {
   TORCH_CHECK(d.first_head >= 0 && d.heads >= 1 && d.first_head + d.heads <= philox::kMaxHeads,
               "model.n_head: dropout streams have ", philox::kMaxHeads, " heads, heads [",
               d.first_head, ", ", d.first_head + d.heads, ") are outside them");
-  TORCH_CHECK(d.elements >= 0 && d.elements <= philox::kMaxElements,
-              "latchkey.seq_len: a dropout mask of ", d.elements,
-              " elements per row and head exceeds the streams' ", philox::kMaxElements);
+  TORCH_CHECK(d.elements >= 0 && d.first_element >= 0 &&
+                  d.first_element + d.elements <= philox::kMaxElements,
+              "latchkey.seq_len: a dropout mask of elements [", d.first_element, ", ",
+              d.first_element + d.elements, ") per row and head exceeds the streams' ",
+              philox::kMaxElements);
 }
 
 // a·m as two 32-bit words (hi, lo), for a in [0, 2^32) (int64) and the constant m < 2^32. The
@@ -59,11 +61,14 @@ at::Tensor DropoutKeepMaskTensorOps(const philox::DropoutDraw& d, const at::Tens
   CheckDraw(d, positions);
   const auto opts = positions.options();
   const int64_t rows = positions.size(0);
-  const int64_t groups = (d.elements + 3) / 4;  // counters per (row, head)
+  // Counters [first_group, first_group + groups) cover elements [first_element, + elements).
+  const int64_t first_group = d.first_element >> 2;
+  const int64_t lead = d.first_element & 3;  // lanes of the first counter before first_element
+  const int64_t groups = (lead + d.elements + 3) / 4;  // counters per (row, head)
   const int64_t threshold = philox::KeepThreshold(d.p);
   const philox::Key key = philox::DropoutKey(d.seed);
   // Counter words 0 and 1 do not depend on the row: built once, on the device.
-  const at::Tensor c0 = at::arange(groups, opts).view({1, 1, groups});
+  const at::Tensor c0 = at::arange(first_group, first_group + groups, opts).view({1, 1, groups});
   const int64_t base_word = static_cast<int64_t>(philox::StreamWord(d.site, d.layer, 0));
   const at::Tensor c1 = (at::arange(d.first_head, d.first_head + d.heads, opts) * 4 + base_word)
                             .view({1, d.heads, 1});
@@ -83,7 +88,7 @@ at::Tensor DropoutKeepMaskTensorOps(const philox::DropoutDraw& d, const at::Tens
     }
     // Lane l of counter g is element 4g + l.
     parts.push_back(
-        at::stack(lanes, -1).reshape({n, d.heads, groups * 4}).narrow(2, 0, d.elements));
+        at::stack(lanes, -1).reshape({n, d.heads, groups * 4}).narrow(2, lead, d.elements));
   }
   if (parts.empty()) return at::empty({0, d.heads, d.elements}, opts.dtype(at::kBool));
   return parts.size() == 1 ? parts[0].contiguous() : at::cat(parts, 0);

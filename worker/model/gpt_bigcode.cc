@@ -73,13 +73,132 @@ struct ReduceFromTp : public torch::autograd::Function<ReduceFromTp> {
   }
 };
 
+void ThrowIfFailed(absl::Status st) {
+  if (!st.ok()) throw comm::CollectiveError(std::move(st));
+}
+
+// Sequence parallelism moves activations [B, s, ...] whose dim 1 (the sequence) is split over
+// the group in blocks of s = S/t positions, rank r holding [r·s, (r+1)·s). The collectives work on
+// flat buffers concatenated rank after rank, i.e. along dim 0, so each of these makes one copy
+// to or from the rank-major layout [t, B, s, ...] (a view instead when B = 1). bf16 activations
+// travel (and sum) in fp32, like the all-reduces.
+
+// [B, s, ...] on every rank -> [B, t·s, ...]: one copy into the gather (the group copies `in`
+// into its chunk of `out`) and one permute copy of the result when B > 1.
+at::Tensor SeqAllGather(comm::Group* g, const at::Tensor& x, const char* tag) {
+  const at::Tensor in = x.to(at::kFloat).contiguous();
+  std::vector<int64_t> shape = in.sizes().vec();
+  shape.insert(shape.begin(), g->size());
+  at::Tensor out = at::empty(shape, in.options());
+  comm::CollectiveOptions opts;
+  opts.tag = tag;
+  ThrowIfFailed(g->AllGather(CommBuffer(in), CommBuffer(out), opts));
+  std::vector<int64_t> full = x.sizes().vec();
+  full[1] *= g->size();
+  return out.transpose(0, 1).reshape(full).to(x.scalar_type());
+}
+
+// [B, t·s, ...] -> [B, s, ...]: block rank() of the sum over the group. `y` must be a tensor
+// nothing else reads afterwards (a fresh matmul output or gradient): when B = 1 its memory is the
+// collective's input itself, which a backend may use as scratch.
+at::Tensor SeqReduceScatter(comm::Group* g, const at::Tensor& y, const char* tag) {
+  const int64_t t = g->size();
+  std::vector<int64_t> blocks = y.sizes().vec();
+  blocks[1] /= t;
+  blocks.insert(blocks.begin() + 1, t);  // [B, t, s, ...]
+  const at::Tensor in = y.to(at::kFloat).reshape(blocks).transpose(0, 1).contiguous();
+  std::vector<int64_t> local = y.sizes().vec();
+  local[1] /= t;
+  at::Tensor out = at::empty(local, in.options());
+  comm::CollectiveOptions opts;
+  opts.tag = tag;
+  ThrowIfFailed(g->ReduceScatterSum(CommBuffer(in), CommBuffer(out), opts));
+  return out.to(y.scalar_type());
+}
+
+// This rank's block of positions of [B, t·s, ...] (a copy: the shard is the activation kept).
+at::Tensor SeqSplit(comm::Group* g, const at::Tensor& x) {
+  const int64_t s = x.size(1) / g->size();
+  return x.narrow(1, g->rank() * s, s).contiguous();
+}
+
+// Megatron-Core's scatter_to_sequence_parallel_region, after the embeddings (computed whole on
+// every rank): this rank's positions forward, all-gather of the gradient backward, so the
+// embeddings' gradients stay complete on every rank.
+struct ScatterToSeq : public torch::autograd::Function<ScatterToSeq> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, comm::Group* g) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(g);
+    return SeqSplit(g, x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {SeqAllGather(GroupFrom(ctx), grads[0], nullptr), at::Tensor()};
+  }
+};
+
+// After ln_f: the all-gather of the hidden states before the logits (counted under `tag`), and
+// this rank's block of the gradient backward. The logits and the loss are computed whole and
+// identically on every rank, so that gradient is already complete: no reduction.
+struct GatherFromSeq : public torch::autograd::Function<GatherFromSeq> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, comm::Group* g,
+                            const char* tag) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(g);
+    return SeqAllGather(g, x, tag);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {SeqSplit(GroupFrom(ctx), grads[0]), at::Tensor(), at::Tensor()};
+  }
+};
+
+// A column-parallel matmul (c_attn, c_fc) under sequence parallelism, as Megatron-Core's
+// LinearWithGradAccumulationAndAsyncCommunication with sequence_parallel: forward all-gathers the
+// [B, s, in] input along the sequence (counted under `tag`) and computes x·Wᵀ + b on all S
+// positions; it saves only the rank's [B, s, in] shard, so backward all-gathers it again for the
+// weight gradient (Korthikanti et al. 2022, 4.2.2: one more all-gather instead of keeping t
+// times the input) and reduce-scatters the input gradient along the sequence.
+struct ColumnLinearSeq : public torch::autograd::Function<ColumnLinearSeq> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const at::Tensor& b, comm::Group* g, const char* tag) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(g);
+    ctx->save_for_backward({x, w});
+    return at::linear(SeqAllGather(g, x, tag), w, b);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    comm::Group* g = GroupFrom(ctx);
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& w = saved[1];
+    const at::Tensor gy = grads[0].contiguous();
+    const at::Tensor x_full = SeqAllGather(g, saved[0], nullptr);
+    const int64_t out = w.size(0), in = w.size(1);
+    const at::Tensor gy2 = gy.view({-1, out});
+    at::Tensor gw = gy2.t().mm(x_full.reshape({-1, in}));
+    at::Tensor gb = gy2.sum(0);
+    at::Tensor gx = SeqReduceScatter(g, at::matmul(gy, w), nullptr);
+    return {gx, gw, gb, at::Tensor(), at::Tensor()};
+  }
+};
+
+// After a row-parallel matmul (attn.c_proj, mlp.c_proj) under sequence parallelism: the
+// reduce-scatter of the partial sums along the sequence (counted under `tag`) instead of the
+// all-reduce, and the all-gather of the gradient backward.
+struct ReduceScatterFromTp : public torch::autograd::Function<ReduceScatterFromTp> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& y, comm::Group* g,
+                            const char* tag) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(g);
+    return SeqReduceScatter(g, y, tag);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {SeqAllGather(GroupFrom(ctx), grads[0], nullptr), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 GptBigCode::GptBigCode(const ModelConfig& config, ParamStore* store, comm::Group* tp_group,
-                       uint64_t dropout_seed)
+                       uint64_t dropout_seed, bool sequence_parallel)
     : cfg_(config),
       store_(store),
       tp_(tp_group),
+      sp_(sequence_parallel && comm::is_parallel(tp_group)),
       local_heads_(config.n_head / (tp_group ? tp_group->size() : 1)),
       first_head_((tp_group ? tp_group->rank() : 0) * local_heads_),
       dropout_seed_(dropout_seed) {}
@@ -99,8 +218,11 @@ at::Tensor GptBigCode::Dropout(const at::Tensor& x, double p, philox::DropoutSit
     d.heads = x.size(1);
     d.elements = x.numel() / (rows * d.heads);
   } else {
-    // [B, S, E], replicated over the TP group: every TP rank draws the same mask.
+    // [B, S, E], replicated over the TP group: every TP rank draws the same mask. Under
+    // sequence parallelism x is this rank's [B, S/tp, E] block of positions, whose mask is the
+    // same slice of the whole row's: elements [r·(S/tp)·E, (r+1)·(S/tp)·E) of the stream.
     d.elements = x.numel() / rows;
+    if (sp_) d.first_element = tp_->rank() * d.elements;
   }
   d.p = p;
   // Drawn where x lives (the CPU loop, or tensor ops on the device).
@@ -183,32 +305,44 @@ at::Tensor GptBigCode::CoreAttention(const at::Tensor& q, const at::Tensor& k, c
 }
 
 at::Tensor GptBigCode::Layer(const at::Tensor& x_in, int64_t i) {
-  const int64_t B = x_in.size(0), S = x_in.size(1);
+  // Under sequence parallelism x_in is this rank's [B, S/tp, E] block of positions; LayerNorm,
+  // the biases, dropout and the residual adds work on it, attention and the MLP on all S.
+  const int64_t B = x_in.size(0), S = x_in.size(1) * (sp_ ? tp_->size() : 1);
   const int64_t E = cfg_.n_embd;
   const double eps = cfg_.layer_norm_epsilon;
   const bool tp = comm::is_parallel(tp_);
   const auto& P = [&](const std::string& n) -> const at::Tensor& { return store_->param(n); };
+  // Column-parallel: f then the matmul, or under SP the all-gathered input's matmul.
+  const auto column = [&](at::Tensor x, const std::string& w, const std::string& b) {
+    if (sp_) return ColumnLinearSeq::apply(x, P(w), P(b), tp_, tag_);
+    if (tp) x = CopyToTp::apply(x, tp_);
+    return at::linear(x, P(w), P(b));
+  };
+  // Row-parallel output: g (the all-reduce), or under SP the reduce-scatter along the sequence.
+  const auto reduce = [&](const at::Tensor& y) {
+    if (sp_) return ReduceScatterFromTp::apply(y, tp_, tag_);
+    return tp ? ReduceFromTp::apply(y, tp_, tag_) : y;
+  };
   const std::string pre = "transformer.h." + std::to_string(i) + ".";
   at::Tensor h = at::layer_norm(x_in, {E}, P(pre + "ln_1.weight"), P(pre + "ln_1.bias"), eps);
-  if (tp) h = CopyToTp::apply(h, tp_);
-  at::Tensor qkv = at::linear(h, P(pre + "attn.c_attn.weight"), P(pre + "attn.c_attn.bias"));
+  at::Tensor qkv = column(h, pre + "attn.c_attn.weight", pre + "attn.c_attn.bias");
   at::Tensor a = at::linear(Attention(qkv, B, S, i), P(pre + "attn.c_proj.weight"));
-  if (tp) a = ReduceFromTp::apply(a, tp_, tag_);
+  a = reduce(a);
   a = a + P(pre + "attn.c_proj.bias");
   at::Tensor x = x_in + Dropout(a, cfg_.resid_pdrop, philox::DropoutSite::kResidAttn, i);
 
   at::Tensor h2 = at::layer_norm(x, {E}, P(pre + "ln_2.weight"), P(pre + "ln_2.bias"), eps);
-  if (tp) h2 = CopyToTp::apply(h2, tp_);
-  at::Tensor f =
-      at::gelu(at::linear(h2, P(pre + "mlp.c_fc.weight"), P(pre + "mlp.c_fc.bias")), "tanh");
+  at::Tensor f = at::gelu(column(h2, pre + "mlp.c_fc.weight", pre + "mlp.c_fc.bias"), "tanh");
   at::Tensor m = at::linear(f, P(pre + "mlp.c_proj.weight"));
-  if (tp) m = ReduceFromTp::apply(m, tp_, tag_);
+  m = reduce(m);
   m = m + P(pre + "mlp.c_proj.bias");
   return x + Dropout(m, cfg_.resid_pdrop, philox::DropoutSite::kResidMlp, i);
 }
 
 at::Tensor GptBigCode::Logits(const at::Tensor& ids, const std::vector<int64_t>& row_positions) {
   const int64_t B = ids.size(0), S = ids.size(1);
+  TORCH_CHECK(!sp_ || S % tp_->size() == 0, "tensor_parallel.sequence_parallel: seq_len ", S,
+              " is not divisible by the TP size ", tp_->size());
   TORCH_CHECK(static_cast<int64_t>(row_positions.size()) == B, "GptBigCode: ", row_positions.size(),
               " row positions for a batch of ", B, " rows");
   for (int64_t p : row_positions) {
@@ -225,6 +359,8 @@ at::Tensor GptBigCode::Logits(const at::Tensor& ids, const std::vector<int64_t>&
   at::Tensor pos = at::arange(S, ids.options().dtype(at::kLong));
   at::Tensor x = at::embedding(P("transformer.wte.weight"), ids) +
                  at::embedding(P("transformer.wpe.weight"), pos).unsqueeze(0);
+  // Sequence parallelism: from here to ln_f each rank keeps its S/tp positions.
+  if (sp_) x = ScatterToSeq::apply(x, tp_);
   x = Dropout(x, cfg_.embd_pdrop, philox::DropoutSite::kEmbd, 0);
   if (Recomputing(RecomputeMode::kFull)) {
     // Only each group's input is kept; the group runs again in backward (its 2 forward TP
@@ -244,6 +380,7 @@ at::Tensor GptBigCode::Logits(const at::Tensor& ids, const std::vector<int64_t>&
     for (int i = 0; i < cfg_.n_layer; ++i) x = Layer(x, i);
   }
   x = at::layer_norm(x, {E}, P("transformer.ln_f.weight"), P("transformer.ln_f.bias"), eps);
+  if (sp_) x = GatherFromSeq::apply(x, tp_, tag_);
   return at::matmul(x, P("transformer.wte.weight").t());
 }
 

@@ -3,6 +3,14 @@
 // With tp > 1 the forward issues 2 all-reduces per layer (after attn.c_proj and mlp.c_proj, the
 // row-parallel matmuls) and the backward 2 (input gradients of c_attn and c_fc), through the TP
 // group. The replicated K/V gradient is NOT reduced here: that is the KvReducer's job.
+// With sequence parallelism (tp > 1) the embedding output is split along the sequence (rank r
+// keeps positions [r·S/tp, (r+1)·S/tp)); LayerNorm, dropout and the residual adds work on
+// [B, S/tp, E]; each column-parallel matmul (c_attn, c_fc) all-gathers its input along the
+// sequence (backward: the input gradient reduce-scattered, the input all-gathered again for the
+// weight gradient), each row-parallel output (attn.c_proj, mlp.c_proj) is reduce-scattered
+// (backward: all-gathered) instead of all-reduced, and the ln_f output is all-gathered before the
+// logits. The LayerNorm and row-parallel bias gradients are then partial per TP rank (the
+// KvReducer sums them, with the K/V rows). seq_len must be divisible by tp (c10::Error).
 // A TP collective that fails (inside Loss/Logits or inside autograd's backward()) throws
 // comm::CollectiveError carrying the collective's Status; nothing else is caught here.
 // Dropout (training only, p > 0) draws its masks from the Philox streams of philox.h on the
@@ -31,8 +39,10 @@ namespace latchkey {
 class GptBigCode {
  public:
   // `dropout_seed` keys the dropout streams (latchkey.seed); nothing else about them is state.
+  // `sequence_parallel` (tensor_parallel.sequence_parallel) takes effect only with a parallel
+  // TP group.
   GptBigCode(const ModelConfig& config, ParamStore* store, comm::Group* tp_group,
-             uint64_t dropout_seed);
+             uint64_t dropout_seed, bool sequence_parallel = false);
 
   // input_ids, labels: [B, S] int64 on the store's device; row_positions: the stream position of
   // each of the B rows (docs/data.md: not wrapped modulo the data size), which selects its dropout
@@ -56,7 +66,8 @@ class GptBigCode {
   // x [B, ...] with p in (0, 1) while training: x · keep / (1 − p) with the keep mask of
   // (site, layer) for the rows at positions_; x itself otherwise.
   at::Tensor Dropout(const at::Tensor& x, double p, philox::DropoutSite site, int64_t layer);
-  // Transformer block `layer`: x [B, S, E] -> x [B, S, E], with its 2 TP all-reduces forward.
+  // Transformer block `layer`: x [B, S, E] -> x [B, S, E], with its 2 TP all-reduces forward
+  // (sequence parallelism: [B, S/tp, E] -> [B, S/tp, E], 2 all-gathers and 2 reduce-scatters).
   at::Tensor Layer(const at::Tensor& x, int64_t layer);
   // qkv [B, S, local width] -> [B, S, Hl*D]: splits the heads and runs CoreAttention.
   at::Tensor Attention(const at::Tensor& qkv, int64_t B, int64_t S, int64_t layer);
@@ -86,6 +97,7 @@ class GptBigCode {
   ModelConfig cfg_;
   ParamStore* store_;
   comm::Group* tp_;
+  bool sp_;  // sequence parallelism over a parallel tp_
   int64_t local_heads_;
   int64_t first_head_;  // the global index of this rank's first query head
   uint64_t dropout_seed_;

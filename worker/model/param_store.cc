@@ -21,7 +21,8 @@ ParamStore::ParamStore(std::vector<ParamLayout> layout, int pad_multiple, c10::D
       segments_.push_back({numel_, p.kv_row_begin * row, false, false});
       segments_.push_back({numel_ + p.kv_row_begin * row, p.kv_rows * row, true, true});
     } else {
-      segments_.push_back({numel_, p.local_numel(), p.kind == ShardKind::kReplicated, false});
+      segments_.push_back({numel_, p.local_numel(), p.kind == ShardKind::kReplicated, false,
+                           p.sequence_parallel_partial});
     }
     numel_ += p.local_numel();
   }

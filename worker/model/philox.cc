@@ -11,21 +11,17 @@ void FillKeepMask(const DropoutDraw& draw, const int64_t* positions, int64_t row
       const uint32_t word = StreamWord(draw.site, draw.layer, draw.first_head + h);
       bool* row = out + (b * draw.heads + h) * n;
       // One Philox call per 4 elements; the counter's words 1-3 are fixed for the (row, head),
-      // so only word 0 changes in the loop.
+      // so only word 0 changes in the loop. Element g of the stream is lane g mod 4 of counter
+      // g / 4, so a draw starting at an element that is not a multiple of 4 begins mid-counter.
       Counter c = DropoutCounter(positions[b], word, 0);
-      int64_t i = 0;
-      for (; i + 4 <= n; i += 4) {
-        c[0] = static_cast<uint32_t>(i >> 2);
+      int64_t g = draw.first_element;
+      const int64_t end = draw.first_element + n;
+      bool* o = row;
+      while (g < end) {
+        c[0] = static_cast<uint32_t>(g >> 2);
         const Counter x = Philox4x32(c, key);
-        row[i] = Keep(x[0], threshold);
-        row[i + 1] = Keep(x[1], threshold);
-        row[i + 2] = Keep(x[2], threshold);
-        row[i + 3] = Keep(x[3], threshold);
-      }
-      if (i < n) {  // the tail: the first n - i lanes of the last counter
-        c[0] = static_cast<uint32_t>(i >> 2);
-        const Counter x = Philox4x32(c, key);
-        for (int lane = 0; i < n; ++i, ++lane) row[i] = Keep(x[lane], threshold);
+        for (int64_t lane = g & 3; lane < 4 && g < end; ++lane, ++g)
+          *o++ = Keep(x[lane], threshold);
       }
     }
   }

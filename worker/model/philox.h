@@ -6,7 +6,8 @@
 //
 // Torch-free and header-light: the model's torch code (dropout_mask.h) and the unit tests use it.
 // Everything here is a pure function; thread-safe. Preconditions (checked by dropout_mask.h's
-// callers, not here): layer < 2^16, head < 2^14, elements per (row, head) <= 2^34, position >= 0.
+// callers, not here): layer < 2^16, head < 2^14, first_element + elements per (row, head) <= 2^34,
+// position >= 0.
 #ifndef LATCHKEY_WORKER_MODEL_PHILOX_H_
 #define LATCHKEY_WORKER_MODEL_PHILOX_H_
 
@@ -88,7 +89,9 @@ inline bool Keep(uint32_t x, uint32_t threshold) { return (x >> 8) < threshold; 
 
 // One dropout call's draw: `rows` sample rows at the given stream positions, heads
 // [first_head, first_head + heads) (first_head 0, heads 1 for the [S, E] sites), `elements`
-// mask elements per (row, head).
+// mask elements per (row, head), starting at element `first_element` of the (row, head)'s stream
+// (0 for a whole activation; a sequence-parallel shard of positions [t0, t0 + S/tp) of an [S, E]
+// activation draws elements [t0·E, (t0 + S/tp)·E), the same bits as that slice of the whole).
 struct DropoutDraw {
   uint64_t seed = 0;
   DropoutSite site = DropoutSite::kEmbd;
@@ -96,11 +99,12 @@ struct DropoutDraw {
   int64_t first_head = 0;
   int64_t heads = 1;
   int64_t elements = 0;
+  int64_t first_element = 0;
   double p = 0.0;
 };
 
-// The CPU loop: out[(b·heads + h)·elements + i] = keep of element i of head first_head + h of the
-// row at positions[b], for b < rows. `out` holds rows·heads·elements entries.
+// The CPU loop: out[(b·heads + h)·elements + i] = keep of element first_element + i of head
+// first_head + h of the row at positions[b], for b < rows. `out` holds rows·heads·elements entries.
 void FillKeepMask(const DropoutDraw& draw, const int64_t* positions, int64_t rows, bool* out);
 
 }  // namespace latchkey::philox

@@ -176,6 +176,42 @@ TEST(DropoutMask, RowsAndHeadsAreIndependentOfTheDraw) {
   }
 }
 
+// Sequence parallelism: TP rank r's [B, S/tp, E] shard draws elements [r·(S/tp)·E, +(S/tp)·E)
+// of each row's stream, which must be exactly that slice of the whole [S, E] mask, on the CPU
+// loop and the tensor ops (offsets that start mid-counter included), whatever the chunking.
+TEST(DropoutMask, SequenceShardIsTheSliceOfTheWholeMask) {
+  const std::vector<int64_t> positions = {3, 4, (int64_t{1} << 33) + 7};
+  for (const int64_t E : {8, 5, 3}) {  // E = 5, 3: shards start at elements that are not 4k
+    DropoutDraw whole;
+    whole.seed = 0xC0FFEE;
+    whole.site = DropoutSite::kResidMlp;
+    whole.layer = 2;
+    whole.p = 0.3;
+    const int64_t S = 12;
+    whole.elements = S * E;
+    const at::Tensor full = CpuLoop(whole, positions);
+    for (int tp : {2, 3, 4}) {
+      for (int r = 0; r < tp; ++r) {
+        DropoutDraw shard = whole;
+        shard.elements = S / tp * E;
+        shard.first_element = r * shard.elements;
+        const at::Tensor want = full.narrow(2, shard.first_element, shard.elements);
+        EXPECT_TRUE(at::equal(CpuLoop(shard, positions), want))
+            << "loop: E " << E << " tp " << tp << " rank " << r;
+        for (int64_t chunk : {int64_t{1} << 24, int64_t{1}}) {
+          EXPECT_TRUE(at::equal(DropoutKeepMaskTensorOps(shard, Positions(positions), chunk), want))
+              << "tensor ops: E " << E << " tp " << tp << " rank " << r << " chunk " << chunk;
+        }
+      }
+    }
+  }
+  // The offset is part of the range check: the last element of a draw must stay inside.
+  DropoutDraw d;
+  d.elements = 4;
+  d.first_element = philox::kMaxElements - 3;
+  EXPECT_THROW(CpuLoop(d, {0}), c10::Error);
+}
+
 // The negative controls: every coordinate of the mapping changes the mask.
 TEST(DropoutMask, EveryCoordinateSelectsADifferentMask) {
   DropoutDraw base;

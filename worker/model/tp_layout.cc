@@ -6,6 +6,19 @@
 namespace latchkey {
 namespace {
 
+// The replicated parameters of the regions sequence parallelism shards: LayerNorms and the
+// row-parallel biases (added after the reduce-scatter, on the rank's positions only).
+bool SequenceParallelPartial(const std::string& name) {
+  for (const char* suffix : {"ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias", "ln_f.weight",
+                             "ln_f.bias", "attn.c_proj.bias", "mlp.c_proj.bias"}) {
+    const std::string s(suffix);
+    if (name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 int64_t Numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -37,6 +50,8 @@ absl::StatusOr<std::vector<ParamLayout>> BuildTpLayout(const ModelConfig& m, int
     p.full_shape = param.shape;
     p.local_shape = std::move(param.shape);
     p.kind = param.split;
+    p.sequence_parallel_partial =
+        p.kind == ShardKind::kReplicated && SequenceParallelPartial(p.name);
     switch (param.split) {
       case ShardKind::kReplicated:
         break;

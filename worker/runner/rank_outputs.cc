@@ -94,7 +94,7 @@ void RankOutputs::OnStep(const JobSpec& spec, const Latch& latch, const StepRepo
     metrics_->registry.ObserveLatchWait(latch_wait_seconds);
     metrics_->registry.ObserveStep(
         report, static_cast<int64_t>(latch.n) * spec.micro_batch_size * spec.seq_len,
-        PlannedKvAllReduces(spec, latch));
+        PlannedKvAllReduces(spec, latch), PlannedReplicatedAllReduces(spec, latch));
   }
 #else
   (void)latch;

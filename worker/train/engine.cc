@@ -53,10 +53,13 @@ class EngineImpl final : public Engine {
     store_ = std::make_unique<ParamStore>(*std::move(layout), zero1 ? g_->dp : 1, device_);
     if (spec_.bf16) store_->EnableBf16Compute();
     LK_RETURN_IF_ERROR(LoadInitialWeights());
-    model_ =
-        std::make_unique<GptBigCode>(spec_.model, store_.get(), g_->tp_group.get(), spec_.seed);
+    model_ = std::make_unique<GptBigCode>(spec_.model, store_.get(), g_->tp_group.get(), spec_.seed,
+                                          spec_.sequence_parallel);
     model_->set_activation_checkpointing(spec_.activation_checkpointing);
-    kv_ = std::make_unique<KvReducer>(store_->segments(), g_->tp_group.get(), ops_.get());
+    // Under sequence parallelism the LayerNorm and row-parallel bias gradients are partial per
+    // TP rank: summed with the K/V rows, in the same reduction.
+    kv_ = std::make_unique<KvReducer>(store_->segments(), g_->tp_group.get(), ops_.get(),
+                                      spec_.sequence_parallel);
     kv_->set_enabled_for_testing(!opts_.skip_kv_reduction_for_testing);
     auto data = OpenDataSource(spec_);
     if (!data.ok()) return data.status();
@@ -104,6 +107,7 @@ class EngineImpl final : public Engine {
     boundary_wait_ = -1.0;
     const auto stats_before = g_->stats->Snapshot();
     const int64_t kv_before = g_->stats->TaggedCalls(comm::kKvTag);
+    const int64_t replicated_before = ReplicatedCalls(*g_->stats);
     const double lr = schedule_.ForStep(latch.window);
     absl::StatusOr<double> loss = Window(latch, lr);
     if (!loss.ok()) return loss.status();
@@ -119,6 +123,7 @@ class EngineImpl final : public Engine {
     r.kv_mode = latch.kv_mode;
     r.latch_generation = latch.generation;
     r.kv_allreduce_calls = g_->stats->TaggedCalls(comm::kKvTag) - kv_before;
+    r.replicated_allreduce_calls = ReplicatedCalls(*g_->stats) - replicated_before;
     for (const auto& [key, c] : comm::CollectiveStats::Delta(g_->stats->Snapshot(), stats_before)) {
       r.collective_calls[key] = c.calls;
     }
@@ -233,10 +238,10 @@ class EngineImpl final : public Engine {
     const int64_t numel = store_->numel();
     if (latch.kv_mode != KvMode::kPerMicroBatch) {
       const bool coalesced = latch.kv_mode == KvMode::kCoalesced;
-      const int64_t kv_calls = g_->stats->TaggedCalls(comm::kKvTag);
+      const int64_t kv_calls = ReplicatedCalls(*g_->stats);
       const auto kv_start = Clock::now();
       if (absl::Status st = kv_->ReducePending(grads, coalesced); !st.ok()) return st;
-      if (g_->stats->TaggedCalls(comm::kKvTag) != kv_calls) NoteBoundaryWait(kv_start);
+      if (ReplicatedCalls(*g_->stats) != kv_calls) NoteBoundaryWait(kv_start);
     }
     double norm_sq = 0.0;
     const bool count_replicated = g_->tp_rank == 0;
@@ -370,10 +375,6 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const JobSpec& spec,
         "latchkey.world_size: the process group (world " + std::to_string(groups->world_size) +
         ", tp " + std::to_string(groups->tp) + ") does not match the spec (world " +
         std::to_string(spec.world_size) + ", tp " + std::to_string(spec.tp) + ")");
-  }
-  if (spec.sequence_parallel) {
-    return absl::UnimplementedError(
-        "tensor_parallel.sequence_parallel: not implemented by this worker");
   }
   if (spec.zero_stage == 2) {
     return absl::UnimplementedError("zero_optimization.stage: 2 is not implemented by this worker");

@@ -2,15 +2,23 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "worker/model/comm_buffer.h"
 
 namespace latchkey {
 
-KvReducer::KvReducer(const std::vector<FlatSegment>& segments, comm::Group* tp, const FlatOps* ops)
+int64_t ReplicatedCalls(const comm::CollectiveStats& stats) {
+  return stats.TaggedCalls(comm::kKvTag) + stats.TaggedCalls(kReplicatedTag);
+}
+
+KvReducer::KvReducer(const std::vector<FlatSegment>& segments, comm::Group* tp, const FlatOps* ops,
+                     bool sequence_parallel)
     : tp_(tp), ops_(ops) {
   for (const FlatSegment& s : segments) {
-    if (!s.kv) continue;
+    if (!s.kv && !(sequence_parallel && s.sequence_parallel_partial)) continue;
     kv_.push_back({s.offset, s.length});
+    carries_kv_.push_back(s.kv);
     total_ += s.length;
   }
   active_ = !kv_.empty() && comm::is_parallel(tp_);
@@ -32,14 +40,17 @@ absl::Status KvReducer::ReducePending(const at::Tensor& grads, bool coalesced) {
   // Stage what was added since the previous reduction.
   ops_->PackDelta(grads, kv_, snapshot_, stage_);
   comm::CollectiveOptions opts;
-  opts.tag = comm::kKvTag;
   const comm::Buffer stage = CommBuffer(stage_);
   if (coalesced) {
+    const bool any_kv =
+        std::find(carries_kv_.begin(), carries_kv_.end(), true) != carries_kv_.end();
+    opts.tag = any_kv ? comm::kKvTag : kReplicatedTag;
     if (absl::Status st = tp_->AllReduceSum(stage, opts); !st.ok()) return st;
   } else {
     size_t at = 0;
-    for (const FlatRange& r : kv_) {
-      const size_t n = static_cast<size_t>(r.length);
+    for (size_t i = 0; i < kv_.size(); ++i) {
+      const size_t n = static_cast<size_t>(kv_[i].length);
+      opts.tag = carries_kv_[i] ? comm::kKvTag : kReplicatedTag;
       if (absl::Status st = tp_->AllReduceSum(stage.Slice(at, n), opts); !st.ok()) return st;
       at += n;
     }

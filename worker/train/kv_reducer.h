@@ -1,10 +1,17 @@
-// KvReducer: sums the replicated K/V gradient rows of an MQA model over the TP group.
+// KvReducer: sums the replicated K/V gradient rows of an MQA model over the TP group, and under
+// sequence parallelism the other replicated gradients that are partial per TP rank (LayerNorm
+// weights and biases, the row-parallel biases: FlatSegment::sequence_parallel_partial), in the
+// same reduction, mode and collectives.
 //
 // Every TP rank holds the whole K/V block but computes its gradient only through its own query
 // heads, so the K/V gradient is partial and must be summed over TP. Modes (docs/model.md):
 //  - per_micro_batch: after each backward, one all-reduce per K/V tensor (2 per layer);
 //  - deferred: once at the boundary, one all-reduce per K/V tensor (2 per layer per step);
 //  - coalesced: once at the boundary, every K/V row staged into one buffer (1 per step).
+// Under sequence parallelism "per tensor" also means one collective per partial replicated
+// tensor (6 per layer and 2 for ln_f), and the coalesced buffer carries them beside the K/V rows.
+// Tags: a collective that carries K/V rows is tagged comm::kKvTag; one that carries only
+// sequence-parallel rows kReplicatedTag; ReplicatedCalls counts both.
 // A sum is not idempotent, so every reduction sums only what was added since the previous one
 // (grad - snapshot): a reentrant boundary reduces only new rows, and with nothing added
 // (no NoteBackward since the last reduction) it issues no collective at all. Whether anything was
@@ -30,15 +37,24 @@
 
 namespace latchkey {
 
+// The tag of a reduction that carries only sequence-parallel replicated rows (no K/V).
+inline constexpr const char* kReplicatedTag = "replicated";
+
+// Every TP reduction of replicated-parameter gradients `stats` has counted (K/V and SP's).
+int64_t ReplicatedCalls(const comm::CollectiveStats& stats);
+
 class KvReducer {
  public:
-  // `segments`: the whole ParamStore segment list; only those with kv=true are used. The
-  // gradients later passed in are on ops->device().
-  KvReducer(const std::vector<FlatSegment>& segments, comm::Group* tp, const FlatOps* ops);
+  // `segments`: the whole ParamStore segment list; only those with kv=true are used, and with
+  // `sequence_parallel` those with sequence_parallel_partial=true as well. The gradients later
+  // passed in are on ops->device().
+  KvReducer(const std::vector<FlatSegment>& segments, comm::Group* tp, const FlatOps* ops,
+            bool sequence_parallel = false);
 
-  // True when there is anything to reduce at all (MQA model and a parallel TP group).
+  // True when there is anything to reduce at all (MQA model or sequence parallelism, and a
+  // parallel TP group).
   bool active() const { return active_; }
-  int64_t kv_elements() const { return total_; }
+  int64_t kv_elements() const { return total_; }  // every reduced row, K/V and SP's
 
   void BeginWindow();
   void NoteBackward() { ++pending_backwards_; }
@@ -60,7 +76,8 @@ class KvReducer {
   void set_enabled_for_testing(bool enabled) { enabled_ = enabled; }
 
  private:
-  std::vector<FlatRange> kv_;
+  std::vector<FlatRange> kv_;     // in flat order: K/V rows, and SP's partial rows under SP
+  std::vector<bool> carries_kv_;  // per entry of kv_: a K/V range (else sequence-parallel)
   comm::Group* tp_;
   const FlatOps* ops_;
   bool active_ = false;

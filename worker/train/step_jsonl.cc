@@ -13,6 +13,7 @@ std::string StepReportJson(int rank, const StepReport& r) {
   j["grad_norm"] = r.grad_norm;
   j["kv_mode"] = KvModeName(r.kv_mode);
   j["kv_allreduce_calls"] = r.kv_allreduce_calls;
+  j["replicated_allreduce_calls"] = r.replicated_allreduce_calls;
   nlohmann::ordered_json calls = nlohmann::ordered_json::object();
   for (const auto& [key, n] : r.collective_calls) calls[key] = n;
   j["collective_calls"] = calls;
