@@ -53,7 +53,8 @@ constexpr Mode kModes[] = {
     {"selective", "selective", 1}, {"full", "full", 1}, {"full_every_2", "full", 2}};
 
 WorkerRun RunMode(const Mode& m, int tp, const std::string& kv, bool bf16,
-                  const nlohmann::json& eval = nullptr, int dp = 1, int zero = 0) {
+                  const nlohmann::json& eval = nullptr, int dp = 1, int zero = 0,
+                  bool sequence_parallel = false) {
   RunShape s;
   s.eval = eval;
   s.dp = dp;
@@ -71,6 +72,7 @@ WorkerRun RunMode(const Mode& m, int tp, const std::string& kv, bool bf16,
     spec["latchkey"]["activation_checkpointing"]["every_layers"] = m.every_layers;
   }
   if (bf16) spec["bf16"] = {{"enabled", true}};
+  if (sequence_parallel) spec["tensor_parallel"]["sequence_parallel"] = true;
   return RunWorkers(
       spec, dp * tp,
       {"--dump-grads", "{dir}/grads", "--dump-grads-step", std::to_string(kDumpStep)});
@@ -128,23 +130,25 @@ struct Case {
   int tp;
   std::string kv;
   int dp = 1;
-  int zero = 0;  // zero_optimization.stage
+  int zero = 0;     // zero_optimization.stage
+  bool sp = false;  // tensor_parallel.sequence_parallel
   int world() const { return dp * tp; }
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << "tp " << c.tp << " " << c.kv << " dp " << c.dp << " zero " << c.zero;
+  *os << "tp " << c.tp << " " << c.kv << " dp " << c.dp << " zero " << c.zero
+      << (c.sp ? " sequence parallel" : "");
 }
 
 class RecomputeIdentity : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RecomputeIdentity, GradientsLossesAndCountsEqualModeNone) {
   const Case& c = GetParam();
-  const WorkerRun ref = RunMode(kNone, c.tp, c.kv, false, nullptr, c.dp, c.zero);
+  const WorkerRun ref = RunMode(kNone, c.tp, c.kv, false, nullptr, c.dp, c.zero, c.sp);
   ASSERT_TRUE(ref.ok()) << ref.Describe();
   for (const Mode& m : kModes) {
     SCOPED_TRACE(m.name);
-    const WorkerRun run = RunMode(m, c.tp, c.kv, false, nullptr, c.dp, c.zero);
+    const WorkerRun run = RunMode(m, c.tp, c.kv, false, nullptr, c.dp, c.zero, c.sp);
     ASSERT_TRUE(run.ok()) << run.Describe();
     EXPECT_EQ(GradDifferences(ref, run, c.world()), "") << ref.dir << " vs " << run.dir;
     const bool full = std::string(m.mode) == "full";
@@ -158,12 +162,20 @@ TEST_P(RecomputeIdentity, GradientsLossesAndCountsEqualModeNone) {
         EXPECT_EQ(got["grad_norm"].get<double>(), want["grad_norm"].get<double>()) << "rank " << r;
         EXPECT_EQ(got["kv_allreduce_calls"], want["kv_allreduce_calls"]) << "rank " << r;
         nlohmann::json calls = want["collective_calls"];
-        if (full && c.tp > 1) {
+        if (full && c.tp > 1 && !c.sp) {
           // Each recomputed layer's forward re-issues its 2 all-reduces per micro-batch.
           calls["all_reduce/tp"] = calls["all_reduce/tp"].get<int64_t>() + 2 * kLayers * kGas;
         }
+        if (full && c.sp) {
+          // Under sequence parallelism those are its 2 all-gathers and 2 reduce-scatters.
+          for (const char* op : {"all_gather/tp", "reduce_scatter/tp"}) {
+            calls[op] = calls[op].get<int64_t>() + 2 * kLayers * kGas;
+          }
+        }
         EXPECT_EQ(got["collective_calls"], calls) << "rank " << r << " step " << s;
-        if (c.tp > 1 && c.dp == 1) {
+        EXPECT_EQ(got["replicated_allreduce_calls"], want["replicated_allreduce_calls"])
+            << "rank " << r;
+        if (c.tp > 1 && c.dp == 1 && !c.sp) {
           // The documented totals (docs/memory.md): (4 or 6)·L·n all_reduce/tp by the model,
           // the K/V reductions and the norm's one.
           const int64_t per_layer = full ? 6 : 4;
@@ -178,22 +190,25 @@ TEST_P(RecomputeIdentity, GradientsLossesAndCountsEqualModeNone) {
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& i) {
   std::string name = "tp" + std::to_string(i.param.tp) + "_" + i.param.kv;
+  if (i.param.sp) name += "_sp";
   if (i.param.dp > 1)
     name += "_dp" + std::to_string(i.param.dp) + "_zero" + std::to_string(i.param.zero);
   return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, RecomputeIdentity,
-                         ::testing::Values(Case{1, "per_micro_batch"}, Case{1, "deferred"},
-                                           Case{1, "coalesced"}, Case{2, "per_micro_batch"},
-                                           Case{2, "deferred"}, Case{2, "coalesced"},
-                                           Case{4, "per_micro_batch"}, Case{4, "deferred"},
-                                           Case{4, "coalesced"},
-                                           // DP 2: the DP collectives (ZeRO-0's mean
-                                           // all-reduces, ZeRO-1's reduce-scatter and
-                                           // all-gathers) are unchanged too.
-                                           Case{2, "coalesced", 2, 0}, Case{2, "deferred", 2, 1}),
-                         CaseName);
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, RecomputeIdentity,
+    ::testing::Values(Case{1, "per_micro_batch"}, Case{1, "deferred"}, Case{1, "coalesced"},
+                      Case{2, "per_micro_batch"}, Case{2, "deferred"}, Case{2, "coalesced"},
+                      Case{4, "per_micro_batch"}, Case{4, "deferred"}, Case{4, "coalesced"},
+                      // DP 2: the DP collectives (ZeRO-0's mean
+                      // all-reduces, ZeRO-1's reduce-scatter and
+                      // all-gathers) are unchanged too.
+                      Case{2, "coalesced", 2, 0}, Case{2, "deferred", 2, 1},
+                      // With sequence parallelism (its own collectives).
+                      Case{2, "deferred", 1, 0, true}, Case{4, "coalesced", 1, 0, true},
+                      Case{2, "per_micro_batch", 2, 1, true}),
+    CaseName);
 
 // bf16 runs the same code on bf16 compute parameters: the modes agree with none within bf16's
 // resolution (2^-8 relative); the measured differences are printed.
