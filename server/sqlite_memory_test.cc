@@ -1,11 +1,14 @@
-// Schema v8: the step reports' memory columns (docs/memory.md "Measuring memory"). A v7 file
-// migrates with its reports reading 0 bytes; a report stored after keeps its three values.
+// The coordinator's side of the ranks' memory (docs/memory.md "Measuring memory"). Schema v8:
+// the step reports' memory columns; a v7 file migrates with its reports reading 0 bytes, a report
+// stored after keeps its three values. The step summary: the largest peak over the ranks, and
+// each rank's.
 #include <sqlite3.h>
 
 #include <string>
 
 #include "gtest/gtest.h"
 #include "server/sqlite_store.h"
+#include "server/step_aggregator.h"
 #include "tests/support/temp_dir.h"
 
 namespace latchkey {
@@ -88,6 +91,20 @@ TEST(SqliteMemoryColumnsTest, MigratesAVersion7FileAndStoresTheMemoryOfNewReport
   EXPECT_EQ(fresh->report.activation_memory_bytes, 123456789);
   EXPECT_EQ(fresh->report.reserved_memory_bytes, int64_t{6} << 33);
   EXPECT_EQ(Int(path, "SELECT MAX(peak_memory_bytes) FROM step_reports"), int64_t{5} << 33);
+}
+
+TEST(StepAggregatorMemoryTest, SummaryCarriesTheLargestPeakAndEachRanks) {
+  StepAggregator agg(/*world_size=*/2, /*keep=*/4);
+  StepReportRecord r0 = Report(0, 5), r1 = Report(1, 5);
+  r0.report.peak_memory_bytes = 300;
+  r1.report.peak_memory_bytes = 700;
+  agg.Add(r1);
+  EXPECT_FALSE(agg.Last().has_value());  // rank 0 has not reported step 5 yet
+  agg.Add(r0);
+  const std::optional<CompletedStep> step = agg.Last();
+  ASSERT_TRUE(step.has_value());
+  EXPECT_EQ(step->report.peak_memory_bytes, 700);
+  EXPECT_EQ(step->rank_peak_memory_bytes, (std::map<int, int64_t>{{0, 300}, {1, 700}}));
 }
 
 }  // namespace

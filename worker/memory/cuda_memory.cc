@@ -19,10 +19,18 @@ namespace latchkey::memory {
 namespace {
 
 class CudaMeter final : public MemoryMeter {
+ private:
+  // Defined before its uses: its return type is deduced (DeviceStats moved namespace in 2.x).
+  auto Stats() const {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device_));
+  }
+
  public:
   explicit CudaMeter(int device) : device_(device) {}
   int64_t AllocatedBytes() override { return Stats().allocated_bytes[0].current; }
-  void ResetPeak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(device_); }
+  void ResetPeak() override {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device_));
+  }
   MemoryReading Read() override {
     const auto stats = Stats();
     return MemoryReading{stats.allocated_bytes[0].current, stats.allocated_bytes[0].peak,
@@ -31,7 +39,6 @@ class CudaMeter final : public MemoryMeter {
   MemoryAccount* account() override { return nullptr; }
 
  private:
-  auto Stats() const { return c10::cuda::CUDACachingAllocator::getDeviceStats(device_); }
   int device_;
 };
 
