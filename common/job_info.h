@@ -8,6 +8,7 @@
 #define LATCHKEY_COMMON_JOB_INFO_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,12 +35,15 @@ struct JobWorkerInfo {
 };
 
 // A step every rank has reported (latchkey.v1.StepSummary). `report` is rank 0's report except
-// step_seconds, which is the slowest rank's. The coordinator passes on step, micro_batches,
-// loss, grad_norm, kv_mode, kv_allreduce_calls, step_seconds, tokens, lr and eval_loss (set on
-// the steps where evaluation ran); the report's other fields keep their defaults.
+// step_seconds, which is the slowest rank's, and peak_memory_bytes, the largest over ranks. The
+// coordinator passes on step, micro_batches, loss, grad_norm, kv_mode, kv_allreduce_calls,
+// step_seconds, tokens, lr, eval_loss (set on the steps where evaluation ran) and
+// peak_memory_bytes; the report's other fields keep their defaults.
 struct CompletedStep {
   StepReport report;
   int ranks_reported = 0;
+  // Each reporting rank's peak_memory_bytes (the coordinator's status page; not on the wire).
+  std::map<int, int64_t> rank_peak_memory_bytes;
 };
 
 // How late the slowest rank of one window arrived at its first boundary collective: the spread

@@ -42,6 +42,15 @@ struct StepReport {
   // staging to the end of its commit (written, fsynced and checksummed in the background, then
   // committed here); on those steps only (every_steps 1: the last step's is the sum of two).
   std::optional<double> checkpoint_background_seconds;
+  // Memory of this rank (worker/memory/memory.h, docs/memory.md "Measuring memory"), in bytes.
+  // The high-water mark of the bytes its tensors held during this step (CPU: the counting
+  // allocator's account of the engine; CUDA: the caching allocator's allocated bytes).
+  int64_t peak_memory_bytes = 0;
+  // Bytes allocated at the end of the window's last micro-batch forward minus bytes allocated
+  // just before that forward: what its backward will consume.
+  int64_t activation_memory_bytes = 0;
+  // CUDA: the caching allocator's reserved bytes at the end of the step; 0 on the CPU.
+  int64_t reserved_memory_bytes = 0;
 };
 
 // A committed resumable checkpoint, as rank 0 reports it (WorkerService.ReportCheckpoint).

@@ -94,7 +94,7 @@ absl::StatusOr<std::vector<JobState>> JobStatesOf(const latchkey::v1::ListJobsRe
 // becomes kPending. ReportStep: the request's step fields (identity and rank are the caller's);
 // StepReport's optimizer_state_bytes and latch_wait_seconds are not on the wire; eval_loss is
 // a google.protobuf.DoubleValue, unset when the step ran no evaluation; checkpoint_seconds is
-// not on the wire (boundary_wait_seconds is). A request
+// not on the wire (boundary_wait_seconds and the three memory fields are). A request
 // without a kv_mode is INVALID_ARGUMENT (the coordinator must know the mode the step ran).
 latchkey::v1::JoinResponse ToProto(const JoinInfo& info);
 JoinInfo FromProto(const latchkey::v1::JoinResponse& info);

@@ -36,6 +36,7 @@ v1::StepSummary ToProto(const CompletedStep& step) {
   out.set_ranks_reported(step.ranks_reported);
   out.set_lr(r.lr);
   if (r.eval_loss) out.mutable_eval_loss()->set_value(*r.eval_loss);
+  out.set_peak_memory_bytes(r.peak_memory_bytes);
   return out;
 }
 
@@ -53,6 +54,7 @@ CompletedStep FromProto(const v1::StepSummary& step) {
   r.tokens = step.tokens();
   r.lr = step.lr();
   if (step.has_eval_loss()) r.eval_loss = step.eval_loss().value();
+  r.peak_memory_bytes = step.peak_memory_bytes();
   out.ranks_reported = step.ranks_reported();
   return out;
 }

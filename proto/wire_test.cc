@@ -124,5 +124,24 @@ TEST(WireTest, WorkerRequestsCarryIdentityAndRank) {
   EXPECT_TRUE(FromProto(sr).duplicate);
 }
 
+// The memory fields travel in ReportStep (16, 17, 19) and the step summary (12), beyond 32 bits.
+TEST(WireTest, MemoryFieldsRoundTrip) {
+  StepReport r;
+  r.kv_mode = KvMode::kCoalesced;
+  r.peak_memory_bytes = int64_t{3} << 34;
+  r.activation_memory_bytes = (int64_t{1} << 33) + 7;
+  r.reserved_memory_bytes = int64_t{5} << 34;
+  const v1::ReportStepRequest wire = ToProto(r);
+  EXPECT_EQ(wire.peak_memory_bytes(), int64_t{3} << 34);
+  absl::StatusOr<StepReport> back = FromProto(wire);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->peak_memory_bytes, int64_t{3} << 34);
+  EXPECT_EQ(back->activation_memory_bytes, (int64_t{1} << 33) + 7);
+  EXPECT_EQ(back->reserved_memory_bytes, int64_t{5} << 34);
+  CompletedStep step;
+  step.report.peak_memory_bytes = int64_t{9} << 33;
+  EXPECT_EQ(FromProto(ToProto(step)).report.peak_memory_bytes, int64_t{9} << 33);
+}
+
 }  // namespace
 }  // namespace latchkey

@@ -83,6 +83,9 @@ v1::ReportStepRequest ToProto(const StepReport& report) {
   out.set_lr(report.lr);
   if (report.eval_loss) out.mutable_eval_loss()->set_value(*report.eval_loss);
   out.set_boundary_wait_seconds(report.boundary_wait_seconds);
+  out.set_peak_memory_bytes(report.peak_memory_bytes);
+  out.set_activation_memory_bytes(report.activation_memory_bytes);
+  out.set_reserved_memory_bytes(report.reserved_memory_bytes);
   return out;
 }
 
@@ -104,6 +107,9 @@ absl::StatusOr<StepReport> FromProto(const v1::ReportStepRequest& report) {
   out.lr = report.lr();
   if (report.has_eval_loss()) out.eval_loss = report.eval_loss().value();
   out.boundary_wait_seconds = report.boundary_wait_seconds();
+  out.peak_memory_bytes = report.peak_memory_bytes();
+  out.activation_memory_bytes = report.activation_memory_bytes();
+  out.reserved_memory_bytes = report.reserved_memory_bytes();
   return out;
 }
 

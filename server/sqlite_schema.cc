@@ -157,6 +157,16 @@ CREATE TRIGGER latches_no_delete BEFORE DELETE ON latches
   BEGIN SELECT RAISE(ABORT, 'latches are append-only'); END;
 )sql";
 
+// v7 -> v8 (docs/memory.md "Measuring memory"): every step report keeps the rank's memory in
+// the step: the high-water mark of its tensors' bytes, the bytes its last micro-batch's forward
+// left for the backward, and the CUDA caching allocator's reserved bytes. Reports stored before
+// did not measure them: 0.
+constexpr const char* kMigrateV7ToV8 = R"sql(
+ALTER TABLE step_reports ADD COLUMN peak_memory_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE step_reports ADD COLUMN activation_memory_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE step_reports ADD COLUMN reserved_memory_bytes INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 }  // namespace
 
 absl::StatusOr<int> SqliteStore::SchemaVersion() {
@@ -208,6 +218,8 @@ absl::Status SqliteStore::Migrate(int from) {
       return MigrateV5ToV6();
     case 6:
       return Exec(kMigrateV6ToV7);
+    case 7:
+      return Exec(kMigrateV7ToV8);
   }
   return absl::InternalError(absl::StrCat("no migration from schema v", from));
 }

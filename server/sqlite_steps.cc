@@ -20,8 +20,9 @@ absl::StatusOr<bool> SqliteStore::InsertStepReport(const StepReportRecord& recor
   static constexpr const char* kSql =
       "INSERT OR IGNORE INTO step_reports (job_id, rank, step, micro_batches, loss, grad_norm, "
       "kv_mode, kv_allreduce_calls, collective_calls_json, step_seconds, tokens, "
-      "latch_generation, report_us, lr, eval_loss, boundary_wait_seconds) "
-      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)";
+      "latch_generation, report_us, lr, eval_loss, boundary_wait_seconds, peak_memory_bytes, "
+      "activation_memory_bytes, reserved_memory_bytes) "
+      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)";
   LK_ASSIGN_STMT(st, kSql);
   const StepReport& r = record.report;
   st.Bind(1, record.job_id).Bind(2, record.rank).Bind(3, r.step).Bind(4, r.micro_batches);
@@ -30,7 +31,8 @@ absl::StatusOr<bool> SqliteStore::InsertStepReport(const StepReportRecord& recor
   st.Bind(10, r.step_seconds).Bind(11, r.tokens).Bind(12, r.latch_generation);
   st.Bind(13, Us(record.report_time)).Bind(14, r.lr);
   if (r.eval_loss) st.Bind(15, *r.eval_loss);  // unbound: NULL, no evaluation in this step
-  st.Bind(16, r.boundary_wait_seconds);
+  st.Bind(16, r.boundary_wait_seconds).Bind(17, r.peak_memory_bytes);
+  st.Bind(18, r.activation_memory_bytes).Bind(19, r.reserved_memory_bytes);
   LK_RETURN_IF_ERROR(st.Run());
   return sqlite3_changes(db_) > 0;
 }
@@ -69,7 +71,8 @@ absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::QueryStepReports(
       st,
       "SELECT job_id, rank, step, micro_batches, loss, grad_norm, kv_mode, "
       "kv_allreduce_calls, collective_calls_json, step_seconds, tokens, "
-      "latch_generation, report_us, lr, eval_loss, boundary_wait_seconds "
+      "latch_generation, report_us, lr, eval_loss, boundary_wait_seconds, peak_memory_bytes, "
+      "activation_memory_bytes, reserved_memory_bytes "
       "FROM step_reports WHERE job_id=?1 AND step>=?2 AND step<=?3 AND (?4<0 OR rank=?4) "
       "ORDER BY step, rank");
   st.Bind(1, job_id).Bind(2, from_step).Bind(3, to_step).Bind(4, rank);
@@ -99,6 +102,9 @@ absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::QueryStepReports(
     if (!st.Null(14)) r.eval_loss = st.Real(14);
     record.boundary_wait_stored = !st.Null(15);
     if (record.boundary_wait_stored) r.boundary_wait_seconds = st.Real(15);
+    r.peak_memory_bytes = st.Int(16);
+    r.activation_memory_bytes = st.Int(17);
+    r.reserved_memory_bytes = st.Int(18);
     out.push_back(std::move(record));
   }
   st.Reset();

@@ -47,7 +47,7 @@ class SqliteStore : public JobStore {
   // tables. v5: each job's submitter; join tokens stored only as their SHA-256 (hex). v6: each
   // latch's first_sample and the job's next one. v7: the attempts table (each attempt's layout),
   // latches keyed by the layout that decided them.
-  static constexpr int kSchemaVersion = 7;
+  static constexpr int kSchemaVersion = 8;
 
   // Opens (creating if needed) the database at `path`; ":memory:" for tests.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,

@@ -28,6 +28,12 @@ std::string Num(double v, const char* format = "%.4f") {
   return buf;
 }
 
+// Bytes as MiB with two decimals ("-" when the rank reported none).
+std::string MiB(std::optional<int64_t> bytes) {
+  if (!bytes) return "-";
+  return Num(static_cast<double>(*bytes) / (1 << 20), "%.2f");
+}
+
 std::string Time(absl::Time t) {
   if (t == absl::UnixEpoch()) return "-";
   return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", t, absl::UTCTimeZone());
@@ -231,7 +237,9 @@ std::string StepCharts(const std::vector<CompletedStep>& steps) {
     absl::StrAppend(&out, "<p>last step ", last.report.step, ": loss ", Num(last.report.loss),
                     ", lr ", Num(last.report.lr, "%.3e"), ", ", Num(TokensPerSecond(last), "%.0f"),
                     " tokens/s, ", Num(last.report.step_seconds, "%.3f"), " s, kv ",
-                    KvModeName(last.report.kv_mode), " x", last.report.kv_allreduce_calls, "</p>");
+                    KvModeName(last.report.kv_mode), " x", last.report.kv_allreduce_calls,
+                    ", peak memory ", MiB(last.report.peak_memory_bytes),
+                    " MiB (largest rank)</p>");
   }
   return out;
 }
@@ -250,16 +258,22 @@ std::string StalledRanks(const JobRecord& rec) {
   return out + "</table>";
 }
 
-std::string Workers(const JobView& view) {
+// `steps`: the newest completed steps; the last one gives each rank's peak memory.
+std::string Workers(const JobView& view, const std::vector<CompletedStep>& steps) {
   std::string out =
       "<h2>workers</h2><table id=\"workers\"><tr><th>rank</th><th>worker</th><th>state</th>"
       "<th>tp rank</th><th>dp rank</th><th>host</th><th>steps reported</th>"
-      "<th>last seen</th></tr>";
+      "<th>last seen</th><th>peak memory MiB (last step)</th></tr>";
   for (const JobWorkerInfo& w : view.workers) {
+    std::optional<int64_t> peak;
+    if (!steps.empty()) {
+      const auto& peaks = steps.back().rank_peak_memory_bytes;
+      if (auto it = peaks.find(w.rank); it != peaks.end()) peak = it->second;
+    }
     absl::StrAppend(&out, "<tr><td>", w.rank, "</td><td>", HtmlEscape(w.worker_id), "</td><td>",
                     WorkerStateName(w.state), "</td><td>", w.tp_rank, "</td><td>", w.dp_rank,
                     "</td><td>", HtmlEscape(w.host), "</td><td>", w.steps_reported, "</td><td>",
-                    Time(w.last_seen), "</td></tr>");
+                    Time(w.last_seen), "</td><td class=\"peak-memory\">", MiB(peak), "</td></tr>");
   }
   return out + "</table>";
 }
@@ -339,7 +353,7 @@ HttpResponse StatusPage::Job(const HttpRequest& request) {
   out += JobSummary(view);
   out += StepCharts(snapshot->steps);
   out += StalledRanks(view.record);
-  out += Workers(view);
+  out += Workers(view, snapshot->steps);
   out += LatchAudit(job_id, view.record.next_window);
   out += "</body></html>\n";
   return Html(200, std::move(out));

@@ -13,6 +13,8 @@ void StepAggregator::Add(const StepReportRecord& record) {
   StepReport& out = sum.report;
   out.step = r.step;
   out.step_seconds = std::max(out.step_seconds, r.step_seconds);
+  out.peak_memory_bytes = std::max(out.peak_memory_bytes, r.peak_memory_bytes);
+  sum.rank_peak_memory_bytes[record.rank] = r.peak_memory_bytes;
   sum.ranks_reported = p.count;
   if (record.rank == 0 || p.count == 1) {
     out.micro_batches = r.micro_batches;

@@ -24,7 +24,7 @@ class StepAggregator {
   StepAggregator(int world_size, size_t keep) : world_size_(world_size), keep_(keep) {}
 
   // Counts one rank's first report of a step. Rank 0's loss, lr, eval_loss, tokens and counts
-  // stand for the step; step_seconds is the slowest rank's.
+  // stand for the step; step_seconds is the slowest rank's, peak_memory_bytes the largest.
   void Add(const StepReportRecord& record);
   // Forgets steps not every rank has reported (the job ended).
   void DropPartial() { partial_.clear(); }

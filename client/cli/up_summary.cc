@@ -5,12 +5,29 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "client/cli/up.h"
 
 namespace latchkey::cli {
 namespace {
+
+// The largest peak_memory_bytes of a rank's JSONL, or -1 when it has none (no file, or records
+// from a worker that did not measure memory).
+int64_t MaxPeakMemory(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return -1;
+  int64_t peak = -1;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+    if (row.is_object() && row.contains("peak_memory_bytes") &&
+        row["peak_memory_bytes"].is_number_integer()) {
+      peak = std::max(peak, row["peak_memory_bytes"].get<int64_t>());
+    }
+  }
+  return peak;
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -95,6 +112,22 @@ void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_res
   if (worker_restarts > 0 || coordinator_restarts > 0) {
     std::printf("  %-36s %d worker, %d coordinator\n", "processes started again", worker_restarts,
                 coordinator_restarts);
+  }
+  // Memory per rank: every rank's JSONL sits beside rank 0's as steps-R.jsonl.
+  const std::string suffix = "steps-0.jsonl";
+  if (jsonl.size() >= suffix.size() &&
+      jsonl.compare(jsonl.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    const std::string dir = jsonl.substr(0, jsonl.size() - suffix.size());
+    for (int rank = 0;; ++rank) {
+      const int64_t peak = MaxPeakMemory(dir + "steps-" + std::to_string(rank) + ".jsonl");
+      if (peak < 0) break;
+      std::printf("  %-36s %.1f MiB\n", ("peak memory, rank " + std::to_string(rank)).c_str(),
+                  static_cast<double>(peak) / (1 << 20));
+    }
+  }
+  if (rows.back().contains("activation_memory_bytes")) {
+    std::printf("  %-36s %.1f MiB\n", "activation memory (last step)",
+                rows.back()["activation_memory_bytes"].get<double>() / (1 << 20));
   }
   std::printf("  %-36s %.3f s\n", "median step time", median);
   std::printf("  %-36s %.0f\n", "tokens/s (median step)",

@@ -171,8 +171,9 @@ TEST(HttpPort, WorkerSeriesExistAtZeroFromTheStart) {
   for (const char* series :
        {"latchkey_step_seconds_count 0", "latchkey_optimizer_steps_total 0",
         "latchkey_tokens_total 0", "latchkey_loss 0", "latchkey_grad_norm 0",
-        "latchkey_optimizer_state_bytes 0", "latchkey_latch_wait_seconds_count 0",
-        "latchkey_learning_rate 0", "latchkey_eval_loss 0",
+        "latchkey_optimizer_state_bytes 0", "latchkey_peak_memory_bytes 0",
+        "latchkey_activation_memory_bytes 0", "latchkey_reserved_memory_bytes 0",
+        "latchkey_latch_wait_seconds_count 0", "latchkey_learning_rate 0", "latchkey_eval_loss 0",
         "latchkey_eval_collective_calls_total 0", "latchkey_checkpoint_seconds_count 0",
         "latchkey_checkpoint_bytes_total 0", "latchkey_last_checkpoint_timestamp_seconds 0"}) {
     EXPECT_TRUE(Has(text, series)) << series << "\n" << text;

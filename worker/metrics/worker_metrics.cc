@@ -73,6 +73,9 @@ struct WorkerMetrics::Families {
   prometheus::Gauge* loss;
   prometheus::Gauge* grad_norm;
   prometheus::Gauge* optimizer_state_bytes;
+  prometheus::Gauge* peak_memory_bytes;
+  prometheus::Gauge* activation_memory_bytes;
+  prometheus::Gauge* reserved_memory_bytes;
   prometheus::Histogram* latch_wait;
   prometheus::Gauge* learning_rate;
   prometheus::Gauge* eval_loss;
@@ -164,6 +167,24 @@ WorkerMetrics::WorkerMetrics()
                                    .Help("Optimizer state held by this rank (ZeRO-1: partition)")
                                    .Register(*registry_)
                                    .Add({});
+  f_->peak_memory_bytes =
+      &BuildGauge()
+           .Name("latchkey_peak_memory_bytes")
+           .Help("High-water mark of the bytes this rank's tensors held during the last step")
+           .Register(*registry_)
+           .Add({});
+  f_->activation_memory_bytes =
+      &BuildGauge()
+           .Name("latchkey_activation_memory_bytes")
+           .Help("Bytes the last step's last micro-batch forward left allocated for its backward")
+           .Register(*registry_)
+           .Add({});
+  f_->reserved_memory_bytes =
+      &BuildGauge()
+           .Name("latchkey_reserved_memory_bytes")
+           .Help("CUDA caching allocator's reserved bytes at the end of the last step (0 on CPU)")
+           .Register(*registry_)
+           .Add({});
   f_->latch_wait = &BuildHistogram()
                         .Name("latchkey_latch_wait_seconds")
                         .Help("Time a window waited for its latch")
@@ -239,6 +260,9 @@ void WorkerMetrics::ObserveStep(const StepReport& r, int64_t rank_tokens, int64_
   f_->loss->Set(r.loss);
   f_->grad_norm->Set(r.grad_norm);
   f_->optimizer_state_bytes->Set(static_cast<double>(r.optimizer_state_bytes));
+  f_->peak_memory_bytes->Set(static_cast<double>(r.peak_memory_bytes));
+  f_->activation_memory_bytes->Set(static_cast<double>(r.activation_memory_bytes));
+  f_->reserved_memory_bytes->Set(static_cast<double>(r.reserved_memory_bytes));
   f_->learning_rate->Set(r.lr);
   if (r.eval_loss) f_->eval_loss->Set(*r.eval_loss);
 }

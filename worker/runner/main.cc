@@ -25,6 +25,7 @@
 
 #include "common/job_spec.h"
 #include "worker/data/token_source.h"
+#include "worker/memory/memory.h"
 #include "worker/runner/env.h"
 #include "worker/runner/standalone.h"
 #include "worker/runner/worker_flags.h"
@@ -99,6 +100,10 @@ int Coordinated(const latchkey::WorkerFlags& flags, const latchkey::WorkerEnv& e
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Every tensor of this process is counted (worker/memory/memory.h): installed before any.
+  if (absl::Status st = latchkey::memory::InstallCountingCpuAllocator(); !st.ok()) {
+    return RunFailed(st.message());
+  }
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << latchkey::kWorkerUsage;

@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "worker/checkpoint/training_state.h"
 #include "worker/data/token_source.h"
+#include "worker/memory/memory.h"
 #include "worker/model/comm_buffer.h"
 #include "worker/model/gpt_bigcode.h"
 #include "worker/model/param_store.h"
@@ -49,6 +50,8 @@ class EngineImpl final : public Engine {
     auto ops = MakeFlatOps(device_);
     if (!ops.ok()) return ops.status();
     ops_ = *std::move(ops);
+    LK_ASSIGN_OR_RETURN(memory_, memory::MakeMemoryMeter(!device_.is_cpu(), device_.index()));
+    memory::ScopedAccount account(memory_->account());  // the model's buffers are its bytes
     const bool zero1 = spec_.zero_stage == 1 && comm::is_parallel(g_->dp_group);
     store_ = std::make_unique<ParamStore>(*std::move(layout), zero1 ? g_->dp : 1, device_);
     if (spec_.bf16) store_->EnableBf16Compute();
@@ -104,6 +107,8 @@ class EngineImpl final : public Engine {
     }
     if (g_->recorder) g_->recorder->BeginWindow(latch.window, RankPhase::kCompute);
     const auto start = Clock::now();
+    memory::ScopedAccount account(memory_->account());
+    memory_->ResetPeak();
     boundary_wait_ = -1.0;
     const auto stats_before = g_->stats->Snapshot();
     const int64_t kv_before = g_->stats->TaggedCalls(comm::kKvTag);
@@ -131,6 +136,10 @@ class EngineImpl final : public Engine {
     r.optimizer_state_bytes = optimizer_state_bytes();
     r.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
     r.boundary_wait_seconds = std::max(boundary_wait_, 0.0);
+    const memory::MemoryReading mem = memory_->Read();
+    r.peak_memory_bytes = mem.peak_bytes;
+    r.activation_memory_bytes = activation_bytes_;
+    r.reserved_memory_bytes = mem.reserved_bytes;
     // After the update, outside the step's time and collective counts (its own tag).
     if (evaluator_ && evaluator_->Due(latch.window)) {
       if (g_->recorder) g_->recorder->SetPhase(RankPhase::kEval);
@@ -211,7 +220,10 @@ class EngineImpl final : public Engine {
       }
       at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
+      const bool last = m == latch.n - 1;
+      const int64_t allocated_before = last ? memory_->AllocatedBytes() : 0;
       at::Tensor loss = model_->Loss(ids, labels, rows);
+      if (last) activation_bytes_ = memory_->AllocatedBytes() - allocated_before;
       loss_sum += loss.item<double>();
       (loss / static_cast<double>(latch.n)).backward();
       AccumulateComputeGrads();
@@ -219,7 +231,6 @@ class EngineImpl final : public Engine {
       if (latch.kv_mode == KvMode::kPerMicroBatch) {
         if (absl::Status st = kv_->ReducePending(grads, /*coalesced=*/false); !st.ok()) return st;
       }
-      const bool last = m == latch.n - 1;
       if (!last && !latch.no_sync[m] && comm::is_parallel(g_->dp_group)) {
         // DDP semantics: the mean of the accumulated gradient (idempotent).
         if (absl::Status st = DpMeanAllReduce(grads.narrow(0, 0, numel)); !st.ok()) return st;
@@ -357,7 +368,9 @@ class EngineImpl final : public Engine {
   std::unique_ptr<KvReducer> kv_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<TokenSource> data_;
-  std::unique_ptr<Evaluator> evaluator_;  // latchkey.eval; null without it
+  std::unique_ptr<Evaluator> evaluator_;         // latchkey.eval; null without it
+  std::unique_ptr<memory::MemoryMeter> memory_;  // this engine's bytes (worker/memory/)
+  int64_t activation_bytes_ = 0;                 // of the window running (StepReport's)
   // The view of everything above a checkpoint saves, the ZeRO partition [part_begin, part_end),
   // the bf16 fp32 master of it, and the data position (training_state.h).
   TrainingState state_;

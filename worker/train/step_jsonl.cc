@@ -20,6 +20,10 @@ std::string StepReportJson(int rank, const StepReport& r) {
   j["step_seconds"] = r.step_seconds;
   j["tokens"] = r.tokens;
   j["optimizer_state_bytes"] = r.optimizer_state_bytes;
+  j["peak_memory_bytes"] = r.peak_memory_bytes;
+  j["activation_memory_bytes"] = r.activation_memory_bytes;
+  // The CUDA caching allocator's; a CPU rank reserves nothing beyond what it allocates.
+  if (r.reserved_memory_bytes > 0) j["reserved_memory_bytes"] = r.reserved_memory_bytes;
   j["latch_wait_seconds"] = r.latch_wait_seconds;
   j["lr"] = r.lr;
   if (r.eval_loss) j["eval_loss"] = *r.eval_loss;
