@@ -26,10 +26,12 @@
 #ifndef LATCHKEY_WORKER_TRAIN_ENGINE_H_
 #define LATCHKEY_WORKER_TRAIN_ENGINE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -70,6 +72,14 @@ struct EngineOptions {
   std::function<absl::Status(const TrainingState& state, const std::string& dir)> write_grads;
 };
 
+// When the DP reduction buckets of the last window's last micro-batch were issued (in issue
+// order, the K/V bucket last) and when that micro-batch's backward returned: the evidence that
+// they overlap the backward. Empty `issued` when its DP reduction was not bucketed.
+struct BucketTrace {
+  std::vector<std::chrono::steady_clock::time_point> issued;
+  std::chrono::steady_clock::time_point backward_end;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -82,6 +92,11 @@ class Engine {
   // module saves and restores through (worker/checkpoint/checkpointer.h). Valid while the
   // engine lives; its position is the last window run. Between windows only.
   virtual TrainingState& state() = 0;
+  // The high-water mark, over the last window, of the gradient bytes this rank held: the flat
+  // gradient buffer while it exists, ZeRO-2's gradient partition, its bucket and K/V staging,
+  // and the bf16 gradients of the compute parameters (the K/V reducer's scratch left out).
+  virtual int64_t peak_gradient_bytes() const = 0;
+  virtual BucketTrace last_bucket_trace() const = 0;
 };
 
 // Builds the model shard (from spec.init_from through options.load_init_from, or from the seed),

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "worker/model/comm_buffer.h"
 
 namespace latchkey {
@@ -9,15 +11,39 @@ namespace latchkey {
 KvReducer::KvReducer(const std::vector<FlatSegment>& segments, comm::Group* tp, const FlatOps* ops)
     : tp_(tp), ops_(ops) {
   for (const FlatSegment& s : segments) {
-    if (!s.kv) continue;
-    kv_.push_back({s.offset, s.length});
-    total_ += s.length;
+    if (s.kv) kv_.push_back({s.offset, s.length});
   }
+  Allocate();
+}
+
+KvReducer::KvReducer(std::vector<FlatRange> kv, comm::Group* tp, const FlatOps* ops,
+                     bool keep_count)
+    : kv_(std::move(kv)), tp_(tp), keep_count_(keep_count), ops_(ops) {
+  Allocate();
+}
+
+KvReducer KvReducer::ForPartition(const std::vector<FlatSegment>& segments, int64_t begin,
+                                  int64_t end, comm::Group* tp, const FlatOps* ops) {
+  std::vector<FlatRange> kv;
+  for (const FlatSegment& s : segments) {
+    if (!s.kv) continue;
+    const int64_t lo = std::max(begin, s.offset);
+    const int64_t hi = std::min(end, s.offset + s.length);
+    // A tensor the partition does not meet stays in the list (empty) so that it keeps its
+    // collective.
+    kv.push_back(hi > lo ? FlatRange{lo - begin, hi - lo} : FlatRange{0, 0});
+  }
+  return KvReducer(std::move(kv), tp, ops, /*keep_count=*/true);
+}
+
+void KvReducer::Allocate() {
+  for (const FlatRange& r : kv_) total_ += r.length;
   active_ = !kv_.empty() && comm::is_parallel(tp_);
   if (active_) {
     const auto f32 = at::TensorOptions().dtype(at::kFloat).device(ops_->device());
     snapshot_ = at::zeros({total_}, f32);
     stage_ = at::zeros({total_}, f32);
+    if (keep_count_) dummy_ = at::zeros({1}, f32);
   }
 }
 
@@ -34,13 +60,21 @@ absl::Status KvReducer::ReducePending(const at::Tensor& grads, bool coalesced) {
   comm::CollectiveOptions opts;
   opts.tag = comm::kKvTag;
   const comm::Buffer stage = CommBuffer(stage_);
+  // An empty piece (keep_count_ only) travels as one zero element: the same count everywhere.
+  const auto reduce = [&](size_t at, size_t n) {
+    if (n == 0 && keep_count_) {
+      ops_->Set(dummy_, 0, 0.0f);
+      return tp_->AllReduceSum(CommBuffer(dummy_), opts);
+    }
+    return tp_->AllReduceSum(stage.Slice(at, n), opts);
+  };
   if (coalesced) {
-    if (absl::Status st = tp_->AllReduceSum(stage, opts); !st.ok()) return st;
+    if (absl::Status st = reduce(0, static_cast<size_t>(total_)); !st.ok()) return st;
   } else {
     size_t at = 0;
     for (const FlatRange& r : kv_) {
       const size_t n = static_cast<size_t>(r.length);
-      if (absl::Status st = tp_->AllReduceSum(stage.Slice(at, n), opts); !st.ok()) return st;
+      if (absl::Status st = reduce(at, n); !st.ok()) return st;
       at += n;
     }
   }
@@ -49,6 +83,20 @@ absl::Status KvReducer::ReducePending(const at::Tensor& grads, bool coalesced) {
   ops_->UnpackDelta(grads, kv_, stage_, snapshot_, /*add_snapshot=*/reduced_in_window_);
   reduced_in_window_ = true;
   pending_backwards_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status KvReducer::ReduceFresh(const at::Tensor& packed) {
+  if (!active_ || !enabled_) return absl::OkStatus();
+  comm::CollectiveOptions opts;
+  opts.tag = comm::kKvTag;
+  const comm::Buffer all = CommBuffer(packed);
+  size_t at = 0;
+  for (const FlatRange& r : kv_) {
+    const size_t n = static_cast<size_t>(r.length);
+    if (absl::Status st = tp_->AllReduceSum(all.Slice(at, n), opts); !st.ok()) return st;
+    at += n;
+  }
   return absl::OkStatus();
 }
 

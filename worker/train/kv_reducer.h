@@ -10,6 +10,14 @@
 // (no NoteBackward since the last reduction) it issues no collective at all. Whether anything was
 // added is decided from the backward count, identical on every rank, never from the values.
 //
+// On a ZeRO-2 gradient partition (ForPartition) the reducer works on the partition buffer: each
+// K/V tensor becomes the piece of it the partition holds, which is the same on every TP rank
+// (every TP rank's flat layout and partition are the same), so the TP sum of the pieces is the
+// TP sum of the DP-reduced K/V gradient (the sums commute). The count is kept: a piece the
+// partition does not hold travels as one zero element (deferred: one collective per K/V tensor;
+// coalesced: one, even when the partition holds no K/V row), so every rank issues the planned
+// number of K/V collectives in the same order.
+//
 // Usage per window: BeginWindow(); { backward; NoteBackward(); [ReducePending(per_tensor)] }*;
 // ReducePending(mode) at the boundary; after a DP reduction call OnGradsReplaced().
 // The staging and snapshot buffers live on the gradients' device and every arithmetic step goes
@@ -35,6 +43,10 @@ class KvReducer {
   // `segments`: the whole ParamStore segment list; only those with kv=true are used. The
   // gradients later passed in are on ops->device().
   KvReducer(const std::vector<FlatSegment>& segments, comm::Group* tp, const FlatOps* ops);
+  // The reducer of the K/V rows inside the partition [begin, end) of the flat buffer, for a
+  // buffer holding only that partition (offset 0 = flat element `begin`); keeps the count (above).
+  static KvReducer ForPartition(const std::vector<FlatSegment>& segments, int64_t begin,
+                                int64_t end, comm::Group* tp, const FlatOps* ops);
 
   // True when there is anything to reduce at all (MQA model and a parallel TP group).
   bool active() const { return active_; }
@@ -50,6 +62,11 @@ class KvReducer {
   // `grads`: the whole flat fp32 gradient buffer.
   absl::Status ReducePending(const at::Tensor& grads, bool coalesced);
 
+  // Per-micro-batch sum of `packed` (this reducer's K/V rows back to back, holding only what one
+  // backward added: ZeRO-2's K/V staging), one collective per K/V tensor, in place, without a
+  // snapshot. No-op when inactive or disabled.
+  absl::Status ReduceFresh(const at::Tensor& packed);
+
   // The gradient buffer was changed by something other than a backward (a DP mean): the K/V
   // rows must be fully reduced (nothing pending) or untouched since BeginWindow.
   // FAILED_PRECONDITION on a partially reduced window, which the engine never produces.
@@ -60,8 +77,12 @@ class KvReducer {
   void set_enabled_for_testing(bool enabled) { enabled_ = enabled; }
 
  private:
-  std::vector<FlatRange> kv_;
+  KvReducer(std::vector<FlatRange> kv, comm::Group* tp, const FlatOps* ops, bool keep_count);
+  void Allocate();
+
+  std::vector<FlatRange> kv_;  // one per K/V tensor; empty ranges only when keep_count_
   comm::Group* tp_;
+  bool keep_count_ = false;
   const FlatOps* ops_;
   bool active_ = false;
   bool enabled_ = true;
@@ -70,6 +91,7 @@ class KvReducer {
   bool reduced_in_window_ = false;
   at::Tensor snapshot_;  // the K/V rows right after the previous reduction, back to back
   at::Tensor stage_;     // contiguous staging of (grad - snapshot)
+  at::Tensor dummy_;     // keep_count_: the zero element an empty piece travels as
 };
 
 }  // namespace latchkey
