@@ -88,9 +88,6 @@ class EngineImpl final : public Engine {
     optimizer_ = MakeOptimizer(spec_.optimizer, state_.part_numel(), ops_.get());
     state_.optimizer = optimizer_.get();
     if (zero2_) {
-      grad_part_ =
-          at::zeros({state_.part_numel()}, at::TensorOptions().dtype(at::kFloat).device(device_));
-      state_.grads_part = grad_part_;
       // After EnableBf16Compute and TakeMaster: the hooks go on the parameters the model uses.
       buckets_ = std::make_unique<GradBuckets>(store_.get(), g_->dp_group.get(), ops_.get(),
                                                GradBuckets::DefaultBucketElements(store_->numel()));
@@ -219,7 +216,13 @@ class EngineImpl final : public Engine {
     store_->ZeroGrads();
     kv_->BeginWindow();
     if (zero2_) {
-      grad_part_.zero_();
+      // The previous window's partition (it may be a view of the local gradient) goes now.
+      store_->ReleaseGrads();
+      grad_part_ = at::Tensor();
+      part_ = at::Tensor();
+      state_.grads_part = at::Tensor();
+      part_in_local_ = false;
+      syncs_ = 0;
       kv_part_->BeginWindow();
     }
     NoteGradBytes();
@@ -247,7 +250,7 @@ class EngineImpl final : public Engine {
         store_->AttachGrads();
         kv_->BeginWindow();  // a fresh local buffer: the K/V snapshot starts from zero again
       }
-      if (zero2_sync) buckets_->Arm(grad_part_, HeldGradBytes());
+      if (zero2_sync) ArmSynchronised(last);
       at::Tensor loss = model_->Loss(ids, labels, rows);
       loss_sum += loss.item<double>();
       (loss / static_cast<double>(latch.n)).backward();
@@ -272,9 +275,29 @@ class EngineImpl final : public Engine {
   }
 
   // ZeRO-2, after a synchronised backward whose buckets the hooks issued: the per-micro-batch
-  // K/V sum over TP of what this backward added (on the attached local gradient, or on the
-  // packed K/V staging), then the rest of the buckets and the K/V bucket, then the local
+  // K/V sum over TP of what this backward added (on the attached local gradient, or on the K/V
+  // bucket's staging), then the rest of the buckets and the K/V bucket, then the local
   // gradient is dropped.
+  // The partition a synchronised micro-batch reduces into. With the local gradient attached and
+  // no synchronised micro-batch before it in the window (the default mask's last micro-batch),
+  // that is the local gradient's own chunk, overwritten in place as ZeRO-1 does, so ZeRO-2 then
+  // holds what ZeRO-1 holds; otherwise a separate partition buffer that sums the micro-batches.
+  void ArmSynchronised(bool last) {
+    const bool in_local = store_->grads_attached() && last && syncs_ == 0;
+    if (in_local) {
+      part_ = store_->flat_grads().narrow(0, state_.part_begin, state_.part_numel());
+      part_in_local_ = true;
+    } else {
+      if (!grad_part_.defined()) {
+        grad_part_ =
+            at::zeros({state_.part_numel()}, at::TensorOptions().dtype(at::kFloat).device(device_));
+      }
+      part_ = grad_part_;
+    }
+    state_.grads_part = part_;
+    buckets_->Arm(part_, /*replace=*/in_local, HeldGradBytes());
+  }
+
   absl::Status FinishSynchronised(const Latch& latch) {
     NoteGradBytes();
     const bool attached = store_->grads_attached();
@@ -284,11 +307,12 @@ class EngineImpl final : public Engine {
         LK_RETURN_IF_ERROR(kv_->ReducePending(store_->flat_grads(), /*coalesced=*/false));
       }
     } else if (latch.kv_mode == KvMode::kPerMicroBatch) {
-      LK_RETURN_IF_ERROR(kv_->ReduceFresh(buckets_->kv_stage()));
+      LK_RETURN_IF_ERROR(kv_->ReduceFresh(buckets_->kv_stage(), buckets_->kv_spans()));
     }
     LK_RETURN_IF_ERROR(buckets_->Finish());
     kv_part_->NoteBackward();
-    store_->ReleaseGrads();
+    ++syncs_;
+    if (!part_in_local_) store_->ReleaseGrads();
     return absl::OkStatus();
   }
 
@@ -297,7 +321,7 @@ class EngineImpl final : public Engine {
   // staging is GradBuckets'; the K/V reducer's snapshots are left out (the same in every stage).
   int64_t HeldGradBytes() {
     int64_t n = store_->grads_attached() ? store_->padded_numel() * 4 : 0;
-    if (grad_part_.defined()) n += grad_part_.numel() * 4;
+    if (grad_part_.defined()) n += grad_part_.numel() * 4;  // a view of the local counts there
     if (store_->bf16()) {
       for (size_t i = 0; i < store_->layout().size(); ++i) {
         const at::Tensor& g = store_->compute_grad(i);
@@ -320,7 +344,7 @@ class EngineImpl final : public Engine {
       const int64_t kv_calls = g_->stats->TaggedCalls(comm::kKvTag);
       const auto kv_start = Clock::now();
       // ZeRO-2: the TP sum runs on the partition, after its DP reduction (the sums commute).
-      if (absl::Status st = zero2_ ? kv_part_->ReducePending(grad_part_, coalesced)
+      if (absl::Status st = zero2_ ? kv_part_->ReducePending(part_, coalesced)
                                    : kv_->ReducePending(grads, coalesced);
           !st.ok()) {
         return st;
@@ -331,9 +355,9 @@ class EngineImpl final : public Engine {
     const bool count_replicated = g_->tp_rank == 0;
     if (zero2_) {
       // The partition holds the DP sum of every synchronised micro-batch: the mean, the norm.
-      ops_->Scale(grad_part_, 1.0f / g_->dp);
-      double both[2] = {PartitionGradNormSq(*ops_, grad_part_, store_->segments(),
-                                            state_.part_begin, state_.part_end, count_replicated),
+      ops_->Scale(part_, 1.0f / g_->dp);
+      double both[2] = {PartitionGradNormSq(*ops_, part_, store_->segments(), state_.part_begin,
+                                            state_.part_end, count_replicated),
                         loss};
       const auto sum_start = Clock::now();
       if (absl::Status st = SumScalars(g_->world.get(), both, 2); !st.ok()) return st;
@@ -377,7 +401,7 @@ class EngineImpl final : public Engine {
   absl::Status StepOptimizer(double lr) {
     const int64_t chunk = state_.part_numel();
     const at::Tensor grads_part =
-        zero2_ ? grad_part_ : store_->flat_grads().narrow(0, state_.part_begin, chunk);
+        zero2_ ? part_ : store_->flat_grads().narrow(0, state_.part_begin, chunk);
     const at::Tensor params_part =
         state_.bf16() ? state_.master : store_->flat_params().narrow(0, state_.part_begin, chunk);
     const double coef = ClipCoefficient(last_norm_, spec_.gradient_clipping);
@@ -454,7 +478,10 @@ class EngineImpl final : public Engine {
   // ZeRO-2 over DP > 1: the fp32 gradient partition (state_.grads_part), the bucketed
   // reduce-scatter that fills it, and the K/V reducer on it (deferred / coalesced).
   bool zero2_ = false;
-  at::Tensor grad_part_;
+  at::Tensor grad_part_;  // the separate partition buffer, when one is needed
+  at::Tensor part_;       // the window's partition: grad_part_ or the local gradient's chunk
+  bool part_in_local_ = false;
+  int syncs_ = 0;  // synchronised micro-batches so far in the window
   std::unique_ptr<GradBuckets> buckets_;
   std::unique_ptr<KvReducer> kv_part_;
   int64_t grad_peak_ = 0;           // HeldGradBytes' high-water mark in the window running

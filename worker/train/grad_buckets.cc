@@ -31,7 +31,7 @@ class GradBuckets::Hook final : public torch::autograd::FunctionPostHook {
 
 int64_t GradBuckets::DefaultBucketElements(int64_t numel) {
   constexpr int64_t kMax = 25 * 1024 * 1024 / 4;
-  return std::clamp<int64_t>(numel / 128, 256, kMax);
+  return std::clamp<int64_t>(numel / 256, 256, kMax);
 }
 
 GradBuckets::GradBuckets(ParamStore* store, comm::Group* dp, const FlatOps* ops,
@@ -67,7 +67,15 @@ GradBuckets::GradBuckets(ParamStore* store, comm::Group* dp, const FlatOps* ops,
     cur.clear();
     cur_len = 0;
   };
-  for (size_t k = n; k-- > 0;) {
+  // The order autograd finishes the gradients in: the layout backwards, except that the tied
+  // token embedding (layout 0, also the LM head) is finished by the embedding lookup's backward
+  // just before the position embedding (layout 1). Issuing stays in bucket order whatever the
+  // real order is; a wrong guess only keeps staging alive longer.
+  std::vector<size_t> order;
+  for (size_t k = n; k-- > 2;) order.push_back(k);
+  if (n > 0) order.push_back(0);
+  if (n > 1) order.push_back(1);
+  for (size_t k : order) {
     for (auto r = plain[k].rbegin(); r != plain[k].rend(); ++r) {
       int64_t hi = r->offset + r->length;  // cut from the end of the range downwards
       while (hi > r->offset) {
@@ -95,27 +103,37 @@ GradBuckets::GradBuckets(ParamStore* store, comm::Group* dp, const FlatOps* ops,
       seen[i] = true;
     }
   }
-  // The K/V bucket: sources are offsets into the packed K/V rows.
+  // The K/V bucket; its staging (kv_stage_) is what the hooks write the K/V rows into, and
+  // each K/V tensor spans one stretch of it (its pieces in slot order, with any slot padding
+  // between them), which the per-micro-batch TP sum reduces as one collective.
   std::vector<Piece> kv;
-  int64_t packed = 0;
   for (size_t j = 0; j < kv_ranges.size(); ++j) {
     Piece p;
     p.flat = kv_ranges[j].offset;
     p.len = kv_ranges[j].length;
-    p.src = packed;
+    p.src = static_cast<int64_t>(j);  // the tensor, until cut
     kv.push_back(p);
-    pieces_[kv_param[j]].push_back(
-        {-1, kv_ranges[j].offset - store_->offset(kv_param[j]), p.len, packed});
-    packed += p.len;
   }
   if (!kv.empty()) kv_ = MakeBucket(std::move(kv));
+  kv_spans_.assign(kv_ranges.size(), FlatRange{-1, 0});
+  for (const Piece& q : kv_.pieces) {
+    size_t j = 0;
+    while (j + 1 < kv_ranges.size() && kv_ranges[j + 1].offset <= q.flat) ++j;
+    FlatRange& span = kv_spans_[j];
+    if (span.offset < 0) {
+      span = {q.dst, q.len};
+    } else {
+      const int64_t lo = std::min(span.offset, q.dst);
+      const int64_t hi = std::max(span.offset + span.length, q.dst + q.len);
+      span = {lo, hi - lo};
+    }
+    pieces_[kv_param[j]].push_back({-1, q.flat - store_->offset(kv_param[j]), q.len, q.dst});
+  }
   for (auto& list : pieces_) {
     std::stable_sort(list.begin(), list.end(), [](const ParamPiece& a, const ParamPiece& b) {
       return static_cast<unsigned>(a.bucket) < static_cast<unsigned>(b.bucket);  // K/V last
     });
   }
-  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(store_->device());
-  kv_stage_ = at::zeros({packed}, f32);
   staging_.resize(buckets_.size());
   remaining_ = contributions_;
   for (size_t i = 0; i < n; ++i) {
@@ -162,14 +180,19 @@ GradBuckets::Bucket GradBuckets::MakeBucket(std::vector<Piece> pieces) const {
   return b;
 }
 
-void GradBuckets::Arm(const at::Tensor& part, int64_t held_bytes) {
+void GradBuckets::Arm(const at::Tensor& part, bool replace, int64_t held_bytes) {
   part_ = part;
+  replace_ = replace;
   held_ = held_bytes;
   armed_ = true;
   next_ = 0;
   remaining_ = contributions_;
   issue_times_.clear();
-  if (!store_->grads_attached()) kv_stage_.zero_();
+  if (has_kv_bucket()) {
+    kv_stage_ = at::zeros({kv_.slot * dp_size_},
+                          at::TensorOptions().dtype(at::kFloat).device(store_->device()));
+    live_ += kv_stage_.numel() * 4;
+  }
   Note();
 }
 
@@ -184,7 +207,7 @@ at::Tensor& GradBuckets::Staging(int b) {
   return s;
 }
 
-void GradBuckets::Note() { peak_ = std::max(peak_, held_ + live_ + kv_stage_.numel() * 4); }
+void GradBuckets::Note() { peak_ = std::max(peak_, held_ + live_); }
 
 void GradBuckets::OnGrad(size_t i) {
   if (!armed_) return;
@@ -257,7 +280,13 @@ absl::Status GradBuckets::Issue(Bucket& b, at::Tensor& staging) {
   if (absl::Status st = dp_->ReduceScatterSum(whole, mine); !st.ok()) return st;
   for (const Piece& p : b.pieces) {
     if (p.slot != dp_rank_) continue;
-    ops_->AddTo(part_.narrow(0, p.flat - part_begin_, p.len), staging.narrow(0, p.dst, p.len));
+    const at::Tensor to = part_.narrow(0, p.flat - part_begin_, p.len);
+    const at::Tensor from = staging.narrow(0, p.dst, p.len);
+    if (replace_) {
+      ops_->Copy(to, from);
+    } else {
+      ops_->AddTo(to, from);
+    }
   }
   live_ -= staging.numel() * 4;
   staging = at::Tensor();
@@ -270,18 +299,14 @@ absl::Status GradBuckets::Finish() {
     if (absl::Status st = Issue(buckets_[next_], staging_[next_]); !st.ok()) return st;
   }
   if (has_kv_bucket()) {
-    at::Tensor staging = at::zeros({kv_.slot * dp_size_},
-                                   at::TensorOptions().dtype(at::kFloat).device(store_->device()));
-    live_ += staging.numel() * 4;
-    Note();
-    // The K/V rows: in the local gradient where it is attached, else in the packed staging.
-    const bool attached = store_->grads_attached();
-    for (const Piece& p : kv_.pieces) {
-      const at::Tensor from = attached ? store_->flat_grads().narrow(0, p.flat, p.len)
-                                       : kv_stage_.narrow(0, p.src, p.len);
-      ops_->Copy(staging.narrow(0, p.dst, p.len), from);
+    // The K/V rows: from the local gradient where it is attached (the hooks left them there).
+    if (store_->grads_attached()) {
+      for (const Piece& p : kv_.pieces) {
+        ops_->Copy(kv_stage_.narrow(0, p.dst, p.len),
+                   store_->flat_grads().narrow(0, p.flat, p.len));
+      }
     }
-    if (absl::Status st = Issue(kv_, staging); !st.ok()) return st;
+    if (absl::Status st = Issue(kv_, kv_stage_); !st.ok()) return st;  // frees it
   }
   part_ = at::Tensor();
   return absl::OkStatus();

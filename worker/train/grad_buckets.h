@@ -1,7 +1,8 @@
 // GradBuckets: ZeRO-2's gradient reduce-scatter, bucketed and issued during the backward.
 //
 // The flat gradient layout (param_store.h) is cut into buckets of whole-element ranges, built
-// from the end of the layout (the backward finishes the last parameters first), each at most
+// in the order the backward finishes the parameters (the layout backwards, the token embedding
+// before the position embedding), each at most
 // bucket_elements long, a big parameter spanning several; the K/V rows of an MQA c_attn are
 // left out of them and form one bucket of their own, issued last, after the backward (the K/V
 // TP sum must come before their DP reduction in per_micro_batch mode, docs/model.md). A post
@@ -20,11 +21,11 @@
 //  - the full local gradient attached (earlier no_sync micro-batches accumulated into it):
 //    autograd accumulates into it as usual and the hook copies the accumulated values (bf16:
 //    folds the bf16 gradient into it first, as ZeRO-1 does); the K/V rows stay there for the
-//    engine;
+//    engine's per-micro-batch TP sum and are staged by Finish;
 //  - released (the usual ZeRO-2 case): the hook adds the new gradient into zeroed staging (the
-//    same fp32 add ZeRO-1's accumulation does into its zeroed buffer) and the K/V rows into the
-//    packed K/V staging (kv_stage()), then drops the parameter's .grad, so no full gradient
-//    exists at any time.
+//    same fp32 add ZeRO-1's accumulation does into its zeroed buffer), the K/V rows into the K/V
+//    bucket's staging (kv_stage()), then drops the parameter's .grad, so no full gradient exists
+//    at any time.
 // Errors: a collective failing inside a hook throws comm::CollectiveError (the TP layers'
 // convention); Finish returns a Status. Thread-safety: the hooks run on the autograd thread of
 // the backward the engine's thread waits on; nothing else touches the object meanwhile.
@@ -51,7 +52,7 @@ class GradBuckets {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // The bucket size for a flat buffer of `numel` elements: numel / 128, at least 256 and at
+  // The bucket size for a flat buffer of `numel` elements: numel / 256, at least 256 and at
   // most 25 MiB of fp32 (DDP's bucket_cap_mb), so that a small model still has many buckets.
   static int64_t DefaultBucketElements(int64_t numel);
 
@@ -63,17 +64,21 @@ class GradBuckets {
   GradBuckets& operator=(const GradBuckets&) = delete;
 
   // Before a synchronised backward: the hooks feed `part` (this rank's fp32 gradient partition,
-  // chunk elements; it accumulates). `held_bytes`: the gradient bytes held besides the staging
-  // (for the high-water mark).
-  void Arm(const at::Tensor& part, int64_t held_bytes);
+  // chunk elements), adding into it, or with `replace` overwriting it (the partition is then the
+  // attached local gradient's own chunk, as ZeRO-1's in-place reduce-scatter: each element is
+  // copied into its bucket before its sum comes back). `held_bytes`: the gradient bytes held
+  // besides the staging (for the high-water mark).
+  void Arm(const at::Tensor& part, bool replace, int64_t held_bytes);
   // After it: issues, in order, the buckets the hooks have not (a parameter without gradient
   // counts as zeros), then the K/V bucket, from the attached local gradient or else from
   // kv_stage() (the engine's per-micro-batch TP sum already applied to either). Disarms.
   absl::Status Finish();
 
-  // The packed K/V rows (segment order) the hooks fill when the local gradient is released
-  // (zeroed by Arm).
+  // The K/V bucket's staging, which the hooks fill with the K/V rows when the local gradient is
+  // released (allocated zeroed by Arm, freed when Finish issues it), and the stretch of it each
+  // K/V tensor spans (segment order; one collective each for the per-micro-batch TP sum).
   const at::Tensor& kv_stage() const { return kv_stage_; }
+  const std::vector<FlatRange>& kv_spans() const { return kv_spans_; }
   int num_buckets() const { return static_cast<int>(buckets_.size()); }  // without the K/V one
   bool has_kv_bucket() const { return kv_.slot > 0; }
   // Of the last armed backward: when each bucket was issued, in bucket order (the K/V one last).
@@ -127,8 +132,10 @@ class GradBuckets {
   std::vector<std::shared_ptr<void>> accumulators_;  // kept alive: they carry the hooks
   std::vector<uintptr_t> hook_keys_;
   at::Tensor kv_stage_;
+  std::vector<FlatRange> kv_spans_;
   at::Tensor part_;
   bool armed_ = false;
+  bool replace_ = false;
   int next_ = 0;
   int64_t held_ = 0;
   int64_t live_ = 0;

@@ -86,16 +86,19 @@ absl::Status KvReducer::ReducePending(const at::Tensor& grads, bool coalesced) {
   return absl::OkStatus();
 }
 
-absl::Status KvReducer::ReduceFresh(const at::Tensor& packed) {
+absl::Status KvReducer::ReduceFresh(const at::Tensor& staged, const std::vector<FlatRange>& spans) {
   if (!active_ || !enabled_) return absl::OkStatus();
+  if (spans.size() != kv_.size()) {
+    return absl::InternalError("K/V staging has " + std::to_string(spans.size()) +
+                               " tensor spans for " + std::to_string(kv_.size()) + " K/V tensors");
+  }
   comm::CollectiveOptions opts;
   opts.tag = comm::kKvTag;
-  const comm::Buffer all = CommBuffer(packed);
-  size_t at = 0;
-  for (const FlatRange& r : kv_) {
-    const size_t n = static_cast<size_t>(r.length);
-    if (absl::Status st = tp_->AllReduceSum(all.Slice(at, n), opts); !st.ok()) return st;
-    at += n;
+  const comm::Buffer all = CommBuffer(staged);
+  for (const FlatRange& r : spans) {
+    const comm::Buffer one =
+        all.Slice(static_cast<size_t>(r.offset), static_cast<size_t>(r.length));
+    if (absl::Status st = tp_->AllReduceSum(one, opts); !st.ok()) return st;
   }
   return absl::OkStatus();
 }

@@ -62,10 +62,11 @@ class KvReducer {
   // `grads`: the whole flat fp32 gradient buffer.
   absl::Status ReducePending(const at::Tensor& grads, bool coalesced);
 
-  // Per-micro-batch sum of `packed` (this reducer's K/V rows back to back, holding only what one
-  // backward added: ZeRO-2's K/V staging), one collective per K/V tensor, in place, without a
-  // snapshot. No-op when inactive or disabled.
-  absl::Status ReduceFresh(const at::Tensor& packed);
+  // Per-micro-batch sum of `staged`, a buffer holding only what one backward added to the K/V
+  // rows (ZeRO-2's K/V staging), one collective per K/V tensor over its stretch `spans[j]` of
+  // the buffer (zeros where a stretch has slot padding), in place, without a snapshot. No-op when
+  // inactive or disabled. REQUIRES: one span per K/V tensor.
+  absl::Status ReduceFresh(const at::Tensor& staged, const std::vector<FlatRange>& spans);
 
   // The gradient buffer was changed by something other than a backward (a DP mean): the K/V
   // rows must be fully reduced (nothing pending) or untouched since BeginWindow.
