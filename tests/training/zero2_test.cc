@@ -11,7 +11,10 @@
 // sum where ZeRO-1 has it (per_micro_batch) the runs agree bit for bit. Deferred and coalesced
 // sum K/V over DP then TP on the partition ((a+c)+(b+d) instead of (a+b)+(c+d)), and several
 // synchronised micro-batches add their DP sums into the partition instead of averaging the
-// accumulated buffer, which round differently: within 1e-6 there.
+// accumulated buffer, which round differently: within 1e-6 there. AdamW is compared only where
+// the runs are bitwise (and in bf16): its update m / sqrt(v) turns a last-bit difference of a
+// gradient element near zero into a difference of order lr in the weight (7.6e-5 after 4 steps
+// at lr 0.01 on this fixture), which says nothing about ZeRO-2; SGD carries the clipping cases.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -142,8 +145,9 @@ INSTANTIATE_TEST_SUITE_P(
     Zero2, Zero2Parity,
     ::testing::Values(Case{"per_micro_batch", false, 0.0, false, "SGD", true}, Case{"deferred"},
                       Case{"coalesced"}, Case{"per_micro_batch", true}, Case{"deferred", true},
-                      Case{"coalesced", true}, Case{"coalesced", false, 0.05, false, "AdamW"},
-                      Case{"coalesced", true, 0.05, false, "AdamW"},
+                      Case{"coalesced", true}, Case{"coalesced", false, 0.05},
+                      Case{"coalesced", true, 0.05},
+                      Case{"per_micro_batch", false, 0.05, false, "AdamW", true},
                       Case{"per_micro_batch", false, 0.05, true, "AdamW", true},
                       Case{"coalesced", true, 0.05, true, "AdamW"}),
     [](const ::testing::TestParamInfo<Case>& i) {
