@@ -17,6 +17,8 @@
 // at lr 0.01 on this fixture), which says nothing about ZeRO-2; SGD carries the clipping cases.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -263,15 +265,21 @@ void Save(Engine& engine, comm::ProcessGroups& g, const std::string& root, Repor
 // Runs `to` windows of `spec`, resuming from `from_dir` (a committed step folder) when given,
 // and writes the final HF weights to `hf`.
 void RunSpan(const JobSpec& spec, int64_t from, int64_t to, const std::string& from_dir,
-             const std::string& save_root, const std::string& hf, Reports& out) {
+             const std::string& save_root, const std::string& hf, Reports& out,
+             const EngineOptions& options = {}, std::vector<BucketTrace>* traces = nullptr) {
+  std::mutex mu;
   RunRankThreads(kWorld, kTp, [&](comm::ProcessGroups& g) {
-    auto engine = CreateEngine(spec, &g);
+    auto engine = CreateEngine(spec, &g, options);
     ASSERT_TRUE(engine.ok()) << engine.status();
     if (!from_dir.empty()) {
       absl::Status st = LoadTrainingCheckpoint((*engine)->state(), from_dir, "standalone", "");
       ASSERT_TRUE(st.ok()) << st;
     }
     RunWindows(**engine, spec, g.rank, from, to, out);
+    if (traces != nullptr) {
+      std::lock_guard<std::mutex> lock(mu);
+      traces->push_back((*engine)->last_bucket_trace());
+    }
     if (!save_root.empty()) Save(**engine, g, save_root, out);
     if (!hf.empty()) {
       ASSERT_TRUE(SaveHfCheckpoint((*engine)->state(), hf).ok());
@@ -362,6 +370,52 @@ TEST_F(Zero2InProcess, CheckpointsCrossBetweenStages) {
   EXPECT_LE(
       MaxWeightDiff(dir / "straight-c/model.safetensors", dir / "z1c-then-z2/model.safetensors"),
       1e-5);
+}
+
+// ZeRO-1 with the boundary reduce-scatter bucketed into the last backward
+// (EngineOptions::overlap_dp_reduction): bitwise the same reports and weights as the
+// whole-buffer reduce-scatter on shm, with the buckets issued before the backward ends.
+TEST_F(Zero2InProcess, Zero1OverlappedReductionIsBitwiseAndIssuedDuringTheBackward) {
+  for (const char* kv : {"per_micro_batch", "deferred", "coalesced"}) {
+    for (bool bf16 : {false, true}) {
+      const JobSpec spec = MakeSpec(1, bf16, kv);
+      const ScopedTempDir dir("zero1-overlap");
+      Reports plain, overlapped;
+      EngineOptions on;
+      on.overlap_dp_reduction = true;
+      std::vector<BucketTrace> traces;
+      RunSpan(spec, 0, 4, "", "", dir / "plain", plain);
+      RunSpan(spec, 0, 4, "", "", dir / "overlapped", overlapped, on, &traces);
+      const std::string where = std::string(kv) + (bf16 ? " bf16" : "");
+      for (int r = 0; r < kWorld; ++r) {
+        for (int64_t s = 0; s < 4; ++s) {
+          const StepReport& a = plain.by_rank[r][s];
+          const StepReport& b = overlapped.by_rank[r][s];
+          EXPECT_EQ(a.loss, b.loss) << where;
+          EXPECT_EQ(a.grad_norm, b.grad_norm) << where;
+          EXPECT_EQ(a.kv_allreduce_calls, b.kv_allreduce_calls) << where;
+          EXPECT_EQ(a.collective_calls.at("reduce_scatter/dp"), 1) << where;
+          EXPECT_GT(b.collective_calls.at("reduce_scatter/dp"), 3) << where;
+        }
+      }
+      EXPECT_EQ(Bytes(dir / "plain/model.safetensors"), Bytes(dir / "overlapped/model.safetensors"))
+          << where;
+      ASSERT_EQ(traces.size(), static_cast<size_t>(kWorld));
+      for (const BucketTrace& t : traces) {
+        ASSERT_GT(t.issued.size(), 3u) << where;
+        EXPECT_LT(t.issued[t.issued.size() / 2], t.backward_end) << where;
+        EXPECT_GE(t.issued.back(), t.backward_end) << where;  // the K/V bucket, after its sum
+        if (bf16 || std::string(kv) != "coalesced") continue;
+        std::printf(
+            "zero1 overlapped (%s): %zu buckets, %zu issued before the backward ended, "
+            "first %.3f ms before it\n",
+            kv, t.issued.size(),
+            static_cast<size_t>(std::count_if(t.issued.begin(), t.issued.end(),
+                                              [&](const auto& x) { return x < t.backward_end; })),
+            std::chrono::duration<double, std::milli>(t.backward_end - t.issued.front()).count());
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -87,10 +87,13 @@ class EngineImpl final : public Engine {
     if (spec_.bf16) state_.master = store_->TakeMaster(state_.part_begin, state_.part_end);
     optimizer_ = MakeOptimizer(spec_.optimizer, state_.part_numel(), ops_.get());
     state_.optimizer = optimizer_.get();
-    if (zero2_) {
+    overlap1_ = opts_.overlap_dp_reduction && spec_.zero_stage == 1 && zero1;
+    if (zero2_ || overlap1_) {
       // After EnableBf16Compute and TakeMaster: the hooks go on the parameters the model uses.
       buckets_ = std::make_unique<GradBuckets>(store_.get(), g_->dp_group.get(), ops_.get(),
                                                GradBuckets::DefaultBucketElements(store_->numel()));
+    }
+    if (zero2_) {
       kv_part_ = std::make_unique<KvReducer>(KvReducer::ForPartition(
           store_->segments(), state_.part_begin, state_.part_end, g_->tp_group.get(), ops_.get()));
       kv_part_->set_enabled_for_testing(!opts_.skip_kv_reduction_for_testing);
@@ -251,6 +254,12 @@ class EngineImpl final : public Engine {
         kv_->BeginWindow();  // a fresh local buffer: the K/V snapshot starts from zero again
       }
       if (zero2_sync) ArmSynchronised(last);
+      // ZeRO-1 overlapped: the boundary reduce-scatter in place into the local buffer's chunk.
+      const bool overlap_last = overlap1_ && last;
+      if (overlap_last) {
+        buckets_->Arm(grads.narrow(0, state_.part_begin, state_.part_numel()), /*replace=*/true,
+                      HeldGradBytes());
+      }
       at::Tensor loss = model_->Loss(ids, labels, rows);
       loss_sum += loss.item<double>();
       (loss / static_cast<double>(latch.n)).backward();
@@ -265,6 +274,7 @@ class EngineImpl final : public Engine {
         if (absl::Status st = kv_->ReducePending(grads, /*coalesced=*/false); !st.ok()) return st;
       }
       NoteGradBytes();
+      if (overlap_last) LK_RETURN_IF_ERROR(FinishOverlapped(latch));
       if (!zero2_ && !last && !latch.no_sync[m] && comm::is_parallel(g_->dp_group)) {
         // DDP semantics: the mean of the accumulated gradient (idempotent).
         if (absl::Status st = DpMeanAllReduce(grads.narrow(0, 0, numel)); !st.ok()) return st;
@@ -314,6 +324,18 @@ class EngineImpl final : public Engine {
     ++syncs_;
     if (!part_in_local_) store_->ReleaseGrads();
     return absl::OkStatus();
+  }
+
+  // ZeRO-1 overlapped, after the last backward: the boundary K/V sum (it must precede the DP
+  // reduction of the K/V rows), then the buckets the hooks have not issued and the K/V bucket.
+  absl::Status FinishOverlapped(const Latch& latch) {
+    if (latch.kv_mode != KvMode::kPerMicroBatch) {
+      const auto kv_start = Clock::now();
+      LK_RETURN_IF_ERROR(
+          kv_->ReducePending(store_->flat_grads(), latch.kv_mode == KvMode::kCoalesced));
+      if (kv_->active()) NoteBoundaryWait(kv_start);
+    }
+    return buckets_->Finish();
   }
 
   // The bytes of gradient this rank holds now: the full flat buffer (while attached), ZeRO-2's
@@ -367,9 +389,12 @@ class EngineImpl final : public Engine {
     } else if (state_.zero1) {
       const at::Tensor grads_part = grads.narrow(0, state_.part_begin, state_.part_numel());
       // In place: the grads buffer is the scratch; only this rank's partition is used after.
-      const auto dp_start = Clock::now();
-      LK_RETURN_IF_ERROR(g_->dp_group->ReduceScatterSum(CommBuffer(grads), CommBuffer(grads_part)));
-      NoteBoundaryWait(dp_start);
+      if (!overlap1_) {  // overlapped: already reduce-scattered during the last backward
+        const auto dp_start = Clock::now();
+        LK_RETURN_IF_ERROR(
+            g_->dp_group->ReduceScatterSum(CommBuffer(grads), CommBuffer(grads_part)));
+        NoteBoundaryWait(dp_start);
+      }
       ops_->Scale(grads_part, 1.0f / g_->dp);
       double both[2] = {LocalGradNormSq(*ops_, grads, store_->segments(), state_.part_begin,
                                         state_.part_end, count_replicated),
@@ -478,8 +503,9 @@ class EngineImpl final : public Engine {
   // ZeRO-2 over DP > 1: the fp32 gradient partition (state_.grads_part), the bucketed
   // reduce-scatter that fills it, and the K/V reducer on it (deferred / coalesced).
   bool zero2_ = false;
-  at::Tensor grad_part_;  // the separate partition buffer, when one is needed
-  at::Tensor part_;       // the window's partition: grad_part_ or the local gradient's chunk
+  bool overlap1_ = false;  // EngineOptions::overlap_dp_reduction under ZeRO-1 over DP > 1
+  at::Tensor grad_part_;   // the separate partition buffer, when one is needed
+  at::Tensor part_;        // the window's partition: grad_part_ or the local gradient's chunk
   bool part_in_local_ = false;
   int syncs_ = 0;  // synchronised micro-batches so far in the window
   std::unique_ptr<GradBuckets> buckets_;

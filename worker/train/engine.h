@@ -51,6 +51,12 @@ inline constexpr const char* kEvalTag = "eval";
 
 struct EngineOptions {
   bool skip_kv_reduction_for_testing = false;
+  // ZeRO-1 over DP > 1: the boundary reduce-scatter is bucketed and issued during the last
+  // micro-batch's backward (grad_buckets.h; the K/V rows' bucket last, after the boundary K/V
+  // sum), with results bitwise equal to the whole-buffer reduce-scatter on shm. Off by default:
+  // one reduce_scatter/dp per bucket instead of one per window, and on the CPU the blocking
+  // collectives have no spare core to overlap with (docs/memory.md).
+  bool overlap_dp_reduction = false;
   // When set, after the boundary reduction of window `dump_grads_step` (before clipping) each
   // rank writes its local shard's gradient, the window mean over DP, as a safetensors file
   // `dump_grads_dir/grads-rank{R}.safetensors` (one tensor per parameter, TP-local shapes).
