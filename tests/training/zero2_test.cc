@@ -1,9 +1,10 @@
 // ZeRO-2 (gradients reduce-scattered during the backward into the DP partition) against ZeRO-1
 // on DP 2 x TP 2: the same losses, grad norms and final weights within 1e-6 in every K/V mode,
 // the B1-style K/V collective counts, clipping and bf16, the bucket issue times against the
-// backward's end, the peak gradient bytes, resume bit-exact, and ZeRO-1 checkpoints resumed under
-// ZeRO-2 (and back). Parity runs are real worker processes; memory and resume run the engine's
-// ranks as threads (tests/support/rank_threads.h).
+// backward's end, the peak gradient bytes, resume bit-exact, ZeRO-1 checkpoints resumed under
+// ZeRO-2 (and back), the gradient dump; and ZeRO-1's optionally overlapped boundary reduction
+// against the plain one (bitwise). Parity runs are real worker processes; memory and resume run the
+// engine's ranks as threads (tests/support/rank_threads.h).
 //
 // Where it is bitwise (shm, the tests' backend): the DP sums of ZeRO-1's whole-buffer
 // reduce-scatter and of ZeRO-2's bucket reduce-scatters are the same rank-order sums per
@@ -158,6 +159,36 @@ INSTANTIATE_TEST_SUITE_P(
                       i.param.optimizer;
       return n;
     });
+
+// --dump-grads under ZeRO-2 gathers the gradient partitions into the file ZeRO-1 writes: the same
+// bytes in the bitwise case (per_micro_batch, default mask), on every rank.
+TEST(Zero2GradDump, SameFilesAsZero1) {
+  std::map<int, WorkerRun> runs;
+  for (int zero : {1, 2}) {
+    RunShape s = Dp2Tp2Shape();
+    s.gas = 2;
+    s.steps = 2;
+    s.lr = 0.1;
+    s.zero = zero;
+    s.kv_reduce = "per_micro_batch";
+    runs[zero] =
+        RunWorkers(FixtureSpec(s), 4, {"--dump-grads", "{dir}/grads", "--dump-grads-step", "1"});
+    ASSERT_TRUE(runs[zero].ok()) << runs[zero].Describe();
+  }
+  for (int r = 0; r < 4; ++r) {
+    const std::string name = "/grads/grads-rank" + std::to_string(r) + ".safetensors";
+    auto a = ReadSafetensorsFile(runs[1].dir + name);
+    auto b = ReadSafetensorsFile(runs[2].dir + name);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_EQ(a->tensors.size(), b->tensors.size());
+    for (size_t i = 0; i < a->tensors.size(); ++i) {
+      EXPECT_EQ(a->tensors[i].name, b->tensors[i].name);
+      EXPECT_EQ(a->tensors[i].data, b->tensors[i].data)
+          << "rank " << r << " " << a->tensors[i].name;
+    }
+  }
+}
 
 // --- In-process: memory, bucket times, resume ------------------------------------------------
 

@@ -5,7 +5,10 @@
 // not marked no_sync take the DP mean of the accumulated gradient. At the boundary: K/V sum over
 // TP (deferred/coalesced) -> DP reduction (ZeRO-0 mean all-reduce; ZeRO-1 reduce-scatter into the
 // rank's partition) -> global grad norm -> clip -> optimizer step -> (ZeRO-1) all-gather of
-// parameters. A latch is never mixed with another mode inside its window. The update of step s
+// parameters. ZeRO-2 (DP > 1) instead reduce-scatters every synchronised micro-batch's gradient
+// during its backward, bucket by bucket, into the rank's gradient partition (grad_buckets.h), and
+// runs the deferred/coalesced K/V sum on that partition at the boundary (docs/memory.md). A latch
+// is never mixed with another mode inside its window. The update of step s
 // uses the learning rate of the spec's schedule (lr_schedule.h). With `latchkey.eval`, the
 // evaluation loss (evaluator.h) is computed after the update of the steps it is due on, outside
 // the step's `step_seconds` and its collective counts.
