@@ -39,7 +39,12 @@ void DecideKvMode(const JobSpec& spec, KvReducePolicy policy, Latch* latch) {
     latch->reason = "policy per_micro_batch → per_micro_batch";
     return;
   }
-  const std::string zero = absl::StrCat("ZeRO ", spec.zero_stage);
+  // ZeRO 2 keeps only the DP-reduced partition of the gradient, but every TP rank's partition
+  // has the same layout and the TP sum commutes with the DP reduce-scatter: the K/V sum runs on
+  // the partition at the boundary.
+  const std::string zero = spec.zero_stage == 2
+                               ? std::string("ZeRO 2: K/V summed on the gradient partition")
+                               : absl::StrCat("ZeRO ", spec.zero_stage);
   if (BoundaryReductionAllowed(spec.zero_stage)) {
     latch->kv_mode = requested;
     latch->reason = policy == KvReducePolicy::kAuto
@@ -58,7 +63,7 @@ void DecideKvMode(const JobSpec& spec, KvReducePolicy policy, Latch* latch) {
 
 }  // namespace
 
-bool BoundaryReductionAllowed(int zero_stage) { return zero_stage == 0 || zero_stage == 1; }
+bool BoundaryReductionAllowed(int zero_stage) { return zero_stage >= 0 && zero_stage <= 2; }
 
 LatchPolicy InitialPolicy(const JobSpec& spec) {
   LatchPolicy policy;

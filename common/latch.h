@@ -56,8 +56,10 @@ Latch DecideLatch(const JobSpec& spec, const LatchPolicy& policy, int64_t window
 // The stream positions one micro-batch of `spec`'s layout consumes over all DP ranks (DP * MB).
 int64_t SamplesPerMicroBatch(const JobSpec& spec);
 
-// Whether the window's K/V gradient stays in one local buffer until the boundary for this ZeRO
-// stage (0/1 yes; 2/3 no). Exposed for the gate's table test.
+// Whether this ZeRO stage can run the window's K/V sum at the boundary: 0/1 (the K/V gradient
+// stays in one local buffer until then) and 2 (on the gradient partition: the TP sum commutes
+// with the DP reduce-scatter and every TP rank's partition has the same layout); not 3 (the
+// parameters themselves are partitioned). Exposed for the gate's table test.
 bool BoundaryReductionAllowed(int zero_stage);
 
 }  // namespace latchkey

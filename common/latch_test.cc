@@ -12,8 +12,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// Specs are built directly (not parsed): the gate's table also covers ZeRO 2/3, which the parser
-// refuses for now.
+// Specs are built directly (not parsed): the gate's table also covers ZeRO 3, which the parser
+// refuses.
 JobSpec Spec(int zero_stage, int tp, bool multi_query, int gas) {
   JobSpec spec;
   spec.zero_stage = zero_stage;
@@ -36,8 +36,8 @@ const KvReducePolicy kPolicies[] = {KvReducePolicy::kAuto, KvReducePolicy::kPerM
 // The expected answer, written out by hand per (policy, situation) instead of re-deriving it.
 struct Expected {
   KvMode no_collective;  // tp == 1 or MHA: the policy's own mode (auto → coalesced)
-  KvMode allowed;        // MQA, tp > 1, ZeRO 0/1
-  KvMode not_allowed;    // MQA, tp > 1, ZeRO 2/3
+  KvMode allowed;        // MQA, tp > 1, ZeRO 0/1/2
+  KvMode not_allowed;    // MQA, tp > 1, ZeRO 3
 };
 Expected ExpectedFor(KvReducePolicy p) {
   switch (p) {
@@ -68,7 +68,7 @@ TEST(LatchGateTest, Table) {
                                       (mqa ? " mqa" : " mha") + " tp=" + std::to_string(tp);
             const Expected e = ExpectedFor(policy);
             const bool collective = mqa && tp > 1;
-            const bool allowed = zero <= 1;
+            const bool allowed = zero <= 2;
             const KvMode mode =
                 !collective ? e.no_collective : (allowed ? e.allowed : e.not_allowed);
             EXPECT_EQ(latch.kv_mode, mode) << where;
@@ -100,8 +100,11 @@ TEST(LatchGateTest, Reasons) {
   EXPECT_EQ(DecideLatch(Spec(1, 2, true, 4), Policy(KvReducePolicy::kAuto), 0, 0).reason,
             "auto: boundary reduction allowed (ZeRO 1) → coalesced");
   EXPECT_EQ(DecideLatch(Spec(2, 2, true, 4), Policy(KvReducePolicy::kDeferred), 0, 0).reason,
-            "policy deferred not allowed under ZeRO 2: K/V gradient leaves the local buffer "
-            "before the boundary → per_micro_batch");
+            "policy deferred: boundary reduction allowed (ZeRO 2: K/V summed on the gradient "
+            "partition) → deferred");
+  EXPECT_EQ(DecideLatch(Spec(2, 2, true, 4), Policy(KvReducePolicy::kAuto), 0, 0).reason,
+            "auto: boundary reduction allowed (ZeRO 2: K/V summed on the gradient partition) → "
+            "coalesced");
   EXPECT_EQ(DecideLatch(Spec(3, 2, true, 4), Policy(KvReducePolicy::kAuto), 0, 0).reason,
             "auto: boundary reduction not allowed under ZeRO 3: K/V gradient leaves the local "
             "buffer before the boundary → per_micro_batch");
@@ -116,7 +119,7 @@ TEST(LatchGateTest, Reasons) {
 TEST(LatchGateTest, BoundaryReductionAllowed) {
   EXPECT_TRUE(BoundaryReductionAllowed(0));
   EXPECT_TRUE(BoundaryReductionAllowed(1));
-  EXPECT_FALSE(BoundaryReductionAllowed(2));
+  EXPECT_TRUE(BoundaryReductionAllowed(2));
   EXPECT_FALSE(BoundaryReductionAllowed(3));
 }
 

@@ -78,7 +78,11 @@ absl::Status WriteGradDump(const TrainingState& state, const std::string& dir) {
   const comm::ProcessGroups& g = *state.groups;
   ParamStore& store = *state.params;
   at::Tensor grads = store.flat_grads();
-  if (state.zero1) {
+  if (state.grads_part.defined()) {
+    // ZeRO-2: only the partition exists; gather every rank's into a full copy.
+    grads = at::empty({store.padded_numel()}, state.grads_part.options());
+    LK_RETURN_IF_ERROR(g.dp_group->AllGather(CommBuffer(state.grads_part), CommBuffer(grads)));
+  } else if (state.zero1) {
     // Only this rank's partition holds the reduced gradient; the in-place reduce-scatter used
     // the rest of the buffer as scratch. Gather every rank's partition into a copy.
     at::Tensor full = at::empty_like(grads);

@@ -56,10 +56,13 @@ struct TrainingState {
   // bf16 mode: the fp32 master of [part_begin, part_end); undefined in fp32 mode.
   at::Tensor master;
   // The ZeRO partition: the range of the flat buffers this rank's optimizer (and master) holds;
-  // ZeRO-1 over DP > 1: its 1/dp chunk of the padded buffer, otherwise [0, numel).
+  // ZeRO-1 or 2 over DP > 1: its 1/dp chunk of the padded buffer, otherwise [0, numel).
   int64_t part_begin = 0;
   int64_t part_end = 0;
-  bool zero1 = false;
+  bool zero1 = false;  // the optimizer state is partitioned (ZeRO-1 or 2 over DP > 1)
+  // ZeRO-2 over DP > 1: the fp32 gradient partition over [part_begin, part_end) (ParamStore keeps
+  // no full gradient buffer then); undefined otherwise.
+  at::Tensor grads_part;
   DataPosition position;
 
   bool bf16() const { return master.defined(); }

@@ -9,7 +9,8 @@
 
 namespace latchkey {
 
-ParamStore::ParamStore(std::vector<ParamLayout> layout, int pad_multiple, c10::Device device)
+ParamStore::ParamStore(std::vector<ParamLayout> layout, int pad_multiple, c10::Device device,
+                       bool attach_grads)
     : layout_(std::move(layout)), device_(device) {
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamLayout& p = layout_[i];
@@ -30,15 +31,31 @@ ParamStore::ParamStore(std::vector<ParamLayout> layout, int pad_multiple, c10::D
   padded_numel_ = (numel_ + 1 + m - 1) / m * m;
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
   flat_params_ = at::zeros({padded_numel_}, f32);
-  flat_grads_ = at::zeros({padded_numel_}, f32);
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamLayout& p = layout_[i];
     at::Tensor view = flat_params_.narrow(0, offsets_[i], p.local_numel()).view(p.local_shape);
     at::Tensor leaf = view.detach();  // shares storage with the flat buffer
     leaf.set_requires_grad(true);
-    leaf.mutable_grad() = flat_grads_.narrow(0, offsets_[i], p.local_numel()).view(p.local_shape);
     params_.push_back(leaf);
   }
+  if (attach_grads) AttachGrads();
+}
+
+void ParamStore::AttachGrads() {
+  if (flat_grads_.defined()) return;
+  flat_grads_ = at::zeros({padded_numel_}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  // The fp32 leaves exist until TakeMaster (bf16 mode drops them: its leaves are the bf16 copies,
+  // whose gradients the engine folds in itself).
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamLayout& p = layout_[i];
+    params_[i].mutable_grad() =
+        flat_grads_.narrow(0, offsets_[i], p.local_numel()).view(p.local_shape);
+  }
+}
+
+void ParamStore::ReleaseGrads() {
+  for (at::Tensor& leaf : params_) leaf.mutable_grad().reset();
+  flat_grads_ = at::Tensor();
 }
 
 const at::Tensor& ParamStore::param(const std::string& name) const {
@@ -83,7 +100,9 @@ at::Tensor ParamStore::grad_view(size_t i) {
   return flat_grads_.narrow(0, offsets_[i], p.local_numel()).view(p.local_shape);
 }
 
-void ParamStore::ZeroGrads() { flat_grads_.zero_(); }
+void ParamStore::ZeroGrads() {
+  if (flat_grads_.defined()) flat_grads_.zero_();
+}
 
 absl::Status ParamStore::LoadFromFull(const std::map<std::string, at::Tensor>& full, int r) {
   at::NoGradGuard no_grad;

@@ -3,7 +3,10 @@
 // Every parameter tensor is a view into `params()` and its .grad a view into `grads()`, so the
 // DP reduction, ZeRO-1 partitioning, the norm and the optimizer work on plain contiguous memory,
 // and autograd accumulates micro-batch gradients in place (the grads are pre-set views; call
-// ZeroGrads(), never reset them to undefined).
+// ZeroGrads(), never reset them to undefined). ZeRO-2 keeps no full gradient across the window:
+// its store is built with the gradient buffer detached (ReleaseGrads), attaches it only for the
+// micro-batches that accumulate locally (no_sync) and releases it again after the micro-batch
+// that reduces it.
 // Segments describe which stretches are sharded over TP and which are replicated on every TP
 // rank (counted once in the global norm).
 // Thread-safety: not thread-safe; owned by the training thread.
@@ -28,7 +31,7 @@ class ParamStore {
   // element numel() is a spare slot the engine uses to carry the loss in the DP all-reduce.
   // Every flat buffer is allocated on `device`; LoadFromFull copies host tensors onto it.
   ParamStore(std::vector<ParamLayout> layout, int pad_multiple,
-             c10::Device device = c10::Device(c10::kCPU));
+             c10::Device device = c10::Device(c10::kCPU), bool attach_grads = true);
 
   const std::vector<ParamLayout>& layout() const { return layout_; }
   const std::vector<FlatSegment>& segments() const { return segments_; }
@@ -63,7 +66,15 @@ class ParamStore {
   const std::vector<at::Tensor>& params() const { return params_; }
   int64_t offset(size_t i) const { return offsets_[i]; }
 
-  void ZeroGrads();
+  void ZeroGrads();  // no-op while the gradient buffer is released
+
+  // The full flat gradient buffer and the fp32 leaves' .grad views of it exist (the default).
+  bool grads_attached() const { return flat_grads_.defined(); }
+  // Allocates a zeroed flat gradient buffer and points the fp32 leaves' .grad at it; no-op when
+  // attached.
+  void AttachGrads();
+  // Frees the flat gradient buffer and leaves every fp32 leaf's .grad undefined.
+  void ReleaseGrads();
 
   // Copies this rank's shard of every parameter out of full (unsharded) fp32 tensors.
   // INVALID_ARGUMENT naming the tensor when one is missing or has the wrong shape.

@@ -19,6 +19,7 @@
 #include "worker/model/param_store.h"
 #include "worker/train/evaluator.h"
 #include "worker/train/flat_ops.h"
+#include "worker/train/grad_buckets.h"
 #include "worker/train/grad_norm.h"
 #include "worker/train/kv_reducer.h"
 #include "worker/train/lr_schedule.h"
@@ -52,8 +53,11 @@ class EngineImpl final : public Engine {
     ops_ = *std::move(ops);
     LK_ASSIGN_OR_RETURN(memory_, memory::MakeMemoryMeter(!device_.is_cpu(), device_.index()));
     memory::ScopedAccount account(memory_->account());  // the model's buffers are its bytes
-    const bool zero1 = spec_.zero_stage == 1 && comm::is_parallel(g_->dp_group);
-    store_ = std::make_unique<ParamStore>(*std::move(layout), zero1 ? g_->dp : 1, device_);
+    // ZeRO-1 and 2 partition the optimizer state alike; 2 also keeps only the gradient partition.
+    const bool zero1 = spec_.zero_stage >= 1 && comm::is_parallel(g_->dp_group);
+    zero2_ = spec_.zero_stage == 2 && zero1;
+    store_ = std::make_unique<ParamStore>(*std::move(layout), zero1 ? g_->dp : 1, device_,
+                                          /*attach_grads=*/!zero2_);
     if (spec_.bf16) store_->EnableBf16Compute();
     LK_RETURN_IF_ERROR(LoadInitialWeights());
     model_ = std::make_unique<GptBigCode>(spec_.model, store_.get(), g_->tp_group.get(), spec_.seed,
@@ -90,6 +94,19 @@ class EngineImpl final : public Engine {
     if (spec_.bf16) state_.master = store_->TakeMaster(state_.part_begin, state_.part_end);
     optimizer_ = MakeOptimizer(spec_.optimizer, state_.part_numel(), ops_.get());
     state_.optimizer = optimizer_.get();
+    overlap1_ = opts_.overlap_dp_reduction && spec_.zero_stage == 1 && zero1;
+    if (zero2_ || overlap1_) {
+      // After EnableBf16Compute and TakeMaster: the hooks go on the parameters the model uses.
+      buckets_ = std::make_unique<GradBuckets>(store_.get(), g_->dp_group.get(), ops_.get(),
+                                               GradBuckets::DefaultBucketElements(store_->numel()),
+                                               spec_.sequence_parallel);
+    }
+    if (zero2_) {
+      kv_part_ = std::make_unique<KvReducer>(
+          KvReducer::ForPartition(store_->segments(), state_.part_begin, state_.part_end,
+                                  g_->tp_group.get(), ops_.get(), spec_.sequence_parallel));
+      kv_part_->set_enabled_for_testing(!opts_.skip_kv_reduction_for_testing);
+    }
     return absl::OkStatus();
   }
 
@@ -113,6 +130,8 @@ class EngineImpl final : public Engine {
     const auto stats_before = g_->stats->Snapshot();
     const int64_t kv_before = g_->stats->TaggedCalls(comm::kKvTag);
     const int64_t replicated_before = ReplicatedCalls(*g_->stats);
+    grad_peak_ = 0;
+    if (buckets_) buckets_->ResetPeak();
     const double lr = schedule_.ForStep(latch.window);
     absl::StatusOr<double> loss = Window(latch, lr);
     if (!loss.ok()) return loss.status();
@@ -156,6 +175,17 @@ class EngineImpl final : public Engine {
   }
 
   TrainingState& state() override { return state_; }
+
+  BucketTrace last_bucket_trace() const override {
+    BucketTrace t;
+    if (buckets_) t.issued = buckets_->issue_times();
+    t.backward_end = backward_end_;
+    return t;
+  }
+
+  int64_t peak_gradient_bytes() const override {
+    return std::max(grad_peak_, buckets_ ? buckets_->peak_bytes() : 0);
+  }
 
  private:
   // The full weights this shard starts from: spec.init_from through the checkpoint module's
@@ -205,6 +235,17 @@ class EngineImpl final : public Engine {
     const int64_t first_sample = FirstSample(latch);
     store_->ZeroGrads();
     kv_->BeginWindow();
+    if (zero2_) {
+      // The previous window's partition (it may be a view of the local gradient) goes now.
+      store_->ReleaseGrads();
+      grad_part_ = at::Tensor();
+      part_ = at::Tensor();
+      state_.grads_part = at::Tensor();
+      part_in_local_ = false;
+      syncs_ = 0;
+      kv_part_->BeginWindow();
+    }
+    NoteGradBytes();
     double loss_sum = 0.0;
     at::Tensor tokens = at::empty({mb, S + 1}, at::kLong);  // host: the data source fills it
     std::vector<int64_t> rows(mb);
@@ -221,17 +262,39 @@ class EngineImpl final : public Engine {
       at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
       const bool last = m == latch.n - 1;
+      // ZeRO-2: a synchronised micro-batch reduce-scatters its gradient during the backward
+      // (grad_buckets.h); a no_sync one accumulates into the local full gradient, attached for
+      // it and folded into the next synchronised micro-batch's reduce-scatter.
+      const bool zero2_sync = zero2_ && (last || !latch.no_sync[m]);
+      if (zero2_ && !zero2_sync && !store_->grads_attached()) {
+        store_->AttachGrads();
+        kv_->BeginWindow();  // a fresh local buffer: the K/V snapshot starts from zero again
+      }
+      if (zero2_sync) ArmSynchronised(last);
+      // ZeRO-1 overlapped: the boundary reduce-scatter in place into the local buffer's chunk.
+      const bool overlap_last = overlap1_ && last;
+      if (overlap_last) {
+        buckets_->Arm(grads.narrow(0, state_.part_begin, state_.part_numel()), /*replace=*/true,
+                      HeldGradBytes());
+      }
       const int64_t allocated_before = last ? memory_->AllocatedBytes() : 0;
       at::Tensor loss = model_->Loss(ids, labels, rows);
       if (last) activation_bytes_ = memory_->AllocatedBytes() - allocated_before;
       loss_sum += loss.item<double>();
       (loss / static_cast<double>(latch.n)).backward();
+      if (last) backward_end_ = Clock::now();
+      if (zero2_sync) {
+        LK_RETURN_IF_ERROR(FinishSynchronised(latch));
+        continue;
+      }
       AccumulateComputeGrads();
       kv_->NoteBackward();
       if (latch.kv_mode == KvMode::kPerMicroBatch) {
         if (absl::Status st = kv_->ReducePending(grads, /*coalesced=*/false); !st.ok()) return st;
       }
-      if (!last && !latch.no_sync[m] && comm::is_parallel(g_->dp_group)) {
+      NoteGradBytes();
+      if (overlap_last) LK_RETURN_IF_ERROR(FinishOverlapped(latch));
+      if (!zero2_ && !last && !latch.no_sync[m] && comm::is_parallel(g_->dp_group)) {
         // DDP semantics: the mean of the accumulated gradient (idempotent).
         if (absl::Status st = DpMeanAllReduce(grads.narrow(0, 0, numel)); !st.ok()) return st;
         if (absl::Status st = kv_->OnGradsReplaced(grads); !st.ok()) return st;
@@ -239,6 +302,76 @@ class EngineImpl final : public Engine {
     }
     return loss_sum;
   }
+
+  // ZeRO-2, after a synchronised backward whose buckets the hooks issued: the per-micro-batch
+  // K/V sum over TP of what this backward added (on the attached local gradient, or on the K/V
+  // bucket's staging), then the rest of the buckets and the K/V bucket, then the local
+  // gradient is dropped.
+  // The partition a synchronised micro-batch reduces into. With the local gradient attached and
+  // no synchronised micro-batch before it in the window (the default mask's last micro-batch),
+  // that is the local gradient's own chunk, overwritten in place as ZeRO-1 does, so ZeRO-2 then
+  // holds what ZeRO-1 holds; otherwise a separate partition buffer that sums the micro-batches.
+  void ArmSynchronised(bool last) {
+    const bool in_local = store_->grads_attached() && last && syncs_ == 0;
+    if (in_local) {
+      part_ = store_->flat_grads().narrow(0, state_.part_begin, state_.part_numel());
+      part_in_local_ = true;
+    } else {
+      if (!grad_part_.defined()) {
+        grad_part_ =
+            at::zeros({state_.part_numel()}, at::TensorOptions().dtype(at::kFloat).device(device_));
+      }
+      part_ = grad_part_;
+    }
+    state_.grads_part = part_;
+    buckets_->Arm(part_, /*replace=*/in_local, HeldGradBytes());
+  }
+
+  absl::Status FinishSynchronised(const Latch& latch) {
+    NoteGradBytes();
+    const bool attached = store_->grads_attached();
+    if (attached) {
+      kv_->NoteBackward();
+      if (latch.kv_mode == KvMode::kPerMicroBatch) {
+        LK_RETURN_IF_ERROR(kv_->ReducePending(store_->flat_grads(), /*coalesced=*/false));
+      }
+    } else if (latch.kv_mode == KvMode::kPerMicroBatch) {
+      LK_RETURN_IF_ERROR(kv_->ReduceFresh(buckets_->kv_stage(), buckets_->kv_spans()));
+    }
+    LK_RETURN_IF_ERROR(buckets_->Finish());
+    kv_part_->NoteBackward();
+    ++syncs_;
+    if (!part_in_local_) store_->ReleaseGrads();
+    return absl::OkStatus();
+  }
+
+  // ZeRO-1 overlapped, after the last backward: the boundary K/V sum (it must precede the DP
+  // reduction of the K/V rows), then the buckets the hooks have not issued and the K/V bucket.
+  absl::Status FinishOverlapped(const Latch& latch) {
+    if (latch.kv_mode != KvMode::kPerMicroBatch) {
+      const auto kv_start = Clock::now();
+      LK_RETURN_IF_ERROR(
+          kv_->ReducePending(store_->flat_grads(), latch.kv_mode == KvMode::kCoalesced));
+      if (kv_->active()) NoteBoundaryWait(kv_start);
+    }
+    return buckets_->Finish();
+  }
+
+  // The bytes of gradient this rank holds now: the full flat buffer (while attached), ZeRO-2's
+  // partition, and in bf16 mode the bf16 gradients the compute parameters keep. The bucket
+  // staging is GradBuckets'; the K/V reducer's snapshots are left out (the same in every stage).
+  int64_t HeldGradBytes() {
+    int64_t n = store_->grads_attached() ? store_->padded_numel() * 4 : 0;
+    if (grad_part_.defined()) n += grad_part_.numel() * 4;  // a view of the local counts there
+    if (store_->bf16()) {
+      for (size_t i = 0; i < store_->layout().size(); ++i) {
+        const at::Tensor& g = store_->compute_grad(i);
+        if (g.defined()) n += g.numel() * 2;
+      }
+    }
+    return n;
+  }
+  void NoteGradBytes() { grad_peak_ = std::max(grad_peak_, HeldGradBytes()); }
 
   // The boundary reduction, after Megatron-Core's finalize_model_grads: the deferred K/V sum
   // over TP -> the DP reduction (ZeRO-0: the mean all-reduce, the loss riding in the spare slot;
@@ -251,17 +384,36 @@ class EngineImpl final : public Engine {
       const bool coalesced = latch.kv_mode == KvMode::kCoalesced;
       const int64_t kv_calls = ReplicatedCalls(*g_->stats);
       const auto kv_start = Clock::now();
-      if (absl::Status st = kv_->ReducePending(grads, coalesced); !st.ok()) return st;
+      // ZeRO-2: the TP sum runs on the partition, after its DP reduction (the sums commute).
+      if (absl::Status st = zero2_ ? kv_part_->ReducePending(part_, coalesced)
+                                   : kv_->ReducePending(grads, coalesced);
+          !st.ok()) {
+        return st;
+      }
       if (ReplicatedCalls(*g_->stats) != kv_calls) NoteBoundaryWait(kv_start);
     }
     double norm_sq = 0.0;
     const bool count_replicated = g_->tp_rank == 0;
-    if (state_.zero1) {
+    if (zero2_) {
+      // The partition holds the DP sum of every synchronised micro-batch: the mean, the norm.
+      ops_->Scale(part_, 1.0f / g_->dp);
+      double both[2] = {PartitionGradNormSq(*ops_, part_, store_->segments(), state_.part_begin,
+                                            state_.part_end, count_replicated),
+                        loss};
+      const auto sum_start = Clock::now();
+      if (absl::Status st = SumScalars(g_->world.get(), both, 2); !st.ok()) return st;
+      NoteBoundaryWait(sum_start);
+      norm_sq = both[0];
+      loss = both[1] / g_->world_size;
+    } else if (state_.zero1) {
       const at::Tensor grads_part = grads.narrow(0, state_.part_begin, state_.part_numel());
       // In place: the grads buffer is the scratch; only this rank's partition is used after.
-      const auto dp_start = Clock::now();
-      LK_RETURN_IF_ERROR(g_->dp_group->ReduceScatterSum(CommBuffer(grads), CommBuffer(grads_part)));
-      NoteBoundaryWait(dp_start);
+      if (!overlap1_) {  // overlapped: already reduce-scattered during the last backward
+        const auto dp_start = Clock::now();
+        LK_RETURN_IF_ERROR(
+            g_->dp_group->ReduceScatterSum(CommBuffer(grads), CommBuffer(grads_part)));
+        NoteBoundaryWait(dp_start);
+      }
       ops_->Scale(grads_part, 1.0f / g_->dp);
       double both[2] = {LocalGradNormSq(*ops_, grads, store_->segments(), state_.part_begin,
                                         state_.part_end, count_replicated),
@@ -292,7 +444,8 @@ class EngineImpl final : public Engine {
   // the compute copy rounded from the master -> ZeRO-1: the all-gather of every partition.
   absl::Status StepOptimizer(double lr) {
     const int64_t chunk = state_.part_numel();
-    const at::Tensor grads_part = store_->flat_grads().narrow(0, state_.part_begin, chunk);
+    const at::Tensor grads_part =
+        zero2_ ? part_ : store_->flat_grads().narrow(0, state_.part_begin, chunk);
     const at::Tensor params_part =
         state_.bf16() ? state_.master : store_->flat_params().narrow(0, state_.part_begin, chunk);
     const double coef = ClipCoefficient(last_norm_, spec_.gradient_clipping);
@@ -366,6 +519,18 @@ class EngineImpl final : public Engine {
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<GptBigCode> model_;
   std::unique_ptr<KvReducer> kv_;
+  // ZeRO-2 over DP > 1: the fp32 gradient partition (state_.grads_part), the bucketed
+  // reduce-scatter that fills it, and the K/V reducer on it (deferred / coalesced).
+  bool zero2_ = false;
+  bool overlap1_ = false;  // EngineOptions::overlap_dp_reduction under ZeRO-1 over DP > 1
+  at::Tensor grad_part_;   // the separate partition buffer, when one is needed
+  at::Tensor part_;        // the window's partition: grad_part_ or the local gradient's chunk
+  bool part_in_local_ = false;
+  int syncs_ = 0;  // synchronised micro-batches so far in the window
+  std::unique_ptr<GradBuckets> buckets_;
+  std::unique_ptr<KvReducer> kv_part_;
+  int64_t grad_peak_ = 0;           // HeldGradBytes' high-water mark in the window running
+  Clock::time_point backward_end_;  // of the last micro-batch of the last window
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<TokenSource> data_;
   std::unique_ptr<Evaluator> evaluator_;         // latchkey.eval; null without it
@@ -388,9 +553,6 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const JobSpec& spec,
         "latchkey.world_size: the process group (world " + std::to_string(groups->world_size) +
         ", tp " + std::to_string(groups->tp) + ") does not match the spec (world " +
         std::to_string(spec.world_size) + ", tp " + std::to_string(spec.tp) + ")");
-  }
-  if (spec.zero_stage == 2) {
-    return absl::UnimplementedError("zero_optimization.stage: 2 is not implemented by this worker");
   }
   auto engine = std::make_unique<EngineImpl>(spec, groups, options);
   if (absl::Status st = engine->Init(); !st.ok()) return st;

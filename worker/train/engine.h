@@ -5,7 +5,10 @@
 // not marked no_sync take the DP mean of the accumulated gradient. At the boundary: K/V sum over
 // TP (deferred/coalesced) -> DP reduction (ZeRO-0 mean all-reduce; ZeRO-1 reduce-scatter into the
 // rank's partition) -> global grad norm -> clip -> optimizer step -> (ZeRO-1) all-gather of
-// parameters. A latch is never mixed with another mode inside its window. The update of step s
+// parameters. ZeRO-2 (DP > 1) instead reduce-scatters every synchronised micro-batch's gradient
+// during its backward, bucket by bucket, into the rank's gradient partition (grad_buckets.h), and
+// runs the deferred/coalesced K/V sum on that partition at the boundary (docs/memory.md). A latch
+// is never mixed with another mode inside its window. The update of step s
 // uses the learning rate of the spec's schedule (lr_schedule.h). With `latchkey.eval`, the
 // evaluation loss (evaluator.h) is computed after the update of the steps it is due on, outside
 // the step's `step_seconds` and its collective counts.
@@ -26,10 +29,12 @@
 #ifndef LATCHKEY_WORKER_TRAIN_ENGINE_H_
 #define LATCHKEY_WORKER_TRAIN_ENGINE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -49,6 +54,12 @@ inline constexpr const char* kEvalTag = "eval";
 
 struct EngineOptions {
   bool skip_kv_reduction_for_testing = false;
+  // ZeRO-1 over DP > 1: the boundary reduce-scatter is bucketed and issued during the last
+  // micro-batch's backward (grad_buckets.h; the K/V rows' bucket last, after the boundary K/V
+  // sum), with results bitwise equal to the whole-buffer reduce-scatter on shm. Off by default:
+  // one reduce_scatter/dp per bucket instead of one per window, and on the CPU the blocking
+  // collectives have no spare core to overlap with (docs/memory.md).
+  bool overlap_dp_reduction = false;
   // When set, after the boundary reduction of window `dump_grads_step` (before clipping) each
   // rank writes its local shard's gradient, the window mean over DP, as a safetensors file
   // `dump_grads_dir/grads-rank{R}.safetensors` (one tensor per parameter, TP-local shapes).
@@ -70,6 +81,14 @@ struct EngineOptions {
   std::function<absl::Status(const TrainingState& state, const std::string& dir)> write_grads;
 };
 
+// When the DP reduction buckets of the last window's last micro-batch were issued (in issue
+// order, the K/V bucket last) and when that micro-batch's backward returned: the evidence that
+// they overlap the backward. Empty `issued` when its DP reduction was not bucketed.
+struct BucketTrace {
+  std::vector<std::chrono::steady_clock::time_point> issued;
+  std::chrono::steady_clock::time_point backward_end;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -82,6 +101,11 @@ class Engine {
   // module saves and restores through (worker/checkpoint/checkpointer.h). Valid while the
   // engine lives; its position is the last window run. Between windows only.
   virtual TrainingState& state() = 0;
+  // The high-water mark, over the last window, of the gradient bytes this rank held: the flat
+  // gradient buffer while it exists, ZeRO-2's gradient partition, its bucket and K/V staging,
+  // and the bf16 gradients of the compute parameters (the K/V reducer's scratch left out).
+  virtual int64_t peak_gradient_bytes() const = 0;
+  virtual BucketTrace last_bucket_trace() const = 0;
 };
 
 // Builds the model shard (from spec.init_from through options.load_init_from, or from the seed),

@@ -22,6 +22,14 @@ double LocalGradNormSq(const FlatOps& ops, const at::Tensor& grads,
   return ops.SumSquares(grads, NormRanges(segments, begin, end, count_replicated));
 }
 
+double PartitionGradNormSq(const FlatOps& ops, const at::Tensor& part,
+                           const std::vector<FlatSegment>& segments, int64_t begin, int64_t end,
+                           bool count_replicated) {
+  std::vector<FlatRange> ranges = NormRanges(segments, begin, end, count_replicated);
+  for (FlatRange& r : ranges) r.offset -= begin;
+  return ops.SumSquares(part, ranges);
+}
+
 double ClipCoefficient(double norm, double max_norm) {
   if (max_norm <= 0.0) return 1.0;
   const double coef = max_norm / (norm + 1e-6);

@@ -1,6 +1,6 @@
 // The exact global gradient norm over a sharded model: rows sharded over TP are summed over TP,
 // rows replicated on every TP rank (K/V rows after the reduction, LayerNorms, embeddings,
-// row-parallel biases) are counted once (by TP rank 0), then over DP partitions for ZeRO-1.
+// row-parallel biases) are counted once (by TP rank 0), then over DP partitions for ZeRO-1 and 2.
 // Accumulates in fp64, segment by segment in layout order (FlatOps::SumSquares).
 #ifndef LATCHKEY_WORKER_TRAIN_GRAD_NORM_H_
 #define LATCHKEY_WORKER_TRAIN_GRAD_NORM_H_
@@ -24,6 +24,13 @@ std::vector<FlatRange> NormRanges(const std::vector<FlatSegment>& segments, int6
 double LocalGradNormSq(const FlatOps& ops, const at::Tensor& grads,
                        const std::vector<FlatSegment>& segments, int64_t begin, int64_t end,
                        bool count_replicated);
+
+// The same share for a buffer that holds only [begin, end) of the flat layout (ZeRO-2's
+// gradient partition: element 0 of `part` is flat element `begin`): the same ranges in the same
+// order, so the same sum as LocalGradNormSq over a full buffer with those values.
+double PartitionGradNormSq(const FlatOps& ops, const at::Tensor& part,
+                           const std::vector<FlatSegment>& segments, int64_t begin, int64_t end,
+                           bool count_replicated);
 
 // DeepSpeed's clip coefficient: max / (norm + 1e-6), applied only when below 1. Returns 1 when
 // clipping is off (max <= 0) or not needed.

@@ -16,16 +16,48 @@ KvReducer::KvReducer(const std::vector<FlatSegment>& segments, comm::Group* tp, 
                      bool sequence_parallel)
     : tp_(tp), ops_(ops) {
   for (const FlatSegment& s : segments) {
-    if (!s.kv && !(sequence_parallel && s.sequence_parallel_partial)) continue;
+    if (!ReducedOverTp(s, sequence_parallel)) continue;
     kv_.push_back({s.offset, s.length});
     carries_kv_.push_back(s.kv);
-    total_ += s.length;
   }
+  Allocate();
+}
+
+KvReducer::KvReducer(std::vector<FlatRange> kv, std::vector<bool> carries_kv, comm::Group* tp,
+                     const FlatOps* ops, bool keep_count)
+    : kv_(std::move(kv)),
+      carries_kv_(std::move(carries_kv)),
+      tp_(tp),
+      keep_count_(keep_count),
+      ops_(ops) {
+  Allocate();
+}
+
+KvReducer KvReducer::ForPartition(const std::vector<FlatSegment>& segments, int64_t begin,
+                                  int64_t end, comm::Group* tp, const FlatOps* ops,
+                                  bool sequence_parallel) {
+  std::vector<FlatRange> kv;
+  std::vector<bool> carries;
+  for (const FlatSegment& s : segments) {
+    if (!ReducedOverTp(s, sequence_parallel)) continue;
+    const int64_t lo = std::max(begin, s.offset);
+    const int64_t hi = std::min(end, s.offset + s.length);
+    // A tensor the partition does not meet stays in the list (empty) so that it keeps its
+    // collective.
+    kv.push_back(hi > lo ? FlatRange{lo - begin, hi - lo} : FlatRange{0, 0});
+    carries.push_back(s.kv);
+  }
+  return KvReducer(std::move(kv), std::move(carries), tp, ops, /*keep_count=*/true);
+}
+
+void KvReducer::Allocate() {
+  for (const FlatRange& r : kv_) total_ += r.length;
   active_ = !kv_.empty() && comm::is_parallel(tp_);
   if (active_) {
     const auto f32 = at::TensorOptions().dtype(at::kFloat).device(ops_->device());
     snapshot_ = at::zeros({total_}, f32);
     stage_ = at::zeros({total_}, f32);
+    if (keep_count_) dummy_ = at::zeros({1}, f32);
   }
 }
 
@@ -41,17 +73,25 @@ absl::Status KvReducer::ReducePending(const at::Tensor& grads, bool coalesced) {
   ops_->PackDelta(grads, kv_, snapshot_, stage_);
   comm::CollectiveOptions opts;
   const comm::Buffer stage = CommBuffer(stage_);
+  // An empty piece (keep_count_ only) travels as one zero element: the same count everywhere.
+  const auto reduce = [&](size_t at, size_t n) {
+    if (n == 0 && keep_count_) {
+      ops_->Set(dummy_, 0, 0.0f);
+      return tp_->AllReduceSum(CommBuffer(dummy_), opts);
+    }
+    return tp_->AllReduceSum(stage.Slice(at, n), opts);
+  };
   if (coalesced) {
     const bool any_kv =
         std::find(carries_kv_.begin(), carries_kv_.end(), true) != carries_kv_.end();
     opts.tag = any_kv ? comm::kKvTag : kReplicatedTag;
-    if (absl::Status st = tp_->AllReduceSum(stage, opts); !st.ok()) return st;
+    if (absl::Status st = reduce(0, static_cast<size_t>(total_)); !st.ok()) return st;
   } else {
     size_t at = 0;
     for (size_t i = 0; i < kv_.size(); ++i) {
       const size_t n = static_cast<size_t>(kv_[i].length);
       opts.tag = carries_kv_[i] ? comm::kKvTag : kReplicatedTag;
-      if (absl::Status st = tp_->AllReduceSum(stage.Slice(at, n), opts); !st.ok()) return st;
+      if (absl::Status st = reduce(at, n); !st.ok()) return st;
       at += n;
     }
   }
@@ -60,6 +100,24 @@ absl::Status KvReducer::ReducePending(const at::Tensor& grads, bool coalesced) {
   ops_->UnpackDelta(grads, kv_, stage_, snapshot_, /*add_snapshot=*/reduced_in_window_);
   reduced_in_window_ = true;
   pending_backwards_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status KvReducer::ReduceFresh(const at::Tensor& staged, const std::vector<FlatRange>& spans) {
+  if (!active_ || !enabled_) return absl::OkStatus();
+  if (spans.size() != kv_.size()) {
+    return absl::InternalError("K/V staging has " + std::to_string(spans.size()) +
+                               " tensor spans for " + std::to_string(kv_.size()) + " K/V tensors");
+  }
+  comm::CollectiveOptions opts;
+  const comm::Buffer all = CommBuffer(staged);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const FlatRange& r = spans[i];
+    opts.tag = carries_kv_[i] ? comm::kKvTag : kReplicatedTag;
+    const comm::Buffer one =
+        all.Slice(static_cast<size_t>(r.offset), static_cast<size_t>(r.length));
+    if (absl::Status st = tp_->AllReduceSum(one, opts); !st.ok()) return st;
+  }
   return absl::OkStatus();
 }
 

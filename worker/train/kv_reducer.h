@@ -17,6 +17,14 @@
 // (no NoteBackward since the last reduction) it issues no collective at all. Whether anything was
 // added is decided from the backward count, identical on every rank, never from the values.
 //
+// On a ZeRO-2 gradient partition (ForPartition) the reducer works on the partition buffer: each
+// K/V tensor becomes the piece of it the partition holds, which is the same on every TP rank
+// (every TP rank's flat layout and partition are the same), so the TP sum of the pieces is the
+// TP sum of the DP-reduced K/V gradient (the sums commute). The count is kept: a piece the
+// partition does not hold travels as one zero element (deferred: one collective per K/V tensor;
+// coalesced: one, even when the partition holds no K/V row), so every rank issues the planned
+// number of K/V collectives in the same order.
+//
 // Usage per window: BeginWindow(); { backward; NoteBackward(); [ReducePending(per_tensor)] }*;
 // ReducePending(mode) at the boundary; after a DP reduction call OnGradsReplaced().
 // The staging and snapshot buffers live on the gradients' device and every arithmetic step goes
@@ -43,13 +51,25 @@ inline constexpr const char* kReplicatedTag = "replicated";
 // Every TP reduction of replicated-parameter gradients `stats` has counted (K/V and SP's).
 int64_t ReplicatedCalls(const comm::CollectiveStats& stats);
 
+// Whether segment `s` holds a gradient that is partial per TP rank and summed over TP by the
+// reducer: the K/V rows of an MQA model, and under sequence parallelism the LayerNorm and
+// row-parallel bias rows.
+inline bool ReducedOverTp(const FlatSegment& s, bool sequence_parallel) {
+  return s.kv || (sequence_parallel && s.sequence_parallel_partial);
+}
+
 class KvReducer {
  public:
   // `segments`: the whole ParamStore segment list; only those with kv=true are used, and with
-  // `sequence_parallel` those with sequence_parallel_partial=true as well. The gradients later
-  // passed in are on ops->device().
+  // `sequence_parallel` those with sequence_parallel_partial=true as well (ReducedOverTp). The
+  // gradients later passed in are on ops->device().
   KvReducer(const std::vector<FlatSegment>& segments, comm::Group* tp, const FlatOps* ops,
             bool sequence_parallel = false);
+  // The reducer of the same rows inside the partition [begin, end) of the flat buffer, for a
+  // buffer holding only that partition (offset 0 = flat element `begin`); keeps the count (above).
+  static KvReducer ForPartition(const std::vector<FlatSegment>& segments, int64_t begin,
+                                int64_t end, comm::Group* tp, const FlatOps* ops,
+                                bool sequence_parallel = false);
 
   // True when there is anything to reduce at all (MQA model or sequence parallelism, and a
   // parallel TP group).
@@ -66,6 +86,12 @@ class KvReducer {
   // `grads`: the whole flat fp32 gradient buffer.
   absl::Status ReducePending(const at::Tensor& grads, bool coalesced);
 
+  // Per-micro-batch sum of `staged`, a buffer holding only what one backward added to the K/V
+  // rows (ZeRO-2's K/V staging), one collective per K/V tensor over its stretch `spans[j]` of
+  // the buffer (zeros where a stretch has slot padding), in place, without a snapshot. No-op when
+  // inactive or disabled. REQUIRES: one span per K/V tensor.
+  absl::Status ReduceFresh(const at::Tensor& staged, const std::vector<FlatRange>& spans);
+
   // The gradient buffer was changed by something other than a backward (a DP mean): the K/V
   // rows must be fully reduced (nothing pending) or untouched since BeginWindow.
   // FAILED_PRECONDITION on a partially reduced window, which the engine never produces.
@@ -76,9 +102,16 @@ class KvReducer {
   void set_enabled_for_testing(bool enabled) { enabled_ = enabled; }
 
  private:
-  std::vector<FlatRange> kv_;     // in flat order: K/V rows, and SP's partial rows under SP
+  KvReducer(std::vector<FlatRange> kv, std::vector<bool> carries_kv, comm::Group* tp,
+            const FlatOps* ops, bool keep_count);
+  void Allocate();
+
+  // In flat order: the K/V rows, and SP's partial rows under SP; one per tensor; empty ranges
+  // only when keep_count_.
+  std::vector<FlatRange> kv_;
   std::vector<bool> carries_kv_;  // per entry of kv_: a K/V range (else sequence-parallel)
   comm::Group* tp_;
+  bool keep_count_ = false;
   const FlatOps* ops_;
   bool active_ = false;
   bool enabled_ = true;
@@ -87,6 +120,7 @@ class KvReducer {
   bool reduced_in_window_ = false;
   at::Tensor snapshot_;  // the K/V rows right after the previous reduction, back to back
   at::Tensor stage_;     // contiguous staging of (grad - snapshot)
+  at::Tensor dummy_;     // keep_count_: the zero element an empty piece travels as
 };
 
 }  // namespace latchkey
