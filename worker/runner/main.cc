@@ -13,17 +13,22 @@
 //       --resume continues after the newest valid checkpoint in the spec's
 //       latchkey.checkpoint.dir (step 0 when there is none); every rank must be given it.
 //   latchkey-worker tokenize TEXT_FILE OUT.bin      byte-level (vocab 256) uint16 tokens
+//   latchkey-worker --version     version, git commit, libtorch version, CUDA on/off
 //
 // The flags are a table in worker_flags.cc; main reads the environment, parses and checks the
 // flags, then runs the mode.
 //
 // Exit 0 on success; otherwise one line "latchkey-worker: <field>: <reason>" and exit 1
 // (2 for a usage error).
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "common/job_spec.h"
+#include "latchkey_version.h"
 #include "worker/data/token_source.h"
 #include "worker/runner/env.h"
 #include "worker/runner/standalone.h"
@@ -84,6 +89,11 @@ int Coordinated(const latchkey::WorkerFlags& flags, const latchkey::WorkerEnv& e
     if (!from_file.ok()) return UsageError(std::string(from_file.status().message()));
     opts.join_token = *from_file;
   }
+  if (opts.join_token.empty()) {
+    return UsageError(
+        "no join token: set LATCHKEY_JOIN_TOKEN or --join-token-file (the "
+        "join_token `latchkey submit` printed)");
+  }
   opts.credentials.tls_ca = flags.tls_ca;
   opts.credentials.tls_cert = flags.tls_cert;
   opts.credentials.tls_key = flags.tls_key;
@@ -98,13 +108,31 @@ int Coordinated(const latchkey::WorkerFlags& flags, const latchkey::WorkerEnv& e
 
 }  // namespace
 
+// When stderr is a file (a launcher's log, e.g. `latchkey up`'s RUN/worker-R.log), its path, so
+// that the log says where it is and `ps`-level debugging finds it; "" otherwise.
+std::string StderrLogPath() {
+  struct stat st {};
+  if (fstat(STDERR_FILENO, &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/fd/2", path, sizeof(path) - 1);
+  if (n <= 0) return "";
+  return std::string(path, static_cast<size_t>(n));
+}
+
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << latchkey::kWorkerUsage;
     return args.empty() ? kUsageExit : 0;
   }
+  if (args[0] == "--version") {
+    std::cout << LATCHKEY_VERSION_LINE("latchkey-worker") << "\n";
+    return 0;
+  }
   if (args[0] == "tokenize") return Tokenize(args);
+  if (const std::string log = StderrLogPath(); !log.empty()) {
+    std::cerr << "latchkey-worker: pid " << getpid() << " logging to " << log << std::endl;
+  }
   absl::StatusOr<latchkey::WorkerEnv> env = latchkey::ReadWorkerEnv();
   if (!env.ok()) return RunFailed(env.status().message());
   absl::StatusOr<latchkey::WorkerFlags> flags = latchkey::ParseWorkerFlags(args, *env);
