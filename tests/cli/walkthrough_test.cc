@@ -42,8 +42,14 @@ std::set<int> ProcessesNaming(const std::string& needle) {
   while (dirent* e = readdir(d)) {
     const int pid = std::atoi(e->d_name);
     if (pid <= 0 || pid == getpid()) continue;
-    std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
-    std::string args((std::istreambuf_iterator<char>(cmd)), {});
+    // A process that exits while its /proc files are read makes the read throw (ESRCH).
+    std::string args;
+    try {
+      std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+      args.assign(std::istreambuf_iterator<char>(cmd), {});
+    } catch (const std::exception&) {
+      continue;
+    }
     std::replace(args.begin(), args.end(), '\0', ' ');
     std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
     std::string text;
@@ -185,7 +191,7 @@ TEST(Walkthrough, FromAnEmptyFolder) {
   EXPECT_EQ(logs.exit_code, 0) << logs.output;
   EXPECT_TRUE(Has(logs.output, "[rank 0] rank 0 step 30/30")) << logs.output;
   EXPECT_TRUE(Has(logs.output, "[rank 1] rank 1 step 30/30")) << logs.output;
-  EXPECT_TRUE(Has(logs.output, "logging to " + run + "/worker-1.log")) << logs.output;
+  EXPECT_TRUE(Has(logs.output, "logs to " + run + "/worker-1.log")) << logs.output;
   const Captured one = Cli({"logs", job, "--rank", "1"});
   EXPECT_EQ(one.exit_code, 0) << one.output;
   EXPECT_FALSE(Has(one.output, "rank 0 step")) << one.output;

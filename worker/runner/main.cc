@@ -131,7 +131,8 @@ int main(int argc, char** argv) {
   }
   if (args[0] == "tokenize") return Tokenize(args);
   if (const std::string log = StderrLogPath(); !log.empty()) {
-    std::cerr << "latchkey-worker: pid " << getpid() << " logging to " << log << std::endl;
+    // Not prefixed "latchkey-worker:", which starts the lines that report an error.
+    std::cerr << "worker pid " << getpid() << " logs to " << log << std::endl;
   }
   absl::StatusOr<latchkey::WorkerEnv> env = latchkey::ReadWorkerEnv();
   if (!env.ok()) return RunFailed(env.status().message());
