@@ -1,14 +1,17 @@
 #include "common/connection_hint.h"
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace latchkey {
 namespace {
 
+// gRPC reports a refused connection, a failed TLS handshake and a closed socket all as
+// UNAVAILABLE with no detail but its transport's words: the text is the only signal there is.
+// Only the hint shown to the user (and a worker's giving up on a TLS mismatch) depends on it;
+// the status code stays gRPC's.
 bool Contains(absl::string_view text, absl::string_view lowercase_word) {
-  return absl::StrContains(absl::AsciiStrToLower(text), lowercase_word);
+  return absl::AsciiStrToLower(text).find(lowercase_word) != std::string::npos;
 }
 
 }  // namespace

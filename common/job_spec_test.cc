@@ -378,22 +378,6 @@ TEST(JobSpecTest, NotJsonOrNotObject) {
   }
 }
 
-TEST(JobSpecTest, UnknownKeySuggestsTheNearestKnownOne) {
-  json j = Example();
-  j["latchkey"]["stpes"] = 20;
-  j["latchkey"].erase("steps");
-  EXPECT_EQ(Parse(j).status().message(),
-            "latchkey.stpes: unknown key; did you mean latchkey.steps?");
-  j = Example();
-  j["latchkey"]["max_restart"] = 2;  // an optional key
-  EXPECT_EQ(Parse(j).status().message(),
-            "latchkey.max_restart: unknown key; did you mean latchkey.max_restarts?");
-  // Nothing near: the plain refusal.
-  j = Example();
-  j["latchkey"]["zzzzzzzz"] = 1;
-  EXPECT_EQ(Parse(j).status().message(), "latchkey.zzzzzzzz: unknown key");
-}
-
 TEST(JobSpecTest, ExactMessageForTpNotDividingHeads) {
   json j = Example();
   j["tensor_parallel"]["autotp_size"] = 3;
