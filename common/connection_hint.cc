@@ -1,5 +1,7 @@
 #include "common/connection_hint.h"
 
+#include <string>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
@@ -11,7 +13,7 @@ namespace {
 // Only the hint shown to the user (and a worker's giving up on a TLS mismatch) depends on it;
 // the status code stays gRPC's.
 bool Contains(absl::string_view text, absl::string_view lowercase_word) {
-  return absl::AsciiStrToLower(text).find(lowercase_word) != std::string::npos;
+  return absl::AsciiStrToLower(text).find(std::string(lowercase_word)) != std::string::npos;
 }
 
 }  // namespace
