@@ -14,12 +14,14 @@
 // <run>/credentials.json and in the user's credentials file under the coordinator's address
 // (client/credentials.h; all mode 0600), so `latchkey --coordinator ADDR status JOB` works
 // against it. Workers get their join token in the environment, never on the command line.
-// Without --spec it runs the built-in job (builtin_spec.h), which reads no files, and keeps that
-// spec as <run>/spec.json to edit and pass back with --spec.
-// RunUp is five phases, each a function below with the struct it returns: Prepare (run folder,
-// spec, token, --tls certificates: up_tls.cc), StartCoordinator (started, its port file read,
-// credentials kept), Submit, Supervise (workers, restarts, progress, Ctrl-C) and Finish (the
-// summary and the exit code). The coordinator and the workers are this process's children,
+// Without --spec it runs the built-in job (builtin_spec.h), which reads no files. Either way the
+// spec is kept as <run>/spec.json, to edit and pass back with --spec; the run folder is locked
+// against a second live `up` (<run>/up.lock), the job recorded in the run registry for `latchkey
+// logs` and `latchkey checkpoints` (up.h), and the credentials entry removed when `up` ends.
+// RunUp is five phases, each a function with the struct it returns: Prepare (run folder,
+// spec, token, --tls certificates: up_prepare.cc, up_tls.cc), StartCoordinator (started, its port
+// file read, credentials kept), Submit, Supervise (workers, restarts, progress, Ctrl-C) and Finish
+// (the summary and the exit code). The coordinator and the workers are this process's children,
 // each in a process group of its own (a terminal's Ctrl-C reaches `up` alone, which stops them in
 // order) and with SIGTERM as its parent-death signal (common/subprocess.h).
 #include <arpa/inet.h>
