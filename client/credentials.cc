@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -51,22 +52,77 @@ std::string DefaultCredentialsPath() {
   return "";
 }
 
+std::string NormalizeCoordinatorAddress(const std::string& address) {
+  std::string a = address;
+  if (a.rfind("dns:///", 0) == 0) a = a.substr(7);
+  const size_t colon = a.rfind(':');
+  std::string host = colon == std::string::npos ? a : a.substr(0, colon);
+  const std::string port = colon == std::string::npos ? "" : a.substr(colon);
+  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // One machine's loopback under its usual names is one coordinator.
+  if (host == "localhost" || host == "127.0.0.1" || host == "[::1]" || host == "::1") {
+    host = "127.0.0.1";
+  }
+  return host + port;
+}
+
 absl::StatusOr<std::optional<StoredCredentials>> LookupCredentials(const std::string& path,
                                                                    const std::string& address) {
   if (path.empty()) return std::nullopt;
   auto j = ReadFile(path);
   if (!j.ok()) return j.status();
-  if (!j->contains(address)) return std::nullopt;
-  const nlohmann::json& e = (*j)[address];
+  // The entry under the address as given, else under any spelling of the same address.
+  std::string key = address;
+  if (!j->contains(key)) {
+    key.clear();
+    const std::string wanted = NormalizeCoordinatorAddress(address);
+    for (auto it = j->begin(); it != j->end(); ++it) {
+      if (NormalizeCoordinatorAddress(it.key()) == wanted) {
+        key = it.key();
+        break;
+      }
+    }
+    if (key.empty()) return std::nullopt;
+  }
+  const nlohmann::json& e = (*j)[key];
   if (!e.is_object() || (e.contains("token") && !e["token"].is_string()) ||
       (e.contains("tls_ca") && !e["tls_ca"].is_string())) {
-    return absl::InvalidArgumentError("credentials file " + path + ": entry '" + address +
+    return absl::InvalidArgumentError("credentials file " + path + ": entry '" + key +
                                       "' is not {\"token\": STRING, \"tls_ca\": STRING}");
   }
   StoredCredentials c;
   c.token = e.value("token", "");
   c.tls_ca = e.value("tls_ca", "");
   return c;
+}
+
+std::vector<std::string> CredentialsEntries(const std::string& path) {
+  std::vector<std::string> out;
+  if (path.empty()) return out;
+  auto j = ReadFile(path);
+  if (!j.ok()) return out;
+  for (auto it = j->begin(); it != j->end(); ++it) out.push_back(it.key());
+  return out;
+}
+
+absl::Status RemoveCredentials(const std::string& path, const std::string& address,
+                               const std::string& token) {
+  if (path.empty()) return absl::OkStatus();
+  auto j = ReadFile(path);
+  if (!j.ok()) return j.status();
+  auto it = j->find(address);
+  if (it == j->end()) return absl::OkStatus();
+  // Another `up` may have been given the same address since: its entry stays.
+  if (!it->is_object() || it->value("token", "") != token) return absl::OkStatus();
+  j->erase(it);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  if (absl::Status st = WritePrivateFile(tmp, j->dump(2) + "\n"); !st.ok()) return st;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return absl::PermissionDeniedError("credentials file " + path + ": " + why);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SaveCredentials(const std::string& path, const std::string& address,

@@ -11,6 +11,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/sha256.h"
@@ -26,8 +27,13 @@ struct StoredCredentials {
 // neither variable is set.
 std::string DefaultCredentialsPath();
 
-// The entry for `address`; nullopt when the file or the entry does not exist. A file that is
-// not a JSON object of objects: INVALID_ARGUMENT naming the file.
+// `address` as the credentials file compares it: "dns:///" dropped, the host lowercased, and
+// localhost, 127.0.0.1 and [::1] all "127.0.0.1" ("localhost:50051" -> "127.0.0.1:50051").
+std::string NormalizeCoordinatorAddress(const std::string& address);
+
+// The entry for `address` (exactly, else the first whose address normalizes alike); nullopt
+// when the file or the entry does not exist. A file that is not a JSON object of objects:
+// INVALID_ARGUMENT naming the file.
 absl::StatusOr<std::optional<StoredCredentials>> LookupCredentials(const std::string& path,
                                                                    const std::string& address);
 
@@ -35,6 +41,14 @@ absl::StatusOr<std::optional<StoredCredentials>> LookupCredentials(const std::st
 // file (0600) by rename, so a reader never sees half of it.
 absl::Status SaveCredentials(const std::string& path, const std::string& address,
                              const StoredCredentials& credentials);
+
+// The addresses the file has entries for, in file order; empty when it is missing or unreadable.
+std::vector<std::string> CredentialsEntries(const std::string& path);
+
+// Removes the entry for `address` when it still holds `token` (an entry a later run wrote under
+// the same address stays). OK when there is no such entry.
+absl::Status RemoveCredentials(const std::string& path, const std::string& address,
+                               const std::string& token);
 
 // `bytes` random bytes from /dev/urandom, in lowercase hex.
 absl::StatusOr<std::string> RandomHexToken(int bytes = 32);

@@ -10,7 +10,9 @@
 #include <fstream>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "common/connection_hint.h"
 #include "proto/channel.h"
 
 namespace latchkey {
@@ -53,6 +55,34 @@ TEST(Credentials, SaveThenLookupMergesEntriesWithPrivateModes) {
   auto missing = LookupCredentials(dir + "/nope", "127.0.0.1:1");
   ASSERT_TRUE(missing.ok());
   EXPECT_FALSE(missing->has_value());
+  fs::remove_all(dir);
+}
+
+TEST(Credentials, AddressesOfOneCoordinatorAreOneEntry) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/credentials";
+  ASSERT_TRUE(SaveCredentials(path, "127.0.0.1:4100", {"aaa", ""}).ok());
+  ASSERT_TRUE(SaveCredentials(path, "Node-7:4101", {"bbb", ""}).ok());
+  EXPECT_EQ(NormalizeCoordinatorAddress("localhost:4100"), "127.0.0.1:4100");
+  EXPECT_EQ(NormalizeCoordinatorAddress("dns:///[::1]:4100"), "127.0.0.1:4100");
+  for (const char* spelling : {"localhost:4100", "LOCALHOST:4100", "[::1]:4100"}) {
+    auto found = LookupCredentials(path, spelling);
+    ASSERT_TRUE(found.ok() && found->has_value()) << spelling;
+    EXPECT_EQ((*found)->token, "aaa") << spelling;
+  }
+  auto other_host = LookupCredentials(path, "node-7:4101");
+  ASSERT_TRUE(other_host.ok() && other_host->has_value());
+  EXPECT_EQ((*other_host)->token, "bbb");
+  auto other_port = LookupCredentials(path, "localhost:4101");
+  ASSERT_TRUE(other_port.ok());
+  EXPECT_FALSE(other_port->has_value());
+  EXPECT_EQ(CredentialsEntries(path), (std::vector<std::string>{"127.0.0.1:4100", "Node-7:4101"}));
+  // Removed only while it holds the token of the run that wrote it.
+  ASSERT_TRUE(RemoveCredentials(path, "127.0.0.1:4100", "not-mine").ok());
+  EXPECT_EQ(CredentialsEntries(path).size(), 2u);
+  ASSERT_TRUE(RemoveCredentials(path, "127.0.0.1:4100", "aaa").ok());
+  EXPECT_EQ(CredentialsEntries(path), (std::vector<std::string>{"Node-7:4101"}));
+  EXPECT_EQ(Mode(path), 0600);
   fs::remove_all(dir);
 }
 
@@ -128,6 +158,13 @@ TEST(Channel, UnusableCredentialsAreRefusedNamingTheFlag) {
   };
   expect_refused(creds("", dir + "/missing.pem", "", ""), "--tls-ca");
   expect_refused(creds("", dir + "/not.pem", "", ""), "--tls-ca");
+  // A PEM without a certificate (a key given as the CA) is refused before gRPC sees it.
+  std::ofstream(dir + "/key.pem")
+      << "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n";
+  expect_refused(creds("", dir + "/key.pem", "", ""), "--tls-ca");
+  auto key_as_ca = MakeCoordinatorChannel("127.0.0.1:1", creds("", dir + "/key.pem", "", ""));
+  EXPECT_NE(key_as_ca.status().message().find("holds no certificate"), std::string::npos)
+      << key_as_ca.status();
   expect_refused(creds("", "", "c.pem", ""), "--tls-key");
   expect_refused(creds("", "", "c.pem", "k.pem"), "--tls-ca");
   expect_refused(creds("two words", "", "", ""), "--token");
@@ -135,6 +172,33 @@ TEST(Channel, UnusableCredentialsAreRefusedNamingTheFlag) {
   EXPECT_TRUE(MakeCoordinatorChannel("127.0.0.1:1", ChannelCredentials{}).ok());
   EXPECT_TRUE(MakeCoordinatorChannel("127.0.0.1:1", creds("abc123", "", "", "")).ok());
   fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace latchkey
+
+namespace latchkey {
+namespace {
+
+TEST(ConnectionHint, SaysWhatFailedInGrpcsWords) {
+  const std::string refused =
+      "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Failed to "
+      "connect to remote host: Connection refused";
+  EXPECT_EQ(ExplainUnavailable(refused, "127.0.0.1:1", false),
+            "nothing is listening at 127.0.0.1:1: is the coordinator running? (" + refused + ")");
+  EXPECT_EQ(DiagnoseConnection(refused, true), ConnectionProblem::kRefused);  // no TLS hint
+  const std::string handshake =
+      "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:2: Ssl handshake "
+      "failed: SSL_ERROR_SSL: error:0A00010B:SSL routines::wrong version number";
+  EXPECT_EQ(DiagnoseConnection(handshake, true), ConnectionProblem::kTlsHandshake);
+  EXPECT_NE(ExplainUnavailable(handshake, "h:2", true).find("the TLS handshake with h:2 failed"),
+            std::string::npos);
+  const std::string closed =
+      "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:3: Socket "
+      "closed";
+  EXPECT_EQ(DiagnoseConnection(closed, false), ConnectionProblem::kTlsExpected);
+  EXPECT_NE(ExplainUnavailable(closed, "h:3", false).find("pass --tls-ca"), std::string::npos);
+  EXPECT_EQ(ExplainUnavailable("Deadline Exceeded", "h:4", false), "Deadline Exceeded");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/connection_hint.h"
 #include "latchkey/v1/job_service.grpc.pb.h"
 #include "proto/channel.h"
 #include "proto/grpc_status.h"
@@ -19,17 +20,13 @@ struct JobClient::Impl {
   bool tls = false;
   std::string coordinator;
 
-  // An unreachable coordinator may be one that speaks TLS to a plaintext client (or the
-  // reverse, or one whose certificate the CA did not sign): say so.
+  // An unreachable coordinator: nothing listening, or one that speaks TLS to a plaintext
+  // client (or the reverse, or one whose certificate the CA did not sign): say which
+  // (common/connection_hint.h).
   absl::Status Explain(const grpc::Status& st) const {
     absl::Status s = FromGrpcStatus(st);
     if (s.code() != absl::StatusCode::kUnavailable) return s;
-    return absl::Status(s.code(),
-                        absl::StrCat(s.message(), " [", coordinator,
-                                     tls ? " over TLS: does --tls-ca name the CA that signed the "
-                                           "coordinator's certificate, and does it serve TLS?]"
-                                         : " in plaintext: if the coordinator serves TLS, pass "
-                                           "--tls-ca (LATCHKEY_TLS_CA)]"));
+    return absl::Status(s.code(), ExplainUnavailable(s.message(), coordinator, tls));
   }
 };
 

@@ -123,5 +123,21 @@ TEST(JobSpecTest, BackendAndDeviceRefusals) {
   }
 }
 
+// Unknown keys (the reader of every spec object) suggest the key meant.
+TEST(JobSpecTest, UnknownKeySuggestsTheNearestKnownOne) {
+  json j = Example();
+  j["latchkey"]["stpes"] = 20;
+  j["latchkey"].erase("steps");
+  EXPECT_EQ(Parse(j).status().message(),
+            "latchkey.stpes: unknown key; did you mean latchkey.steps?");
+  j = Example();
+  j["latchkey"]["max_restart"] = 2;  // an optional key
+  EXPECT_EQ(Parse(j).status().message(),
+            "latchkey.max_restart: unknown key; did you mean latchkey.max_restarts?");
+  j = Example();  // nothing near: the plain refusal
+  j["latchkey"]["zzzzzzzz"] = 1;
+  EXPECT_EQ(Parse(j).status().message(), "latchkey.zzzzzzzz: unknown key");
+}
+
 }  // namespace
 }  // namespace latchkey

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -94,9 +95,44 @@ const char* JsonObjectReader::FirstPresent(std::initializer_list<const char*> ke
   return *keys.begin();
 }
 
+namespace {
+
+// Edit distance with adjacent transpositions (optimal string alignment), case-insensitive:
+// "stpes" is one edit from "steps". Keys are short, so the full table is cheap.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  const auto same = [](char x, char y) { return absl::ascii_tolower(x) == absl::ascii_tolower(y); };
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min(
+          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (same(a[i - 1], b[j - 1]) ? 0 : 1)});
+      if (i > 1 && j > 1 && same(a[i - 1], b[j - 2]) && same(a[i - 2], b[j - 1])) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// How far a misspelling may be from the key meant: a third of its length rounded up, 1..3.
+size_t SuggestionLimit(absl::string_view key) {
+  return std::max<size_t>(1, std::min<size_t>(3, (key.size() + 2) / 3));
+}
+
+}  // namespace
+
 absl::Status JsonObjectReader::Require(absl::string_view key) {
-  if (Get(key) == nullptr) return Error(key, "required");
-  return absl::OkStatus();
+  if (Get(key) != nullptr) return absl::OkStatus();
+  // A required key that is missing because it was misspelt: name the misspelling, as the
+  // refusal of the unknown key would.
+  for (const std::string& present : UnknownKeys()) {
+    if (EditDistance(present, key) <= SuggestionLimit(present)) {
+      return Error(present, absl::StrCat("unknown key; did you mean ", FieldPath(key), "?"));
+    }
+  }
+  return Error(key, "required");
 }
 
 absl::Status JsonObjectReader::CheckInt(const std::string& path, const json& v, IntBounds b,
@@ -247,10 +283,29 @@ std::vector<std::string> JsonObjectReader::UnknownKeys() const {
   return keys;
 }
 
+std::string JsonObjectReader::NearestKnownKey(absl::string_view key) const {
+  // A typo is a few edits away; a key that shares nothing with any known one gets no guess.
+  const size_t limit = SuggestionLimit(key);
+  std::string best;
+  size_t best_distance = limit + 1;
+  for (const std::string& known : used_) {
+    if (obj_.contains(known)) continue;  // present and read: the user wrote it already
+    const size_t d = EditDistance(key, known);
+    if (d < best_distance) {
+      best = known;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
 absl::Status JsonObjectReader::RefuseUnknown() const {
   std::vector<std::string> keys = UnknownKeys();
-  if (!keys.empty()) return Error(keys.front(), "unknown key");
-  return absl::OkStatus();
+  if (keys.empty()) return absl::OkStatus();
+  // The keys asked for are the ones this object knows: the nearest is the likely intent.
+  const std::string nearest = NearestKnownKey(keys.front());
+  if (nearest.empty()) return Error(keys.front(), "unknown key");
+  return Error(keys.front(), absl::StrCat("unknown key; did you mean ", FieldPath(nearest), "?"));
 }
 
 void JsonObjectReader::WarnUnknown(std::vector<std::string>* warnings) const {

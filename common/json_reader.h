@@ -81,7 +81,8 @@ class JsonObjectReader {
   // The first of `keys` present in the object (aliases), or the first of `keys` when none is.
   // Marks nothing. REQUIRES: `keys` not empty.
   const char* FirstPresent(std::initializer_list<const char*> keys) const;
-  // "required" when absent.
+  // "required" when absent; when an unread key of the object is a misspelling of it (as
+  // NearestKnownKey measures), "<that key>: unknown key; did you mean <path.key>?" instead.
   absl::Status Require(absl::string_view key);
 
   // An integer within `bounds` (a float such as 2.0 is not an integer).
@@ -111,8 +112,12 @@ class JsonObjectReader {
 
   // Keys present but never asked for, in key order.
   std::vector<std::string> UnknownKeys() const;
-  // "unknown key" naming the first unread key, if any.
+  // "unknown key" naming the first unread key, if any; when a key this reader asked for (and
+  // the object lacks) is a few edits away, "unknown key; did you mean <path.known>?".
   absl::Status RefuseUnknown() const;
+  // The key asked for but absent that is nearest to `key` (case-insensitive edit distance with
+  // transpositions, at most a third of its length rounded up, 1..3), or "" when none is that near.
+  std::string NearestKnownKey(absl::string_view key) const;
   // Appends "unknown top-level key 'k' ignored" (root) or "unknown key 'path.k' ignored".
   void WarnUnknown(std::vector<std::string>* warnings) const;
 

@@ -150,6 +150,20 @@ TEST(JsonReaderTest, Arrays) {
   EXPECT_EQ(Msg(r.DoubleArray("out", &two, unit)), "l.out[1]: must be in [0, 1), got 1");
 }
 
+TEST(JsonReaderTest, UnknownKeySuggestion) {
+  const json root = json::parse(R"({"n_layr": 2, "N_HEAD": 4})");
+  JsonObjectReader r(root, "model", "cfg.json");
+  int v = 0;
+  ASSERT_TRUE(r.Int("n_layer", &v).ok());  // absent: asked for, so known
+  ASSERT_TRUE(r.Int("n_embd", &v).ok());
+  ASSERT_TRUE(r.Int("n_head", &v).ok());
+  EXPECT_EQ(r.NearestKnownKey("n_layr"), "n_layer");
+  EXPECT_EQ(r.NearestKnownKey("N_HEAD"), "n_head");  // case does not count
+  EXPECT_EQ(r.NearestKnownKey("vocab"), "");
+  EXPECT_EQ(Msg(r.RefuseUnknown()),
+            "cfg.json: model.N_HEAD: unknown key; did you mean model.n_head?");
+}
+
 TEST(JsonReaderTest, AliasesAndUnknownKeys) {
   const json root = json::parse(R"({"hidden_size": 32, "extra": 1, "more": 2})");
   JsonObjectReader r(root, "");

@@ -75,6 +75,12 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
       res.set_content(name + ": metrics at /metrics\n", "text/plain");
     });
   }
+  // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which every process given
+  // the same port listens on it and a scrape reaches an arbitrary one of them.
+  e->server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
+  });
   if (options.port == 0) {
     e->port_ = e->server_->bind_to_any_port(options.host);
   } else {
@@ -82,7 +88,8 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
   }
   if (e->port_ <= 0) {
     return absl::UnavailableError("--metrics-port: cannot listen on " + options.host + ":" +
-                                  std::to_string(options.port));
+                                  std::to_string(options.port) +
+                                  " (in use? each process on a machine needs a port of its own)");
   }
   httplib::Server* server = e->server_.get();
   e->thread_ = std::thread([server] { server->listen_after_bind(); });

@@ -39,6 +39,11 @@ absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& 
   if (pem.find("-----BEGIN") == std::string::npos) {
     return absl::InvalidArgumentError(flag + ": '" + path + "' is not a PEM file");
   }
+  // A CA or certificate flag given a key (or another PEM) would reach gRPC, which logs its own
+  // lines and fails the call with "empty address list": refuse it here, naming the flag.
+  if (flag != "--tls-key" && pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+    return absl::InvalidArgumentError(flag + ": '" + path + "' holds no certificate");
+  }
   return pem;
 }
 

@@ -24,6 +24,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics_endpoint.h"
+#include "latchkey_version.h"
 #include "server/coordinator.h"
 #include "server/coordinator_flags.h"
 #include "server/metrics.h"
@@ -162,6 +163,8 @@ int main(int argc, char** argv) {
   CLI::App app{"latchkey-coordinator: jobs, rank assignment and the window latch authority"};
   latchkey::CoordinatorFlags flags;
   latchkey::AddCoordinatorFlags(app, &flags);
+  app.set_version_flag("--version", LATCHKEY_VERSION_LINE("latchkey-coordinator"),
+                       "print the version, git commit, libtorch version and CUDA on/off, and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

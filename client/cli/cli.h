@@ -14,6 +14,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "client/job_client.h"
+#include "common/job_spec.h"
 #include "common/timeouts.h"
 
 namespace latchkey::cli {
@@ -71,6 +72,26 @@ void AddLatchesCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code);  // up_command.cc
 // checkpoint_command.cc: `checkpoint inspect | export | convert` (no coordinator).
 void AddCheckpointCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+// validate_command.cc: `validate SPEC` (also what `submit --dry-run` prints): no coordinator.
+void AddValidateCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+// run_commands.cc: `logs JOB` and `checkpoints JOB`, from the run folder `up` ran JOB in.
+void AddLogsCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+void AddCheckpointsCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+// completion_command.cc: `completion bash|zsh`, from the commands and options registered on
+// `app` (register it last).
+void AddCompletionCommand(CLI::App& app, int* exit_code);
+
+// The spec at `path` read, parsed and (when `check_files`) its files checked, as submit, up
+// and validate do: a folder, an unreadable file, a refused field or an unreadable file it names
+// is INVALID_ARGUMENT naming the path or field. `text` and `base_dir` receive what is submitted.
+absl::StatusOr<JobSpec> LoadSpecForSubmit(const std::string& path, bool check_files,
+                                          std::string* text, std::string* base_dir);
+// The exit code for LoadSpecForSubmit's error, printed as Fail prints it: 2 (usage) when the spec
+// file itself cannot be read or is a folder, else Fail's code (3 for a refused field or file).
+int SpecExitCode(const absl::Status& status);
+// The text `validate` and `submit --dry-run` print for a spec that passed LoadSpecForSubmit:
+// world and layout, steps, files, the model's parameter count and a per-rank memory estimate.
+std::string DescribeValidSpec(const JobSpec& spec, bool files_checked);
 
 // What a caller of WatchUntilEnd may add: a look at every update before its line is printed
 // (`latchkey up`'s supervisor), and the job as the watch last saw it.

@@ -18,13 +18,114 @@ std::string FormatTimestamp(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
 }
 
-std::string ToJson(const google::protobuf::Message& m) {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+
+// An int64 the proto JSON mapping printed as a string ("12"), as the number it is.
+void StringToNumber(nlohmann::json& v, bool is_unsigned) {
+  if (!v.is_string()) return;
+  const std::string& text = v.get_ref<const std::string&>();
+  try {
+    if (is_unsigned) {
+      v = static_cast<uint64_t>(std::stoull(text));
+    } else {
+      v = static_cast<int64_t>(std::stoll(text));
+    }
+  } catch (const std::exception&) {
+    // Not a decimal integer: left as the mapping printed it.
+  }
+}
+
+bool IsInt64(const FieldDescriptor* f) {
+  return f->cpp_type() == FieldDescriptor::CPPTYPE_INT64 ||
+         f->cpp_type() == FieldDescriptor::CPPTYPE_UINT64;
+}
+
+// Walks `m` beside its JSON `j` and turns every int64/uint64 field (singular, repeated, map
+// value, nested) into a JSON number. Well-known types (Timestamp, Duration) keep their string
+// form, which is their JSON mapping's, not an int64's.
+void Int64sAsNumbers(const google::protobuf::Message& m, nlohmann::json& j) {
+  if (!j.is_object()) return;
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    auto it = j.find(f->name());
+    if (it == j.end()) continue;
+    const bool is_unsigned = f->cpp_type() == FieldDescriptor::CPPTYPE_UINT64;
+    if (f->is_map()) {
+      const FieldDescriptor* value = f->message_type()->map_value();
+      if (!it->is_object()) continue;
+      if (IsInt64(value)) {
+        for (auto& [k, v] : it->items())
+          StringToNumber(v, value->cpp_type() == FieldDescriptor::CPPTYPE_UINT64);
+      } else if (value->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        // Map entries in the JSON are keyed by the entry's key text: match them one by one.
+        for (int e = 0; e < r->FieldSize(m, f); ++e) {
+          const google::protobuf::Message& entry = r->GetRepeatedMessage(m, f, e);
+          const google::protobuf::Reflection* er = entry.GetReflection();
+          const FieldDescriptor* kf = entry.GetDescriptor()->map_key();
+          std::string key;
+          switch (kf->cpp_type()) {
+            case FieldDescriptor::CPPTYPE_STRING:
+              key = er->GetString(entry, kf);
+              break;
+            case FieldDescriptor::CPPTYPE_INT32:
+              key = std::to_string(er->GetInt32(entry, kf));
+              break;
+            case FieldDescriptor::CPPTYPE_INT64:
+              key = std::to_string(er->GetInt64(entry, kf));
+              break;
+            default:
+              continue;
+          }
+          auto v = it->find(key);
+          if (v != it->end()) {
+            Int64sAsNumbers(er->GetMessage(entry, entry.GetDescriptor()->map_value()), *v);
+          }
+        }
+      }
+      continue;
+    }
+    if (IsInt64(f)) {
+      if (f->is_repeated() && it->is_array()) {
+        for (auto& v : *it) StringToNumber(v, is_unsigned);
+      } else {
+        StringToNumber(*it, is_unsigned);
+      }
+      continue;
+    }
+    if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    if (f->message_type()->file()->package() == "google.protobuf") continue;
+    if (f->is_repeated()) {
+      if (!it->is_array()) continue;
+      const int n = std::min<int>(r->FieldSize(m, f), static_cast<int>(it->size()));
+      for (int e = 0; e < n; ++e) Int64sAsNumbers(r->GetRepeatedMessage(m, f, e), (*it)[e]);
+    } else if (r->HasField(m, f)) {
+      Int64sAsNumbers(r->GetMessage(m, f), *it);
+    }
+  }
+}
+
+}  // namespace
+
+nlohmann::json ToJsonValue(const google::protobuf::Message& m) {
   std::string out;
   google::protobuf::util::JsonPrintOptions opts;
   opts.preserve_proto_field_names = true;
-  if (!google::protobuf::util::MessageToJsonString(m, &out, opts).ok()) return "{}";
-  return out;
+  // Zero values and empty lists present: a script reads every field of every answer.
+  opts.always_print_primitive_fields = true;
+  if (!google::protobuf::util::MessageToJsonString(m, &out, opts).ok()) {
+    return nlohmann::json::object();
+  }
+  nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return nlohmann::json::object();
+  Int64sAsNumbers(m, j);
+  return j;
 }
+
+std::string ToJson(const google::protobuf::Message& m) { return ToJsonValue(m).dump(); }
 
 std::string PolicySummary(const LatchPolicy& p) {
   return absl::StrCat("kv_reduce=", KvReducePolicyName(p.kv_reduce), " gas=",
@@ -144,6 +245,10 @@ std::string ProgressLine(const JobInfo& job, const CompletedStep* step) {
     absl::StrAppend(&out, " world ", job.world, " (dp ", job.dp, ")");
   }
   absl::StrAppend(&out, " ", JobStateName(job.state));
+  // What the job is recovering from, next to the word.
+  if (job.state == JobState::kRecovering && !job.last_recovery_reason.empty()) {
+    absl::StrAppend(&out, " (", job.last_recovery_reason, ")");
+  }
   if (job.state == JobState::kPending) {
     absl::StrAppend(&out, " (", job.workers_joined, "/", job.world_size, " joined)");
   }
@@ -173,8 +278,7 @@ std::string StalledLine(const StalledRank& s) {
 }
 
 std::string StatusJson(const JobInfo& job) {
-  nlohmann::json j = nlohmann::json::parse(ToJson(ToProto(job)), nullptr, false);
-  if (!j.is_object()) j = nlohmann::json::object();
+  nlohmann::json j = ToJsonValue(ToProto(job));
   j["attempt"] = std::max<int64_t>(1, job.attempt);  // a coordinator without attempts: 1
   // The current attempt's layout beside the spec's world_size (elastic recovery changes it).
   j["world_size"] = job.world_size;

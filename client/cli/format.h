@@ -1,9 +1,11 @@
 // Text rendering of what JobClient returns, for the CLI. States, K/V modes and policies are
 // spelled with the one lowercase name table of common/ ("running", "coalesced", "auto"); the
-// `--json` output is the wire's proto JSON (ToJson), whose enums keep their proto names.
+// `--json` output is the wire's proto JSON in one mapping (ToJsonValue), whose enums keep their
+// proto names.
 #ifndef LATCHKEY_CLIENT_CLI_FORMAT_H_
 #define LATCHKEY_CLIENT_CLI_FORMAT_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "absl/time/time.h"
@@ -12,8 +14,13 @@
 
 namespace latchkey::cli {
 
-std::string FormatTimestamp(absl::Time t);               // RFC 3339, UTC; "-" when unset
-std::string ToJson(const google::protobuf::Message& m);  // one line, proto field names
+std::string FormatTimestamp(absl::Time t);  // RFC 3339, UTC; "-" when unset
+// The one JSON mapping of every `--json` output (docs/cli.md): the message's proto JSON with
+// proto field names, every field present (zero values, empty lists as []), int64 fields as JSON
+// numbers (the proto mapping's strings converted), enums by their proto names, timestamps as
+// RFC 3339 strings. ToJson: the same on one line.
+nlohmann::json ToJsonValue(const google::protobuf::Message& m);
+std::string ToJson(const google::protobuf::Message& m);
 
 std::string JobTableHeader();
 std::string JobTableRow(const JobInfo& job);
@@ -27,7 +34,8 @@ std::string StatusJson(const JobInfo& job);
 std::string StalledLine(const StalledRank& s);
 // "[#####.....] step 12/20 loss 3.2100 eval 3.3012 lr 2.500e-04 tok/s 12345 kv-allreduce/step 1
 // (coalesced) running"; "eval" only when the step ran an evaluation, "attempt A" before the
-// state from the job's second attempt on.
+// state from the job's second attempt on, the cause after "recovering" ("recovering (rank 1:
+// process exited: killed by signal 9)").
 std::string ProgressLine(const JobInfo& job, const CompletedStep* step);
 std::string LatchTableHeader();
 std::string LatchRow(const Latch& latch);

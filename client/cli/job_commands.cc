@@ -1,9 +1,13 @@
 // `latchkey list | status | cancel | update | latches`.
+#include <sys/stat.h>
+
 #include <iostream>
 #include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/cli/cli.h"
 #include "client/cli/format.h"
 #include "client/credentials.h"
@@ -12,6 +16,17 @@
 #include "proto/wire.h"
 
 namespace latchkey::cli {
+
+namespace {
+
+// Why the credentials file gave no token, said with an UNAUTHENTICATED answer (Fail): which file,
+// and which coordinators it has entries for.
+std::string& CredentialsNote() {
+  static std::string note;
+  return note;
+}
+
+}  // namespace
 
 ClientOptions CliContext::client_options() const {
   ClientOptions o;
@@ -22,12 +37,27 @@ ClientOptions CliContext::client_options() const {
   // The file's token only when none is given; its CA (no secret) whenever none is given.
   if (o.credentials.token.empty() || o.credentials.tls_ca.empty()) {
     const std::string path = credentials_file.empty() ? DefaultCredentialsPath() : credentials_file;
+    struct stat st {};
+    static bool warned = false;
+    if (!warned && !path.empty() && stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      warned = true;
+      std::cerr << "latchkey: warning: credentials file " << path << " holds tokens and is "
+                << "readable by others (mode " << absl::StrFormat("%04o", st.st_mode & 0777)
+                << "): chmod 600 " << path << "\n";
+    }
     auto stored = LookupCredentials(path, coordinator);
     if (!stored.ok()) {
       std::cerr << "latchkey: warning: " << stored.status().message() << "\n";
     } else if (stored->has_value()) {
       if (o.credentials.token.empty()) o.credentials.token = (*stored)->token;
       if (o.credentials.tls_ca.empty()) o.credentials.tls_ca = (*stored)->tls_ca;
+    } else if (o.credentials.token.empty() && !path.empty()) {
+      const std::vector<std::string> entries = CredentialsEntries(path);
+      CredentialsNote() = absl::StrCat(
+          "no token given and the credentials file ", path, " has no entry for ", coordinator,
+          entries.empty() ? std::string(" (it has none)")
+                          : absl::StrCat(" (it has entries for ", absl::StrJoin(entries, ", "),
+                                         ": pass --coordinator with one of them)"));
     }
   }
   return o;
@@ -36,6 +66,9 @@ ClientOptions CliContext::client_options() const {
 int Fail(const absl::Status& status) {
   std::cerr << "latchkey: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
             << "\n";
+  if (absl::IsUnauthenticated(status) && !CredentialsNote().empty()) {
+    std::cerr << "latchkey: " << CredentialsNote() << "\n";
+  }
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
@@ -71,8 +104,9 @@ void AddListCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
     for (const std::string& s : *states) {
       const std::optional<JobState> st = ParseJobState(absl::AsciiStrToLower(s));
       if (!st) {
-        std::cerr << "latchkey: --state: unknown state " << s << "\n";
-        *exit_code = kUsage;
+        std::cerr << "latchkey: --state: unknown state " << s
+                  << " (pending, running, recovering, succeeded, failed, cancelled)\n";
+        *exit_code = kInvalid;
         return;
       }
       wanted.push_back(*st);
@@ -156,8 +190,9 @@ void AddUpdateCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
     if (kv->count() > 0) {
       update.kv_reduce = ParseKvReducePolicy(args->kv_reduce);
       if (!update.kv_reduce) {
-        std::cerr << "latchkey: --kv-reduce: unknown mode " << args->kv_reduce << "\n";
-        *exit_code = kUsage;
+        std::cerr << "latchkey: --kv-reduce: unknown mode " << args->kv_reduce
+                  << " (auto, per_micro_batch, deferred, coalesced)\n";
+        *exit_code = kInvalid;
         return;
       }
     }

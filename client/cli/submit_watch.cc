@@ -98,6 +98,8 @@ void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
     std::string job_id;
     std::string join_token_sha256;
     std::string join_token_file;
+    bool dry_run = false;
+    bool no_file_check = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("submit", "Submit a job spec (JSON); prints its id and token");
@@ -120,21 +122,26 @@ void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
                   "file holding the join token the workers will present (hashed here; the "
                   "token is never sent)")
       ->excludes(hash);
+  sub->add_flag("--dry-run", args->dry_run,
+                "check everything submit checks and print what `validate` prints; submit nothing");
+  sub->add_flag("--no-file-check", args->no_file_check,
+                "do not check here that the files the spec names exist and are readable (they "
+                "are on the workers' machines, not this one)");
   sub->callback([args, &ctx, exit_code] {
-    std::ifstream in(args->spec_path);
-    if (!in) {
-      std::cerr << "latchkey: " << args->spec_path << ": cannot read\n";
-      *exit_code = kUsage;
+    JobSubmission submission;
+    // The spec is checked here first (a folder, a refused field, a file it names that cannot be
+    // read): the user hears of it now, not from the job's failure.
+    const absl::StatusOr<JobSpec> spec = LoadSpecForSubmit(
+        args->spec_path, !args->no_file_check, &submission.spec_json, &submission.base_dir);
+    if (!spec.ok()) {
+      *exit_code = SpecExitCode(spec.status());
       return;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    JobSubmission submission;
-    submission.spec_json = text.str();
-    std::error_code ec;
-    // Relative paths in the spec resolve against its folder, wherever the workers run.
-    const auto abs = std::filesystem::absolute(args->spec_path, ec);
-    submission.base_dir = ec ? std::string() : abs.parent_path().string();
+    if (args->dry_run) {
+      std::cout << DescribeValidSpec(*spec, !args->no_file_check) << "dry run: nothing submitted\n";
+      *exit_code = kOk;
+      return;
+    }
     submission.rendezvous_host = args->rendezvous_host;
     submission.rendezvous_port = args->rendezvous_port;
     submission.job_id = args->job_id;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -25,6 +26,64 @@
 namespace latchkey::cli {
 
 std::string ReadTextFile(const std::string& path);  // "" when unreadable
+
+// The runs `latchkey up` started, so that `logs JOB` and `checkpoints JOB` find a job's run
+// folder (run_commands.cc): a JSON object keyed by job id in $XDG_STATE_HOME/latchkey/runs.json
+// (default ~/.local/state/latchkey/runs.json), written by rename (mode 0600). The newest 200
+// runs are kept. Not thread-safe across processes beyond the rename: the last writer wins.
+struct RunRecord {
+  std::string job_id;
+  std::string run_dir;         // absolute
+  std::string checkpoint_dir;  // the spec's latchkey.checkpoint.dir; "" when none
+  int world = 0;
+};
+std::string RunRegistryPath();  // "" when neither XDG_STATE_HOME nor HOME is set
+absl::Status RecordRun(const RunRecord& run);
+std::optional<RunRecord> FindRun(const std::string& job_id);
+
+// The run folder's lock (RUN/up.lock, flock'ed by the `up` using the folder for as long as it
+// runs). AcquireRunLock returns its descriptor (kept open: closed at exit, the lock goes with
+// it), or FAILED_PRECONDITION naming the folder and the pid of the live `up` that holds it.
+absl::StatusOr<int> AcquireRunLock(const std::string& run_dir);
+// Whether a live `up` holds the run folder's lock.
+bool RunIsLive(const std::string& run_dir);
+
+// `latchkey up`'s options (its flags).
+struct UpOptions {
+  std::string spec;     // empty: the built-in job
+  std::string run_dir;  // default runs/up-<unix time>
+  int workers = 0;      // 0 = the spec's world size; anything else must equal it
+  // Tighter than the coordinator's and worker's defaults (common/timeouts.h): every process is on
+  // this machine, so a silent or stuck rank is a crash, and the user is watching.
+  double liveness_s = 10;
+  int collective_timeout_s = 30;
+  double max_seconds = 24 * 3600;
+  int max_restarts = -1;       // >= 0: replaces the spec's latchkey.max_restarts
+  bool tls = false;            // a self-signed CA and certificate (openssl CLI); TLS everywhere
+  bool no_file_check = false;  // --no-file-check: the spec's files are not checked first
+};
+
+// up's first phase, prepare: what the run is, before anything is started.
+struct PreparedRun {
+  bool built_in = false;
+  std::string spec_text;  // with --max-restarts applied
+  std::string base_dir;   // where the spec's relative paths resolve
+  int world = 0;
+  std::string checkpoint_dir;  // the spec's latchkey.checkpoint.dir, "" when none
+  std::string dir;             // the run folder, absolute
+  int lock_fd = -1;            // RUN/up.lock, held (AcquireRunLock) until `up` exits
+  std::string token;           // this run's admin token (only its hash is on disk, in auth-tokens)
+  std::string tls_dir;         // RUN/tls
+  std::string tls_ca;          // RUN/tls/ca.pem under --tls, else ""
+};
+
+// The spec read and validated (so a bad spec, or a file it names that cannot be read, fails
+// before anything is started, naming the field), the run folder made, locked (a folder another
+// live `up` holds is refused) and cleaned of the last job's files, the spec kept in it as
+// RUN/spec.json (the canonical form: absolute paths, so it can be passed back from anywhere), the
+// admin token and the certificates made. Prints the built-in spec's line, and warns when a live
+// run recorded in the run registry uses the same checkpoint folder. up_prepare.cc.
+absl::StatusOr<PreparedRun> Prepare(const UpOptions& o);
 
 // A CA and a certificate for 127.0.0.1/localhost signed by it, made with the openssl CLI in
 // `dir`: ca.pem, ca.key, server.pem, server.key (keys and certificates mode 0600), their

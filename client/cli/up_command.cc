@@ -14,12 +14,14 @@
 // <run>/credentials.json and in the user's credentials file under the coordinator's address
 // (client/credentials.h; all mode 0600), so `latchkey --coordinator ADDR status JOB` works
 // against it. Workers get their join token in the environment, never on the command line.
-// Without --spec it runs the built-in job (builtin_spec.h), which reads no files, and keeps that
-// spec as <run>/spec.json to edit and pass back with --spec.
-// RunUp is five phases, each a function below with the struct it returns: Prepare (run folder,
-// spec, token, --tls certificates: up_tls.cc), StartCoordinator (started, its port file read,
-// credentials kept), Submit, Supervise (workers, restarts, progress, Ctrl-C) and Finish (the
-// summary and the exit code). The coordinator and the workers are this process's children,
+// Without --spec it runs the built-in job (builtin_spec.h), which reads no files. Either way the
+// spec is kept as <run>/spec.json, to edit and pass back with --spec; the run folder is locked
+// against a second live `up` (<run>/up.lock), the job recorded in the run registry for `latchkey
+// logs` and `latchkey checkpoints` (up.h), and the credentials entry removed when `up` ends.
+// RunUp is five phases, each a function with the struct it returns: Prepare (run folder,
+// spec, token, --tls certificates: up_prepare.cc, up_tls.cc), StartCoordinator (started, its port
+// file read, credentials kept), Submit, Supervise (workers, restarts, progress, Ctrl-C) and Finish
+// (the summary and the exit code). The coordinator and the workers are this process's children,
 // each in a process group of its own (a terminal's Ctrl-C reaches `up` alone, which stops them in
 // order) and with SIGTERM as its parent-death signal (common/subprocess.h).
 #include <arpa/inet.h>
@@ -39,7 +41,6 @@
 #include <thread>
 #include <vector>
 
-#include "client/cli/builtin_spec.h"
 #include "client/cli/cli.h"
 #include "client/cli/up.h"
 #include "client/credentials.h"
@@ -51,30 +52,6 @@ namespace latchkey::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct UpOptions {
-  std::string spec;     // empty: the built-in job
-  std::string run_dir;  // default runs/up-<unix time>
-  int workers = 0;      // 0 = the spec's world size; anything else must equal it
-  // Tighter than the coordinator's and worker's defaults (common/timeouts.h): every process is on
-  // this machine, so a silent or stuck rank is a crash, and the user is watching.
-  double liveness_s = 10;
-  int collective_timeout_s = 30;
-  double max_seconds = 24 * 3600;
-  int max_restarts = -1;  // >= 0: replaces the spec's latchkey.max_restarts
-  bool tls = false;       // a self-signed CA and certificate (openssl CLI); TLS everywhere
-};
-
-// The spec with latchkey.max_restarts set (text that is not a JSON object is left to the
-// spec's own validation).
-std::string WithMaxRestarts(const std::string& text, int max_restarts) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return text;
-  if (!j.contains("latchkey") || !j["latchkey"].is_object())
-    j["latchkey"] = nlohmann::json::object();
-  j["latchkey"]["max_restarts"] = max_restarts;
-  return j.dump(2) + "\n";
-}
 
 // The build tree puts the binaries at build/{client,server,worker}/; an install puts them on
 // PATH. Prefer siblings of this executable's folder, then PATH.
@@ -105,91 +82,6 @@ int FreeLocalPort() {
 // --- The phases, modelled on an elastic agent's (initialize the workers, then monitor them):
 // prepare -> coordinator -> submit -> supervise -> finish. Each takes what the ones before it
 // made and returns what it made; a phase that fails has stopped what it started itself.
-
-// prepare: what the run is, before anything is started.
-struct PreparedRun {
-  bool built_in = false;
-  std::string spec_text;  // with --max-restarts applied
-  std::string base_dir;   // where the spec's relative paths resolve
-  int world = 0;
-  std::string dir;      // the run folder, absolute
-  std::string token;    // this run's admin token (only its hash is on disk, in auth-tokens)
-  std::string tls_dir;  // RUN/tls
-  std::string tls_ca;   // RUN/tls/ca.pem under --tls, else ""
-};
-
-// The spec read and validated (so a bad spec fails before anything is started, naming the
-// field), the run folder made and cleaned of the last job's files, the admin token and the
-// certificates made. Prints the built-in spec's line.
-absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
-  PreparedRun run;
-  run.built_in = o.spec.empty();
-  if (!run.built_in && !std::ifstream(o.spec)) {
-    return absl::InvalidArgumentError("--spec: cannot read '" + o.spec + "'");
-  }
-  run.spec_text = run.built_in ? std::string(kBuiltInJobSpec) : ReadTextFile(o.spec);
-  if (o.max_restarts >= 0) run.spec_text = WithMaxRestarts(run.spec_text, o.max_restarts);
-  // The built-in spec names no files; a spec file's relative paths resolve against its folder.
-  const std::string spec_dir =
-      run.built_in ? fs::current_path().string() : fs::absolute(o.spec).parent_path().string();
-  const absl::StatusOr<JobSpec> spec = ParseJobSpec(run.spec_text, spec_dir);
-  if (!spec.ok()) {
-    return absl::Status(spec.status().code(),
-                        (run.built_in ? std::string() : "--spec " + o.spec + ": ") +
-                            std::string(spec.status().message()));
-  }
-  // One worker per rank: fewer would leave the job pending for ever, more would be refused one
-  // by one and restarted.
-  if (o.workers > 0 && o.workers != spec->world_size) {
-    return absl::InvalidArgumentError("--workers " + std::to_string(o.workers) +
-                                      ": the spec's world size (latchkey.world_size) is " +
-                                      std::to_string(spec->world_size) +
-                                      "; up starts one worker per rank: pass --workers " +
-                                      std::to_string(spec->world_size) + " or leave it out");
-  }
-  run.world = spec->world_size;
-  run.dir =
-      fs::absolute(o.run_dir.empty() ? "runs/up-" + std::to_string(std::time(nullptr)) : o.run_dir)
-          .string();
-  run.base_dir = run.built_in ? run.dir : spec_dir;
-  std::error_code mkdir_error;
-  fs::create_directories(run.dir, mkdir_error);
-  if (mkdir_error) {
-    return absl::PermissionDeniedError("--run-dir: cannot create '" + run.dir +
-                                       "': " + mkdir_error.message());
-  }
-  if (run.built_in) {
-    std::ofstream(run.dir + "/spec.json") << run.spec_text;
-    std::printf(
-        "spec         built-in job (demo model, synthetic data, %lld steps; %s/spec.json, "
-        "or pass --spec FILE)\n",
-        static_cast<long long>(spec->steps), run.dir.c_str());
-  }
-
-  // The admin token of this run's coordinator: only its hash goes into --auth-tokens.
-  const absl::StatusOr<std::string> admin_token = RandomHexToken(32);
-  if (!admin_token.ok()) return admin_token.status();
-  run.token = *admin_token;
-  if (absl::Status st = WritePrivateFile(
-          run.dir + "/auth-tokens",
-          "# written by latchkey up: ROLE NAME SHA256HEX\nadmin up " + Sha256Hex(run.token) + "\n");
-      !st.ok()) {
-    return st;
-  }
-  // A run folder can be reused (the database keeps earlier jobs): never read a stale port file,
-  // and start each job's per-step JSONL afresh (a restarted worker of this job appends to it).
-  fs::remove(run.dir + "/ports.json");
-  for (int r = 0; r < run.world; ++r) {
-    fs::remove(run.dir + "/worker-" + std::to_string(r) + ".port.json");
-    fs::remove(run.dir + "/steps-" + std::to_string(r) + ".jsonl");
-  }
-  run.tls_dir = run.dir + "/tls";
-  if (o.tls) {
-    if (absl::Status st = MakeLocalCertificates(run.tls_dir); !st.ok()) return st;
-    run.tls_ca = run.tls_dir + "/ca.pem";
-  }
-  return run;
-}
 
 // How every child of `up` is started: in its own process group, so a terminal's Ctrl-C or
 // hang-up reaches `up` alone (it cancels the job, then stops them), and with SIGTERM when `up`
@@ -316,24 +208,13 @@ absl::StatusOr<SubmittedJob> Submit(const PreparedRun& run, const RunningCoordin
 SpawnOptions WorkerCommand(const UpOptions& o, const PreparedRun& run, const std::string& address,
                            const SubmittedJob& job, int r) {
   SpawnOptions worker;
-  worker.args = {FindBinary("latchkey-worker", "worker"),
-                 "--coordinator",
-                 address,
-                 "--job",
-                 job.id,
-                 "--metrics-host",
-                 "127.0.0.1",
-                 "--metrics-port",
-                 "0",
-                 "--metrics-jsonl",
-                 run.dir + "/steps-{rank}.jsonl",
-                 "--port-file",
-                 run.dir + "/worker-{rank}.port.json",
-                 "--save",
-                 run.dir + "/final",
-                 "--collective-timeout-seconds",
-                 std::to_string(o.collective_timeout_s),
-                 "--quiet"};
+  worker.args = {FindBinary("latchkey-worker", "worker"), "--coordinator", address, "--job", job.id,
+                 "--metrics-host", "127.0.0.1", "--metrics-port", "0", "--metrics-jsonl",
+                 run.dir + "/steps-{rank}.jsonl", "--port-file",
+                 run.dir + "/worker-{rank}.port.json", "--save", run.dir + "/final",
+                 "--collective-timeout-seconds", std::to_string(o.collective_timeout_s), "--quiet",
+                 // Each rank's log (RUN/worker-R.log, `latchkey logs`) gets its per-step lines.
+                 "--log-steps"};
   // The join token in the environment (not visible in `ps`); this coordinator's CA (or
   // plaintext), whatever TLS settings the user's environment holds.
   // LOCAL_RANK: every rank runs on this machine (latchkey.device "cuda" uses cuda:LOCAL_RANK).
@@ -536,9 +417,25 @@ int RunUp(const CliContext& ctx, const UpOptions& o) {
   if (!run.ok()) return Fail(run.status());
   const absl::StatusOr<RunningCoordinator> coordinator = StartCoordinator(ctx, o, *run);
   if (!coordinator.ok()) return Fail(coordinator.status());
+  // The coordinator `up` started is gone once `up` ends: so is its entry in the user's
+  // credentials file (only while it still holds this run's token).
+  const auto forget_credentials = [&] {
+    const std::string& file = coordinator->ctx.credentials_file;
+    (void)RemoveCredentials(file.empty() ? DefaultCredentialsPath() : file,
+                            coordinator->ctx.coordinator, run->token);
+  };
   const absl::StatusOr<SubmittedJob> job = Submit(*run, *coordinator);
-  if (!job.ok()) return Fail(job.status());
+  if (!job.ok()) {
+    forget_credentials();
+    return Fail(job.status());
+  }
+  // `latchkey logs JOB` and `latchkey checkpoints JOB` find the run folder through this.
+  if (absl::Status st = RecordRun({job->id, run->dir, run->checkpoint_dir, run->world}); !st.ok()) {
+    std::fprintf(stderr, "latchkey up: warning: cannot record the run in %s: %s\n",
+                 RunRegistryPath().c_str(), std::string(st.message()).c_str());
+  }
   const absl::StatusOr<Supervised> supervised = Supervise(o, *run, *coordinator, *job, sigs);
+  forget_credentials();
   if (!supervised.ok()) return Fail(supervised.status());
   return Finish(*run, *job, *supervised);
 }
@@ -559,6 +456,8 @@ void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   up->add_option("--max-restarts", opts->max_restarts,
                  "recoveries before the job fails (replaces the spec's latchkey.max_restarts)")
       ->check(NonNegative());
+  up->add_flag("--no-file-check", opts->no_file_check,
+               "start without checking that the files the spec names exist and are readable");
   up->add_flag("--tls", opts->tls,
                "TLS on its coordinator's gRPC port: a CA and certificate made with openssl in "
                "RUN/tls, trusted by its workers and (through the credentials file) the CLI");

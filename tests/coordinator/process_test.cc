@@ -430,7 +430,8 @@ TEST_F(CliTest, ExitCodesScriptsCanRelyOn) {
   EXPECT_EQ(Cli({"status", "job-424242"}).exit_code, 4);
   EXPECT_EQ(Cli({"frobnicate"}).exit_code, 2);
   EXPECT_EQ(Cli({"update", "job-000001"}).exit_code, 2);
-  EXPECT_EQ(Cli({"update", "job-000001", "--kv-reduce", "sideways"}).exit_code, 2);
+  // An invalid value is 3 whichever layer refuses it (here the CLI, for --gas 0 the coordinator).
+  EXPECT_EQ(Cli({"update", "job-000001", "--kv-reduce", "sideways"}).exit_code, 3);
   EXPECT_EQ(Cli({"update", "job-000001", "--gas", "0"}).exit_code, 3);
   r = Cli({"update", "job-000001", "--gas", "2", "--expected-generation", "0"});
   EXPECT_EQ(r.exit_code, 0) << r.output;

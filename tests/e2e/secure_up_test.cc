@@ -284,8 +284,13 @@ void RunSecureUp(bool tls) {
   const std::string file = config + "/latchkey/credentials";
   EXPECT_EQ(Mode(file), 0600);
   EXPECT_EQ(Mode(config + "/latchkey"), 0700);
+  // The entry served the CLI while up ran (status above); up removed it when it ended, since
+  // its coordinator is gone. The run folder keeps the token.
   auto entry = LookupCredentials(file, address);
-  ASSERT_TRUE(entry.ok() && entry->has_value()) << ReadText(file);
+  ASSERT_TRUE(entry.ok()) << ReadText(file);
+  EXPECT_FALSE(entry->has_value()) << "up left its entry behind: " << ReadText(file);
+  entry = LookupCredentials(dir + "/run/credentials.json", address);
+  ASSERT_TRUE(entry.ok() && entry->has_value()) << ReadText(dir + "/run/credentials.json");
   const std::string token = (*entry)->token;
   EXPECT_EQ(token.size(), 64u);
   EXPECT_EQ(Mode(dir + "/run/auth-tokens"), 0600);

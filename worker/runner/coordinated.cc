@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec_files.h"
 #include "worker/comm/collective_stats.h"
 #include "worker/comm/flight_recorder.h"
 #include "worker/runner/device.h"
@@ -62,6 +63,9 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   auto spec = ParseJobSpec(info.spec_json, info.base_dir);
   if (!spec.ok()) return source.Abandon(spec.status());
   job.spec = *std::move(spec);
+  // A file the spec names that this machine cannot read fails the job at once, naming the field
+  // (INVALID_ARGUMENT: a configuration error), instead of failing every attempt the same way.
+  if (absl::Status files = CheckSpecFiles(job.spec); !files.ok()) return source.Abandon(files);
   job.local_ranks = env.local_world_size.value_or(info.world_size);
   auto placed = PlaceRank(job.spec, env, info.rank, job.local_ranks);
   if (!placed.ok()) return source.Abandon(placed.status());

@@ -13,17 +13,22 @@
 //       --resume continues after the newest valid checkpoint in the spec's
 //       latchkey.checkpoint.dir (step 0 when there is none); every rank must be given it.
 //   latchkey-worker tokenize TEXT_FILE OUT.bin      byte-level (vocab 256) uint16 tokens
+//   latchkey-worker --version     version, git commit, libtorch version, CUDA on/off
 //
 // The flags are a table in worker_flags.cc; main reads the environment, parses and checks the
 // flags, then runs the mode.
 //
 // Exit 0 on success; otherwise one line "latchkey-worker: <field>: <reason>" and exit 1
 // (2 for a usage error).
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "common/job_spec.h"
+#include "latchkey_version.h"
 #include "worker/data/token_source.h"
 #include "worker/memory/memory.h"
 #include "worker/runner/env.h"
@@ -85,6 +90,11 @@ int Coordinated(const latchkey::WorkerFlags& flags, const latchkey::WorkerEnv& e
     if (!from_file.ok()) return UsageError(std::string(from_file.status().message()));
     opts.join_token = *from_file;
   }
+  if (opts.join_token.empty()) {
+    return UsageError(
+        "no join token: set LATCHKEY_JOIN_TOKEN or --join-token-file (the "
+        "join_token `latchkey submit` printed)");
+  }
   opts.credentials.tls_ca = flags.tls_ca;
   opts.credentials.tls_cert = flags.tls_cert;
   opts.credentials.tls_key = flags.tls_key;
@@ -99,6 +109,17 @@ int Coordinated(const latchkey::WorkerFlags& flags, const latchkey::WorkerEnv& e
 
 }  // namespace
 
+// When stderr is a file (a launcher's log, e.g. `latchkey up`'s RUN/worker-R.log), its path, so
+// that the log says where it is and `ps`-level debugging finds it; "" otherwise.
+std::string StderrLogPath() {
+  struct stat st {};
+  if (fstat(STDERR_FILENO, &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/fd/2", path, sizeof(path) - 1);
+  if (n <= 0) return "";
+  return std::string(path, static_cast<size_t>(n));
+}
+
 int main(int argc, char** argv) {
   // Every tensor of this process is counted (worker/memory/memory.h): installed before any.
   if (absl::Status st = latchkey::memory::InstallCountingCpuAllocator(); !st.ok()) {
@@ -109,7 +130,15 @@ int main(int argc, char** argv) {
     std::cout << latchkey::kWorkerUsage;
     return args.empty() ? kUsageExit : 0;
   }
+  if (args[0] == "--version") {
+    std::cout << LATCHKEY_VERSION_LINE("latchkey-worker") << "\n";
+    return 0;
+  }
   if (args[0] == "tokenize") return Tokenize(args);
+  if (const std::string log = StderrLogPath(); !log.empty()) {
+    // Not prefixed "latchkey-worker:", which starts the lines that report an error.
+    std::cerr << "worker pid " << getpid() << " logs to " << log << std::endl;
+  }
   absl::StatusOr<latchkey::WorkerEnv> env = latchkey::ReadWorkerEnv();
   if (!env.ok()) return RunFailed(env.status().message());
   absl::StatusOr<latchkey::WorkerFlags> flags = latchkey::ParseWorkerFlags(args, *env);

@@ -104,13 +104,14 @@ void RankOutputs::OnStep(const JobSpec& spec, const Latch& latch, const StepRepo
     jsonl_ << StepReportJson(rank_, report) << "\n";
     jsonl_.flush();
   }
-  if (rank_ == 0 && !options_.quiet) {
+  if (options_.log_steps || (rank_ == 0 && !options_.quiet)) {
     std::string eval;
     if (report.eval_loss) eval = "  eval_loss " + std::to_string(*report.eval_loss);
+    const std::string who = options_.log_steps ? "rank " + std::to_string(rank_) + " " : "";
     std::fprintf(
-        stderr, "step %lld/%lld  loss %.6f  grad_norm %.4f  lr %.3g  kv %s x%lld  %.3fs%s\n",
-        static_cast<long long>(report.step + 1), static_cast<long long>(spec.steps), report.loss,
-        report.grad_norm, report.lr, KvModeName(report.kv_mode),
+        stderr, "%sstep %lld/%lld  loss %.6f  grad_norm %.4f  lr %.3g  kv %s x%lld  %.3fs%s\n",
+        who.c_str(), static_cast<long long>(report.step + 1), static_cast<long long>(spec.steps),
+        report.loss, report.grad_norm, report.lr, KvModeName(report.kv_mode),
         static_cast<long long>(report.kv_allreduce_calls), report.step_seconds, eval.c_str());
   }
 }
@@ -125,7 +126,7 @@ void RankOutputs::OnCheckpoint(const CheckpointCommit& commit,
     if (background_seconds) metrics_->registry.ObserveCheckpointBackground(*background_seconds);
   }
 #endif
-  if (rank_ == 0 && !options_.quiet) {
+  if (options_.log_steps || (rank_ == 0 && !options_.quiet)) {
     std::string background;
     if (background_seconds)
       background = "  background " + std::to_string(*background_seconds) + "s";

@@ -31,6 +31,9 @@ struct OutputOptions {
   // by the rank; empty = none. Launchers wait for it instead of reading logs.
   std::string port_file;
   bool quiet = false;
+  // --log-steps: every rank writes its per-step line ("rank R step S/N loss ...") and its
+  // checkpoint lines to stderr, --quiet or not (`latchkey up`: each rank's log in the run folder).
+  bool log_steps = false;
 };
 
 class RankOutputs {

@@ -16,7 +16,9 @@ const char kWorkerUsage[] =
     "       latchkey-worker --standalone --spec SPEC.json [--resume | --resume-from DIR] "
     "[options]\n"
     "       latchkey-worker tokenize TEXT_FILE OUT.bin\n"
+    "       latchkey-worker --version\n"
     "options: --metrics-jsonl FILE  --save DIR  --port-file FILE  --quiet\n"
+    "         --log-steps (every rank logs its per-step line)\n"
     "         --metrics-port N (0 = any free port)  --metrics-host ADDR  --linger-seconds S\n"
     "         --collective-timeout-seconds S (default 120)  --advertise-host ADDR\n"
     "         --dump-grads DIR --dump-grads-step N\n";
@@ -137,6 +139,7 @@ const std::vector<Flag>& FlagTable() {
       Switch("--test-skip-kv-reduce",
              [](WorkerFlags& f) { f.run.engine.skip_kv_reduction_for_testing = true; }),
       Switch("--quiet", [](WorkerFlags& f) { f.run.outputs.quiet = true; }),
+      Switch("--log-steps", [](WorkerFlags& f) { f.run.outputs.log_steps = true; }),
   };
   return table;
 }

@@ -1,5 +1,6 @@
 #include "worker/session/coordinator_latch_source.h"
 
+#include <iostream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -138,6 +139,10 @@ absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Recover(absl::Status error) 
   };
   if (auto end = session_->job_end(); end.has_value()) return ended(*end);
   if (!symptom) (void)Report(error);
+  // The rank's log says what happened to it: `latchkey logs` shows every recovery.
+  std::cerr << "latchkey-worker: rank " << session_->info().rank << ": attempt "
+            << session_->attempt() << " stopped: " << error.message()
+            << "; waiting for the coordinator's verdict" << std::endl;
 
   // Wait for the coordinator's verdict: a newer attempt, or the job's end. A symptom may take
   // the liveness deadline (a dead peer) or the hang timeout (a stopped one) to be named.
@@ -162,6 +167,8 @@ absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Recover(absl::Status error) 
                                                 " (this rank: ", error.message(), ")"));
   }
   started_ = false;  // the new attempt's stream starts at its first window
+  std::cerr << "latchkey-worker: rank " << session_->info().rank << ": joined attempt "
+            << session_->attempt() << " (recovery)" << std::endl;
   return Begin();
 }
 

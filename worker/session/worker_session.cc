@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/connection_hint.h"
 #include "common/error_info.h"
 #include "common/worker_protocol.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
@@ -65,6 +66,7 @@ struct WorkerSession::Impl {
   absl::Status stream_error ABSL_GUARDED_BY(mu);
   bool closed ABSL_GUARDED_BY(mu) = false;
   std::atomic<bool> said_retrying{false};  // the first retried call was reported on stderr
+  std::atomic<bool> answered{false};       // some call reached the coordinator
   bool started ABSL_GUARDED_BY(mu) = false;
   bool stream_stop ABSL_GUARDED_BY(mu) = false;  // Rejoin ends the stream of the old join
   grpc::ClientContext* stream_ctx ABSL_GUARDED_BY(mu) = nullptr;
@@ -153,7 +155,19 @@ struct WorkerSession::Impl {
       grpc::ClientContext ctx;
       ctx.set_deadline(GrpcDeadline(opt.rpc_timeout));
       grpc::Status st = call(&ctx);
-      if (st.ok()) return absl::OkStatus();
+      if (st.ok()) {
+        answered = true;
+        return absl::OkStatus();
+      }
+      if (st.error_code() == grpc::StatusCode::UNAVAILABLE && !answered) {
+        // A coordinator that never answered because TLS is on one side only (or the CA is not
+        // its): no retry changes that, so say what to do, as the CLI does, and stop.
+        const ConnectionProblem p = DiagnoseConnection(st.error_message(), opt.credentials.tls());
+        if (IsTlsMismatch(p)) {
+          return absl::UnavailableError(
+              ExplainUnavailable(st.error_message(), opt.coordinator, opt.credentials.tls()));
+        }
+      }
       if (!IsRetryable(st.error_code()) || clock->Now() - start > opt.reconnect_timeout) {
         return FromGrpcStatus(st);
       }

@@ -1,0 +1,61 @@
+// The CLI's renderings: the one JSON mapping (int64 as numbers, zero values and empty lists
+// present, timestamps as strings) and the progress line's recovery cause.
+#include "client/cli/format.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "proto/wire.h"
+
+namespace latchkey::cli {
+namespace {
+
+TEST(FormatJson, Int64sAreNumbersAndZeroValuesPresent) {
+  JobInfo job;
+  job.job_id = "job-000007";
+  job.steps = 12;
+  job.steps_completed = 0;
+  job.attempt = 3;
+  job.last_checkpoint_step = -1;
+  job.create_time = absl::FromUnixSeconds(1700000000);
+  AttemptSummary a;
+  a.attempt = 2;
+  a.resume_step = 9;
+  job.attempts.push_back(a);
+  const nlohmann::json j = ToJsonValue(ToProto(job));
+  EXPECT_EQ(j["steps"], 12) << j.dump();
+  EXPECT_TRUE(j["steps"].is_number());
+  EXPECT_EQ(j["steps_completed"], 0);  // a zero value, present
+  EXPECT_EQ(j["attempt"], 3);
+  EXPECT_EQ(j["last_checkpoint_step"], -1);
+  EXPECT_EQ(j["windows_published"], 0);
+  EXPECT_EQ(j["workers"], nlohmann::json::array());  // an empty list, present
+  EXPECT_EQ(j["failure_reason"], "");
+  EXPECT_TRUE(j["policy"]["generation"].is_number()) << j.dump();
+  ASSERT_EQ(j["attempts"].size(), 1u);
+  EXPECT_EQ(j["attempts"][0]["resume_step"], 9);
+  EXPECT_EQ(j["create_time"], "2023-11-14T22:13:20Z");  // a timestamp keeps its string form
+  // The list answer nests jobs in a list: converted there too.
+  const nlohmann::json list = ToJsonValue(ToProto(std::vector<JobInfo>{job}));
+  EXPECT_EQ(list["jobs"][0]["steps"], 12) << list.dump();
+  EXPECT_EQ(ToJsonValue(ToProto(std::vector<JobInfo>{}))["jobs"], nlohmann::json::array());
+}
+
+TEST(FormatProgress, RecoveringShowsTheCause) {
+  JobInfo job;
+  job.steps = 20;
+  job.steps_completed = 7;
+  job.attempt = 2;
+  job.state = JobState::kRecovering;
+  job.last_recovery_reason = "rank 1: process exited: killed by signal 9";
+  EXPECT_NE(ProgressLine(job, nullptr)
+                .find("attempt 2 recovering (rank 1: process exited: killed by signal 9)"),
+            std::string::npos)
+      << ProgressLine(job, nullptr);
+  job.state = JobState::kRunning;
+  EXPECT_EQ(ProgressLine(job, nullptr).find("killed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace latchkey::cli

@@ -1,0 +1,139 @@
+// `latchkey up`'s first phase: the spec, the run folder, the admin token, the certificates.
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "client/cli/builtin_spec.h"
+#include "client/cli/up.h"
+#include "client/credentials.h"
+#include "common/job_spec.h"
+#include "common/spec_files.h"
+
+namespace latchkey::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The spec with latchkey.max_restarts set (text that is not a JSON object is left to the
+// spec's own validation).
+std::string WithMaxRestarts(const std::string& text, int max_restarts) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return text;
+  if (!j.contains("latchkey") || !j["latchkey"].is_object())
+    j["latchkey"] = nlohmann::json::object();
+  j["latchkey"]["max_restarts"] = max_restarts;
+  return j.dump(2) + "\n";
+}
+
+// Another live run (in the run registry) whose job checkpoints into `dir`: its job id, or "".
+std::string LiveRunSharing(const std::string& dir, const std::string& own_run_dir) {
+  const nlohmann::json j =
+      nlohmann::json::parse(ReadTextFile(RunRegistryPath()), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return "";
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!it->is_object() || it->value("checkpoint_dir", std::string()) != dir) continue;
+    const std::string run_dir = it->value("run_dir", std::string());
+    if (run_dir != own_run_dir && RunIsLive(run_dir)) return it.key();
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
+  PreparedRun run;
+  run.built_in = o.spec.empty();
+  std::string spec_dir = fs::current_path().string();
+  if (run.built_in) {
+    run.spec_text = std::string(kBuiltInJobSpec);
+  } else {
+    // What submit checks: the file (not a folder), its fields, and the files it names.
+    absl::StatusOr<JobSpec> read =
+        LoadSpecForSubmit(o.spec, /*check_files=*/false, &run.spec_text, &spec_dir);
+    if (!read.ok())
+      return absl::Status(read.status().code(), "--spec " + std::string(read.status().message()));
+  }
+  if (o.max_restarts >= 0) run.spec_text = WithMaxRestarts(run.spec_text, o.max_restarts);
+  // The built-in spec names no files; a spec file's relative paths resolve against its folder.
+  const absl::StatusOr<JobSpec> spec = ParseJobSpec(run.spec_text, spec_dir);
+  if (!spec.ok()) {
+    return absl::Status(spec.status().code(),
+                        (run.built_in ? std::string() : "--spec " + o.spec + ": ") +
+                            std::string(spec.status().message()));
+  }
+  if (!o.no_file_check) {
+    if (absl::Status files = CheckSpecFiles(*spec); !files.ok()) {
+      return absl::Status(files.code(), "--spec " + o.spec + ": " + std::string(files.message()) +
+                                            " (--no-file-check to start anyway)");
+    }
+  }
+  // One worker per rank: fewer would leave the job pending for ever, more would be refused one
+  // by one and restarted.
+  if (o.workers > 0 && o.workers != spec->world_size) {
+    return absl::InvalidArgumentError("--workers " + std::to_string(o.workers) +
+                                      ": the spec's world size (latchkey.world_size) is " +
+                                      std::to_string(spec->world_size) +
+                                      "; up starts one worker per rank: pass --workers " +
+                                      std::to_string(spec->world_size) + " or leave it out");
+  }
+  run.world = spec->world_size;
+  run.checkpoint_dir = spec->checkpoint.dir;
+  run.dir =
+      fs::absolute(o.run_dir.empty() ? "runs/up-" + std::to_string(std::time(nullptr)) : o.run_dir)
+          .string();
+  run.base_dir = run.built_in ? run.dir : spec_dir;
+  std::error_code mkdir_error;
+  fs::create_directories(run.dir, mkdir_error);
+  if (mkdir_error) {
+    return absl::PermissionDeniedError("--run-dir: cannot create '" + run.dir +
+                                       "': " + mkdir_error.message());
+  }
+  // Before anything in the folder is touched: a live run's files stay its own.
+  absl::StatusOr<int> lock = AcquireRunLock(run.dir);
+  if (!lock.ok()) return lock.status();
+  run.lock_fd = *lock;
+  if (!run.checkpoint_dir.empty()) {
+    if (const std::string other = LiveRunSharing(run.checkpoint_dir, run.dir); !other.empty()) {
+      std::fprintf(stderr,
+                   "latchkey up: warning: job %s, still running, checkpoints into %s too: the two "
+                   "jobs will resume from each other's checkpoints only if they are the same job\n",
+                   other.c_str(), run.checkpoint_dir.c_str());
+    }
+  }
+  // The spec as submitted, kept with the run (canonical: absolute paths).
+  std::ofstream(run.dir + "/spec.json") << (run.built_in ? run.spec_text : JobSpecToJson(*spec));
+  if (run.built_in) {
+    std::printf(
+        "spec         built-in job (demo model, synthetic data, %lld steps; %s/spec.json, "
+        "or pass --spec FILE)\n",
+        static_cast<long long>(spec->steps), run.dir.c_str());
+  }
+
+  // The admin token of this run's coordinator: only its hash goes into --auth-tokens.
+  const absl::StatusOr<std::string> admin_token = RandomHexToken(32);
+  if (!admin_token.ok()) return admin_token.status();
+  run.token = *admin_token;
+  if (absl::Status st = WritePrivateFile(
+          run.dir + "/auth-tokens",
+          "# written by latchkey up: ROLE NAME SHA256HEX\nadmin up " + Sha256Hex(run.token) + "\n");
+      !st.ok()) {
+    return st;
+  }
+  // A run folder can be reused (the database keeps earlier jobs): never read a stale port file,
+  // and start each job's per-step JSONL afresh (a restarted worker of this job appends to it).
+  fs::remove(run.dir + "/ports.json");
+  for (int r = 0; r < run.world; ++r) {
+    fs::remove(run.dir + "/worker-" + std::to_string(r) + ".port.json");
+    fs::remove(run.dir + "/steps-" + std::to_string(r) + ".jsonl");
+  }
+  run.tls_dir = run.dir + "/tls";
+  if (o.tls) {
+    if (absl::Status st = MakeLocalCertificates(run.tls_dir); !st.ok()) return st;
+    run.tls_ca = run.tls_dir + "/ca.pem";
+  }
+  return run;
+}
+
+}  // namespace latchkey::cli

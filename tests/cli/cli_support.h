@@ -1,0 +1,67 @@
+// What the CLI tests (tests/cli/) share: the binaries run with a deadline, a coordinator of
+// their own on a free loopback port, certificates made with the openssl CLI, and specs. Every
+// child runs with XDG_CONFIG_HOME and XDG_STATE_HOME in one scratch folder of this test process
+// (set before the first child starts), so the user's credentials file and run registry are
+// never read or written. Not thread-safe: one test thread.
+#ifndef LATCHKEY_TESTS_CLI_CLI_SUPPORT_H_
+#define LATCHKEY_TESTS_CLI_CLI_SUPPORT_H_
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/support/free_port.h"
+#include "tests/support/process.h"
+
+namespace latchkey::testing {
+
+// `latchkey GLOBAL... ARGS...`, stdin from /dev/null, stdout+stderr captured.
+Captured Cli(const std::vector<std::string>& args, const std::vector<std::string>& global = {},
+             std::chrono::seconds deadline = std::chrono::seconds(60));
+// `latchkey-worker ARGS...` with extra environment entries.
+Captured Worker(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                std::chrono::seconds deadline = std::chrono::seconds(60));
+
+// The spec bare `latchkey up` runs (client/cli/builtin_spec.h).
+nlohmann::json BuiltInSpec();
+// Writes `spec` to dir/name and returns the path.
+std::string WriteSpec(const std::string& dir, const nlohmann::json& spec,
+                      const std::string& name = "spec.json");
+void WritePrivate(const std::string& path, const std::string& text);  // mode 0600
+// An --auth-tokens file in `dir` giving `token` the admin role; returns its path.
+std::string WriteAuthTokens(const std::string& dir, const std::string& token);
+// The scratch XDG_CONFIG_HOME / XDG_STATE_HOME of this test process.
+std::string ConfigHome();
+std::string StateHome();
+
+struct Certificates {
+  bool ok = false;
+  std::string ca_pem, server_pem, server_key, log;
+};
+// A CA and a certificate for 127.0.0.1 signed by it, in `dir` (openssl CLI).
+Certificates MakeCertificates(const std::string& dir);
+
+// latchkey-coordinator on 127.0.0.1 (a free port), its database in `dir`, metrics off, with
+// `extra` flags; stopped (SIGTERM, then SIGKILL) by the destructor.
+class Coordinator {
+ public:
+  explicit Coordinator(const std::string& dir, const std::vector<std::string>& extra = {},
+                       const std::string& db = "");
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+  bool ok() const { return port_ > 0; }
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string log() const;
+
+ private:
+  int pid_ = -1;
+  int port_ = -1;
+  std::string log_;
+};
+
+}  // namespace latchkey::testing
+
+#endif  // LATCHKEY_TESTS_CLI_CLI_SUPPORT_H_

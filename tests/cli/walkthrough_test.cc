@@ -1,0 +1,246 @@
+// The first minutes of a new user, from an empty folder, with real processes: `latchkey
+// validate`, `latchkey up` stopped by Ctrl-C half-way, `latchkey up` again, `status` (text and
+// --json, parsed) while it runs, then `logs` and `checkpoints` of the jobs, and at the end
+// nothing of either run left running or in /dev/shm.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/subprocess.h"
+#include "tests/cli/cli_support.h"
+#include "tests/support/temp_dir.h"
+
+namespace latchkey::testing {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+bool Has(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+// Live processes whose command line names `needle`.
+std::set<int> ProcessesNaming(const std::string& needle) {
+  std::set<int> found;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return found;
+  while (dirent* e = readdir(d)) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0 || pid == getpid()) continue;
+    // A process that exits while its /proc files are read makes the read throw (ESRCH).
+    std::string args;
+    try {
+      std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+      args.assign(std::istreambuf_iterator<char>(cmd), {});
+    } catch (const std::exception&) {
+      continue;
+    }
+    std::replace(args.begin(), args.end(), '\0', ' ');
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    std::getline(stat, text);
+    const size_t paren = text.rfind(')');
+    const bool zombie =
+        paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] == 'Z';
+    if (!zombie && args.find(needle) != std::string::npos) found.insert(pid);
+  }
+  closedir(d);
+  return found;
+}
+
+// The pids named in the control blocks of the shm segments in /dev/shm (docs/transport.md: the
+// header's rank count at byte 12, rank r's block at 4096 + 64 r with its pid at byte 12).
+std::set<int> ShmPids() {
+  std::set<int> out;
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (std::strncmp(e->d_name, "latchkey-shm-", 13) != 0) continue;
+    std::ifstream in(std::string("/dev/shm/") + e->d_name, std::ios::binary);
+    char header[16] = {0};
+    if (!in.read(header, sizeof(header))) continue;
+    uint32_t ranks = 0;
+    std::memcpy(&ranks, header + 12, 4);
+    for (uint32_t r = 0; r < std::min<uint32_t>(ranks, 4096); ++r) {
+      int32_t pid = 0;
+      in.seekg(4096 + 64 * static_cast<std::streamoff>(r) + 12);
+      if (!in.read(reinterpret_cast<char*>(&pid), 4)) break;
+      if (pid > 0) out.insert(pid);
+    }
+  }
+  closedir(d);
+  return out;
+}
+
+// The pids `up` printed for its coordinator and workers.
+std::set<int> PrintedPids(const std::string& text) {
+  std::set<int> pids;
+  const std::regex pid_re("(?:db [^\n]*, pid|worker [0-9]+ +pid) ([0-9]+)");
+  for (std::sregex_iterator it(text.begin(), text.end(), pid_re), end; it != end; ++it) {
+    pids.insert(std::stoi((*it)[1]));
+  }
+  return pids;
+}
+
+// `latchkey up ARGS` in a process group of its own (as a shell's foreground job), its output in
+// `log`.
+struct Up {
+  int pid = -1;
+  std::string log;
+  Up(const std::vector<std::string>& args, const std::string& log_path) : log(log_path) {
+    SpawnOptions o;
+    o.args = {LATCHKEY_CLI_BIN, "up"};
+    o.args.insert(o.args.end(), args.begin(), args.end());
+    o.log_path = log_path;
+    o.own_process_group = true;
+    auto p = Spawn(o);
+    pid = p.ok() ? *p : -1;
+  }
+  std::string Output() const { return ReadText(log); }
+  std::string Grab(const std::string& pattern, seconds deadline = seconds(120)) const {
+    const std::regex re(pattern);
+    std::smatch m;
+    const auto until = Clock::now() + deadline;
+    while (Clock::now() < until) {
+      const std::string text = Output();
+      if (std::regex_search(text, m, re)) return m[1].str();
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    return "";
+  }
+};
+
+bool WaitForStep(const std::string& jsonl, int step) {
+  const std::string needle = "\"step\":" + std::to_string(step) + ",";
+  return Has(WaitForFile(
+                 jsonl, [&](const std::string& t) { return Has(t, needle); }, seconds(240)),
+             needle);
+}
+
+TEST(Walkthrough, FromAnEmptyFolder) {
+  const ScopedTempDir dir("cli-walkthrough");
+  // The built-in job, 30 steps, a checkpoint every 4 steps in ckpt/ (relative: the spec's folder).
+  json spec = BuiltInSpec();
+  spec["latchkey"]["steps"] = 30;
+  spec["scheduler"]["params"]["total_num_steps"] = 30;
+  spec["latchkey"]["checkpoint"] = {{"dir", "ckpt"}, {"every_steps", 4}, {"keep", 10}};
+  const std::string path = WriteSpec(dir.path(), spec, "job.json");
+
+  const Captured validated = Cli({"validate", path});
+  ASSERT_EQ(validated.exit_code, 0) << validated.output;
+  EXPECT_TRUE(Has(validated.output, "checkpoints:  " + dir.path() + "/ckpt")) << validated.output;
+
+  // First run: Ctrl-C (SIGINT to the group) once a checkpoint was committed and more steps ran.
+  const std::string run = dir / "run";
+  std::string first_job;
+  {
+    Up up({"--spec", path, "--run-dir", run}, dir / "up-1.log");
+    ASSERT_GT(up.pid, 0);
+    first_job = up.Grab("job          (\\S+)");
+    ASSERT_FALSE(first_job.empty()) << up.Output();
+    ASSERT_TRUE(WaitForStep(run + "/steps-0.jsonl", 9)) << up.Output();
+    ASSERT_EQ(kill(-up.pid, SIGINT), 0);
+    EXPECT_EQ(WaitProcess(up.pid, seconds(20)), 11) << up.Output();
+    EXPECT_TRUE(Has(up.Output(), "cancelling job " + first_job)) << up.Output();
+  }
+  EXPECT_EQ(ReadText(run + "/spec.json").empty(), false);  // the spec kept with the run
+
+  // Second run in the same folder: to the end.
+  Up again({"--spec", path, "--run-dir", run}, dir / "up-2.log");
+  ASSERT_GT(again.pid, 0);
+  const std::string address = again.Grab("coordinator  (\\S+)");
+  const std::string job = again.Grab("job          (\\S+)");
+  ASSERT_FALSE(job.empty()) << again.Output();
+  EXPECT_NE(job, first_job);
+  // A second `up` in a folder a live one holds is refused.
+  const Captured third = Cli({"up", "--spec", path, "--run-dir", run}, {}, seconds(30));
+  EXPECT_EQ(third.exit_code, 5) << third.output;
+  EXPECT_TRUE(Has(third.output, "another latchkey up is running in it")) << third.output;
+  ASSERT_TRUE(WaitForStep(run + "/steps-0.jsonl", 2)) << again.Output();
+  // status through the credentials file `up` wrote (no --token given).
+  const Captured status = Cli({"status", job}, {"--coordinator", address});
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_TRUE(Has(status.output, "job:          " + job)) << status.output;
+  const Captured js = Cli({"status", job}, {"--json", "--coordinator", address});
+  ASSERT_EQ(js.exit_code, 0) << js.output;
+  const json s = json::parse(js.output, nullptr, false);
+  ASSERT_TRUE(s.is_object()) << js.output;
+  EXPECT_EQ(s["job_id"], job);
+  EXPECT_EQ(s["steps"], 30);
+  EXPECT_EQ(s["world_size"], 2);
+  EXPECT_TRUE(s["steps_completed"].is_number()) << js.output;
+  EXPECT_EQ(WaitProcess(again.pid, seconds(300)), 0) << again.Output();
+
+  // The ranks' logs hold the per-step lines of every rank.
+  const Captured logs = Cli({"logs", job});
+  EXPECT_EQ(logs.exit_code, 0) << logs.output;
+  EXPECT_TRUE(Has(logs.output, "[rank 0] rank 0 step 30/30")) << logs.output;
+  EXPECT_TRUE(Has(logs.output, "[rank 1] rank 1 step 30/30")) << logs.output;
+  EXPECT_TRUE(Has(logs.output, "logs to " + run + "/worker-1.log")) << logs.output;
+  const Captured one = Cli({"logs", job, "--rank", "1"});
+  EXPECT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_FALSE(Has(one.output, "rank 0 step")) << one.output;
+  // -f on a run that ended prints what there is and returns.
+  EXPECT_EQ(Cli({"logs", job, "-f"}, {}, seconds(20)).exit_code, 0);
+
+  // The committed checkpoints of each job: after steps 3, 7, ... (every 4).
+  const Captured ck = Cli({"--json", "checkpoints", job});
+  ASSERT_EQ(ck.exit_code, 0) << ck.output;
+  const json cj = json::parse(ck.output, nullptr, false);
+  ASSERT_TRUE(cj.is_object()) << ck.output;
+  std::vector<int64_t> steps;
+  for (const json& c : cj["checkpoints"]) {
+    steps.push_back(c["step"].get<int64_t>());
+    EXPECT_GT(c["bytes"].get<int64_t>(), 0);
+    EXPECT_EQ(c["world_size"], 2);
+    EXPECT_EQ(c["tp"], 2);
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{3, 7, 11, 15, 19, 23, 27})) << ck.output;
+  const Captured text = Cli({"checkpoints", job});
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_TRUE(Has(text.output, "world 2 (tp 2 x dp 1) zero 0")) << text.output;
+  // The first job's checkpoints were in the same folder: the second job's commits of the same
+  // steps replaced them (a new job starts from step 0), so none of them is listed as its own.
+  const Captured first_ck = Cli({"checkpoints", first_job});
+  EXPECT_EQ(first_ck.exit_code, 0) << first_ck.output;
+  EXPECT_TRUE(Has(first_ck.output, "STEP")) << first_ck.output;
+  EXPECT_FALSE(Has(first_ck.output, "world 2")) << first_ck.output;
+
+  // Nothing left: no process naming the run folder, no new /dev/shm segment, and the
+  // credentials file without the entry of the coordinators `up` stopped.
+  const auto until = Clock::now() + seconds(10);
+  while (!ProcessesNaming(run).empty() && Clock::now() < until) {
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_TRUE(ProcessesNaming(run).empty());
+  std::set<int> pids = PrintedPids(ReadText(dir / "up-1.log"));
+  for (int p : PrintedPids(again.Output())) pids.insert(p);
+  EXPECT_GE(pids.size(), 6u);  // two coordinators and four workers
+  for (int p : pids) {
+    std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+    std::string text;
+    const bool gone = !std::getline(stat, text) || text.find(") Z") != std::string::npos;
+    EXPECT_TRUE(gone) << "pid " << p << " of a run still alive: " << text;
+  }
+  for (int p : ShmPids()) EXPECT_EQ(pids.count(p), 0u) << "a /dev/shm segment of pid " << p;
+  const json creds = json::parse(ReadText(ConfigHome() + "/latchkey/credentials"), nullptr, false);
+  EXPECT_TRUE(!creds.is_object() || !creds.contains(address)) << creds.dump();
+}
+
+}  // namespace
+}  // namespace latchkey::testing
