@@ -202,7 +202,7 @@ class EngineImpl final : public Engine {
         // and the model's dropout masks, so any DP x GAS split of the same global batch draws
         // the same masks for the same row, and a second pass over the data new ones.
         rows[b] = StreamPosition(first_sample, m, g_->dp, g_->dp_rank, mb, b);
-        data_->Sample(rows[b], t + b * (S + 1));
+        if (absl::Status st = data_->Read(rows[b], t + b * (S + 1)); !st.ok()) return st;
       }
       at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
