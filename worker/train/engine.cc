@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/checkpoint/training_state.h"
+#include "worker/data/sample_dump.h"
 #include "worker/data/token_source.h"
 #include "worker/model/comm_buffer.h"
 #include "worker/model/gpt_bigcode.h"
@@ -61,6 +62,10 @@ class EngineImpl final : public Engine {
     auto data = OpenDataSource(spec_);
     if (!data.ok()) return data.status();
     data_ = *std::move(data);
+    if (!opts_.dump_samples_file.empty()) {
+      LK_ASSIGN_OR_RETURN(dump_, SampleDump::Open(opts_.dump_samples_file, g_->rank, g_->dp_rank,
+                                                  g_->tp_rank, opts_.dump_samples_micro_batches));
+    }
     if (spec_.eval.enabled()) {
       auto evaluator = Evaluator::Open(spec_, g_, device_);
       if (!evaluator.ok()) return evaluator.status();
@@ -204,6 +209,7 @@ class EngineImpl final : public Engine {
         rows[b] = StreamPosition(first_sample, m, g_->dp, g_->dp_rank, mb, b);
         if (absl::Status st = data_->Read(rows[b], t + b * (S + 1)); !st.ok()) return st;
       }
+      if (dump_ && dump_->wants_more()) LK_RETURN_IF_ERROR(DumpSamples(latch, m, rows, t));
       at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
       at::Tensor loss = model_->Loss(ids, labels, rows);
@@ -300,6 +306,14 @@ class EngineImpl final : public Engine {
 
   // The window's first stream position. A coordinator that predates Latch::first_sample sends
   // 0 for every window; its jobs run one layout, where the position is M_s * DP * MB.
+  // --dump-samples: micro-batch m of the window as the forward reads it.
+  absl::Status DumpSamples(const Latch& latch, int m, const std::vector<int64_t>& rows,
+                           const int64_t* tokens) {
+    std::vector<int64_t> samples(rows.size());
+    for (size_t b = 0; b < rows.size(); ++b) samples[b] = rows[b] % data_->num_samples();
+    return dump_->Record(latch.window, m, rows, samples, tokens, spec_.seq_len + 1);
+  }
+
   int64_t FirstSample(const Latch& latch) const {
     if (latch.first_sample > 0 || latch.first_micro_batch == 0) return latch.first_sample;
     return latch.first_micro_batch * g_->dp * spec_.micro_batch_size;
@@ -352,6 +366,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<KvReducer> kv_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<TokenSource> data_;
+  std::unique_ptr<SampleDump> dump_;      // --dump-samples, else null
   std::unique_ptr<Evaluator> evaluator_;  // latchkey.eval; null without it
   // The view of everything above a checkpoint saves, the ZeRO partition [part_begin, part_end),
   // the bf16 fp32 master of it, and the data position (training_state.h).
