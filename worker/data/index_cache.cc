@@ -4,11 +4,11 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "common/sha256.h"
@@ -111,10 +111,13 @@ absl::StatusOr<CacheResult> LoadOrBuildIndex(
     }
   }
   {
-    std::ifstream in(r.path, std::ios::binary);
+    std::ifstream in(r.path, std::ios::binary | std::ios::ate);
     if (in) {
-      std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      if (Parse(bytes, description, &r.arrays)) return r;
+      // One read of the whole file (it is checksummed whole).
+      std::string bytes(static_cast<size_t>(std::max<std::streamoff>(0, in.tellg())), '\0');
+      in.seekg(0);
+      in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      if (in && Parse(bytes, description, &r.arrays)) return r;
       r.refused = true;  // a torn or altered file: never used, rebuilt below
     }
   }

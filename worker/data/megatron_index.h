@@ -61,6 +61,8 @@ class MegatronIndexedDataset {
   int dtype_code() const { return dtype_code_; }
   int item_size() const { return item_size_; }
   const std::string& prefix() const { return prefix_; }
+  // The mapped P.idx (its bytes identify the dataset in the index cache).
+  const MappedFile& idx_file() const { return *idx_; }
 
   // The length of sequence i. REQUIRES: 0 <= i < num_sequences().
   int32_t length(int64_t i) const {

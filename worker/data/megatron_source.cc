@@ -5,8 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -94,10 +92,9 @@ class MegatronTokenSource final : public TokenSource {
   std::vector<int64_t> dataset_sample_index_;
 };
 
-std::string FileSha256(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return Sha256Hex(bytes);
+std::string IdxSha256(const MegatronIndexedDataset& d) {
+  const MappedFile& f = d.idx_file();
+  return Sha256Hex(absl::string_view(reinterpret_cast<const char*>(f.data()), f.size()));
 }
 
 bool WritableDir(const std::string& dir) { return ::access(dir.c_str(), W_OK | X_OK) == 0; }
@@ -114,11 +111,11 @@ absl::StatusOr<GptSplit> BuildSplit(const JobSpec& spec, const MegatronIndexedDa
         absl::StrCat("latchkey.data.split: the ", SplitName(split), " split of '", spec.data.split,
                      "' is empty for ", field, " (", data.num_sequences(), " sequences)"));
   }
-  const std::string description = absl::StrCat(
-      "latchkey GPTDataset indices v1\nidx: ", data.prefix(),
-      ".idx\nidx sha256: ", FileSha256(data.prefix() + ".idx"), "\nsplit: ", SplitName(split), " [",
-      b->first, ", ", b->second, ")\nseq_length: ", spec.seq_len, "\nnum_samples: ", num_samples,
-      "\nseed: ", spec.data.megatron_seed, "\n");
+  const std::string description =
+      absl::StrCat("latchkey GPTDataset indices v1\nidx: ", data.prefix(),
+                   ".idx\nidx sha256: ", IdxSha256(data), "\nsplit: ", SplitName(split), " [",
+                   b->first, ", ", b->second, ")\nseq_length: ", spec.seq_len,
+                   "\nnum_samples: ", num_samples, "\nseed: ", spec.data.megatron_seed, "\n");
   auto built =
       LoadOrBuildIndex(MegatronCacheDir(spec), description, [&]() -> absl::StatusOr<IndexArrays> {
         auto g = BuildGptIndices([&data](int64_t i) { return data.length(i); }, b->first, b->second,
