@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_spec_data.h"
 #include "common/json_reader.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -31,14 +32,7 @@ constexpr IntBounds AtLeast(int64_t min) { return IntBounds{min}; }
 
 absl::Status ResolvePath(const std::string& field, const std::string& base_dir,
                          std::string* value) {
-  if (value->empty()) return Err(field, "must not be empty");
-  std::filesystem::path p(*value);
-  if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
-  std::error_code ec;
-  std::filesystem::path abs = std::filesystem::absolute(p, ec);
-  if (ec) return Err(field, absl::StrCat("cannot resolve '", *value, "': ", ec.message()));
-  *value = abs.lexically_normal().string();
-  return absl::OkStatus();
+  return ResolveSpecPath(field, base_dir, value);
 }
 
 absl::Status ParseOptimizer(JsonObjectReader s, OptimizerConfig* o,
@@ -162,7 +156,16 @@ absl::Status ParseDtype(JsonObjectReader& s, TokenDtype* out) {
   return absl::OkStatus();
 }
 
-absl::Status ParseData(JsonObjectReader s, const std::string& base_dir, DataConfig* d) {
+absl::Status ParseData(JsonObjectReader s, const std::string& base_dir, uint64_t default_seed,
+                       DataConfig* d) {
+  if (s.Get("format") != nullptr) {
+    std::string format;
+    LK_RETURN_IF_ERROR(s.String("format", &format));
+    if (format == "megatron") return ParseMegatronData(s, base_dir, default_seed, d);
+    if (format != "tokens") {
+      return s.Error("format", absl::StrCat("unknown format '", format, "' (tokens, megatron)"));
+    }
+  }
   const json* synthetic = nullptr;
   LK_RETURN_IF_ERROR(s.Object("synthetic", &synthetic));
   const bool has_file = s.Get("tokens_file") != nullptr;
@@ -183,12 +186,23 @@ absl::Status ParseData(JsonObjectReader s, const std::string& base_dir, DataConf
   return s.RefuseUnknown();
 }
 
-// latchkey.eval: {tokens_file, dtype, every_steps, samples}; the file is checked by the workers.
+// latchkey.eval: {tokens_file, dtype | split, every_steps, samples}; the file is checked by the
+// workers, a split against latchkey.data in ResolveMegatronData.
 absl::Status ParseEval(JsonObjectReader s, const std::string& base_dir, EvalConfig* e) {
-  LK_RETURN_IF_ERROR(s.Require("tokens_file"));
-  LK_RETURN_IF_ERROR(s.String("tokens_file", &e->tokens_file));
-  LK_RETURN_IF_ERROR(ResolvePath(s.Path("tokens_file"), base_dir, &e->tokens_file));
-  LK_RETURN_IF_ERROR(ParseDtype(s, &e->dtype));
+  if (s.Get("split") != nullptr) {
+    LK_RETURN_IF_ERROR(s.String("split", &e->split));
+    if (e->split != "validation" && e->split != "test") {
+      return s.Error("split", absl::StrCat("unknown split '", e->split, "' (validation, test)"));
+    }
+    if (s.Get("tokens_file") != nullptr || s.Get("dtype") != nullptr) {
+      return s.Error("split", "exactly one of tokens_file or split is allowed");
+    }
+  } else {
+    LK_RETURN_IF_ERROR(s.Require("tokens_file"));
+    LK_RETURN_IF_ERROR(s.String("tokens_file", &e->tokens_file));
+    LK_RETURN_IF_ERROR(ResolvePath(s.Path("tokens_file"), base_dir, &e->tokens_file));
+    LK_RETURN_IF_ERROR(ParseDtype(s, &e->dtype));
+  }
   LK_RETURN_IF_ERROR(s.Require("every_steps"));
   LK_RETURN_IF_ERROR(s.Int64("every_steps", &e->every_steps, AtLeast(1)));
   LK_RETURN_IF_ERROR(s.Require("samples"));
@@ -263,7 +277,7 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
   const json* data = nullptr;
   LK_RETURN_IF_ERROR(s.Require("data"));
   LK_RETURN_IF_ERROR(s.Object("data", &data));
-  LK_RETURN_IF_ERROR(ParseData(s.Child("data", *data), base_dir, &spec->data));
+  LK_RETURN_IF_ERROR(ParseData(s.Child("data", *data), base_dir, spec->seed, &spec->data));
   const json* eval = nullptr;
   LK_RETURN_IF_ERROR(s.Object("eval", &eval));
   if (eval != nullptr) LK_RETURN_IF_ERROR(ParseEval(s.Child("eval", *eval), base_dir, &spec->eval));
@@ -459,6 +473,7 @@ absl::Status ParseTop(const json& root, const std::string& base_dir, JobSpec* sp
     return Err("latchkey.window_schedule",
                "a non-empty schedule is required when managed_gradient_accumulation is false");
   }
+  LK_RETURN_IF_ERROR(ResolveMegatronData(spec));
   return CheckElastic(*spec);
 }
 

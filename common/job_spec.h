@@ -64,14 +64,18 @@ struct SchedulerConfig {
   double cos_min_ratio = 1e-4;
 };
 
-// `latchkey.eval`: the held-out loss (docs/observability.md). Absent: tokens_file empty.
+// `latchkey.eval`: the held-out loss (docs/observability.md). Absent: tokens_file and split
+// empty.
 struct EvalConfig {
-  std::string tokens_file;  // absolute after parsing; empty = no evaluation
+  std::string tokens_file;  // absolute after parsing; empty = no evaluation from a token file
   TokenDtype dtype = TokenDtype::kUint16;
+  // "validation" or "test": that split of the Megatron dataset of latchkey.data instead of a
+  // token file (exactly one of tokens_file / split is set when evaluation is on).
+  std::string split;
   int64_t every_steps = 1;  // after the update of step s when (s + 1) % every_steps == 0
   int64_t samples = 1;      // K, eval samples 0..K-1 (modulo the file's sample count)
 
-  bool enabled() const { return !tokens_file.empty(); }
+  bool enabled() const { return !tokens_file.empty() || !split.empty(); }
 };
 
 // `latchkey.checkpoint`: resumable training checkpoints (docs/checkpoints.md). Absent: dir empty.
@@ -111,12 +115,38 @@ struct ActivationCheckpointingConfig {
   int every_layers = 1;  // >= 1; full only: layers per recomputed group
 };
 
+// `latchkey.data.format`: a flat token file (or the synthetic source), or Megatron's indexed
+// dataset (P.idx + P.bin, docs/data.md "Megatron indexed datasets").
+enum class DataFormat { kTokens, kMegatron };
+
+// One entry of `latchkey.data.blend`.
+struct MegatronBlendEntry {
+  double weight = 1.0;      // > 0 as given; normalised over the blend by the sampler
+  std::string path_prefix;  // absolute after parsing
+};
+
 struct DataConfig {
-  // Exactly one of tokens_file / synthetic_seed is set.
+  DataFormat format = DataFormat::kTokens;
+  // kTokens: exactly one of tokens_file / synthetic_seed is set.
   std::string tokens_file;  // absolute after parsing (resolved against the spec's folder)
   TokenDtype dtype = TokenDtype::kUint16;
   std::optional<uint64_t> synthetic_seed;
+  // kMegatron: exactly one of path_prefix / blend is set.
+  std::string path_prefix;                // absolute after parsing
+  std::vector<MegatronBlendEntry> blend;  // >= 1 entries
+  std::string split = "100,0,0";          // Megatron's --split, as given ("90,5,5")
+  uint64_t megatron_seed = 0;             // `seed` (< 2^32); default latchkey.seed
+  std::string cache_dir;                  // absolute; empty: next to the data (docs/data.md)
+  // `num_samples`: the training samples the indices are built for; default (resolved at
+  // parsing, so a later change of accumulation steps does not reshuffle) steps * the
+  // micro-batches per rank of those steps * DP * MB.
+  int64_t num_samples = 0;
 };
+
+// Megatron's split string ("90,5,5", "949/50/1", "1"): 1 to 3 non-negative numbers separated
+// by ',' or '/', missing ones 0, normalised by their sum (> 0). INVALID_ARGUMENT naming `field`.
+absl::StatusOr<std::array<double, 3>> ParseMegatronSplit(const std::string& field,
+                                                         absl::string_view split);
 
 struct JobSpec {
   ModelConfig model;
@@ -193,6 +223,7 @@ std::string JobSpecToJson(const JobSpec& spec);
 
 // Field-wise equality (JobSpec's includes `warnings`; ModelConfig's is in model_config.h).
 bool operator==(const OptimizerConfig& a, const OptimizerConfig& b);
+bool operator==(const MegatronBlendEntry& a, const MegatronBlendEntry& b);
 bool operator==(const DataConfig& a, const DataConfig& b);
 bool operator==(const SchedulerConfig& a, const SchedulerConfig& b);
 bool operator==(const EvalConfig& a, const EvalConfig& b);

@@ -3,6 +3,7 @@
 #include <tuple>
 
 #include "common/job_spec.h"
+#include "common/job_spec_data.h"
 #include "nlohmann/json.hpp"
 
 namespace latchkey {
@@ -126,7 +127,9 @@ std::string JobSpecToJson(const JobSpec& spec) {
   tensor_parallel["sequence_parallel"] = spec.sequence_parallel;
 
   json data = {{"dtype", DtypeName(spec.data.dtype)}};
-  if (spec.data.synthetic_seed) {
+  if (spec.data.format == DataFormat::kMegatron) {
+    data = MegatronDataToJson(spec.data);
+  } else if (spec.data.synthetic_seed) {
     data["synthetic"] = {{"seed", *spec.data.synthetic_seed}};
   } else {
     data["tokens_file"] = spec.data.tokens_file;
@@ -142,10 +145,13 @@ std::string JobSpecToJson(const JobSpec& spec) {
   if (!spec.init_from.empty()) latchkey["init_from"] = spec.init_from;
   if (!spec.no_sync.empty()) latchkey["no_sync"] = spec.no_sync;
   if (spec.eval.enabled()) {
-    latchkey["eval"] = {{"tokens_file", spec.eval.tokens_file},
-                        {"dtype", DtypeName(spec.eval.dtype)},
-                        {"every_steps", spec.eval.every_steps},
-                        {"samples", spec.eval.samples}};
+    latchkey["eval"] = {{"every_steps", spec.eval.every_steps}, {"samples", spec.eval.samples}};
+    if (!spec.eval.split.empty()) {
+      latchkey["eval"]["split"] = spec.eval.split;
+    } else {
+      latchkey["eval"]["tokens_file"] = spec.eval.tokens_file;
+      latchkey["eval"]["dtype"] = DtypeName(spec.eval.dtype);
+    }
   }
   if (spec.checkpoint.enabled()) {
     latchkey["checkpoint"] = {{"dir", spec.checkpoint.dir},
@@ -188,8 +194,15 @@ bool operator==(const OptimizerConfig& a, const OptimizerConfig& b) {
   return t(a) == t(b);
 }
 
+bool operator==(const MegatronBlendEntry& a, const MegatronBlendEntry& b) {
+  return a.weight == b.weight && a.path_prefix == b.path_prefix;
+}
+
 bool operator==(const DataConfig& a, const DataConfig& b) {
-  auto t = [](const DataConfig& d) { return std::tie(d.tokens_file, d.dtype, d.synthetic_seed); };
+  auto t = [](const DataConfig& d) {
+    return std::tie(d.format, d.tokens_file, d.dtype, d.synthetic_seed, d.path_prefix, d.blend,
+                    d.split, d.megatron_seed, d.cache_dir, d.num_samples);
+  };
   return t(a) == t(b);
 }
 
@@ -203,7 +216,7 @@ bool operator==(const SchedulerConfig& a, const SchedulerConfig& b) {
 
 bool operator==(const EvalConfig& a, const EvalConfig& b) {
   auto t = [](const EvalConfig& e) {
-    return std::tie(e.tokens_file, e.dtype, e.every_steps, e.samples);
+    return std::tie(e.tokens_file, e.dtype, e.split, e.every_steps, e.samples);
   };
   return t(a) == t(b);
 }

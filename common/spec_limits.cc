@@ -103,6 +103,19 @@ absl::Status CheckSpecLimits(const JobSpec& spec, const SpecLimits& limits) {
     absl::Status st = CheckPathUnderRoots(field, *path, limits.data_roots);
     if (!st.ok()) return st;
   }
+  // The Megatron dataset's prefixes and its index cache.
+  std::vector<std::pair<std::string, std::string>> megatron = {
+      {"latchkey.data.path_prefix", spec.data.path_prefix},
+      {"latchkey.data.cache_dir", spec.data.cache_dir}};
+  for (size_t i = 0; i < spec.data.blend.size(); ++i) {
+    megatron.emplace_back("latchkey.data.blend[" + std::to_string(i) + "].path_prefix",
+                          spec.data.blend[i].path_prefix);
+  }
+  for (const auto& [field, path] : megatron) {
+    if (path.empty()) continue;
+    absl::Status st = CheckPathUnderRoots(field, path, limits.data_roots);
+    if (!st.ok()) return st;
+  }
   return absl::OkStatus();
 }
 

@@ -25,7 +25,8 @@ struct SpecLimits {
 };
 
 // INVALID_ARGUMENT naming the field when the spec's model exceeds the budget or a path it names
-// (latchkey.data.tokens_file, latchkey.eval.tokens_file, latchkey.init_from,
+// (latchkey.data.tokens_file, latchkey.data.path_prefix, latchkey.data.blend[i].path_prefix,
+// latchkey.data.cache_dir, latchkey.eval.tokens_file, latchkey.init_from,
 // latchkey.checkpoint.dir) lies outside every data root.
 absl::Status CheckSpecLimits(const JobSpec& spec, const SpecLimits& limits);
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -166,6 +167,29 @@ TEST_F(DataRootsTest, CheckSpecLimitsNamesEachPathField) {
     absl::Status st = CheckSpecLimits(s, limits);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(Msg(st), StartsWith(cases[i].field + ": " + bad));
+  }
+}
+
+TEST_F(DataRootsTest, CheckSpecLimitsNamesEachMegatronPathField) {
+  SpecLimits limits;
+  limits.data_roots = {root_};
+  JobSpec ok;
+  ok.data.format = DataFormat::kMegatron;
+  ok.data.blend = {{0.5, root_ + "/sub/a"}, {0.5, root_ + "/sub/b"}};
+  ok.data.cache_dir = root_ + "/cache";
+  EXPECT_TRUE(CheckSpecLimits(ok, limits).ok());
+  const std::string bad = root_ + "/link.bin";
+  for (int i = 0; i < 3; ++i) {
+    JobSpec s = ok;
+    const std::pair<std::string, std::string*> cases[] = {
+        {"latchkey.data.blend[1].path_prefix", &s.data.blend[1].path_prefix},
+        {"latchkey.data.cache_dir", &s.data.cache_dir},
+        {"latchkey.data.path_prefix", &s.data.path_prefix}};
+    if (i == 2) s.data.blend.clear();
+    *cases[i].second = bad;
+    absl::Status st = CheckSpecLimits(s, limits);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(Msg(st), StartsWith(cases[i].first + ": " + bad));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "common/spec_limits.h"
+#include "worker/data/megatron_source.h"
 
 namespace latchkey {
 namespace {
@@ -91,6 +92,9 @@ std::unique_ptr<TokenSource> MakeSyntheticSource(uint64_t seed, int seq_len, int
 }
 
 absl::StatusOr<std::unique_ptr<TokenSource>> OpenDataSource(const JobSpec& spec) {
+  if (spec.data.format == DataFormat::kMegatron) {
+    return OpenMegatronSource(spec, MegatronSplit::kTrain, spec.data.num_samples);
+  }
   if (spec.data.synthetic_seed.has_value()) {
     return MakeSyntheticSource(*spec.data.synthetic_seed, spec.seq_len, spec.model.vocab_size);
   }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
 
@@ -21,6 +22,12 @@ class TokenSource {
   virtual int64_t num_samples() const = 0;
   // Writes the S+1 tokens of sample (k mod num_samples) to out[0, S+1).
   virtual void Sample(int64_t k, int64_t* out) const = 0;
+  // As Sample, returning the errors of a source that checks its tokens when it first reads
+  // them (a Megatron dataset: an id >= vocab_size). Training and evaluation read through it.
+  virtual absl::Status Read(int64_t k, int64_t* out) const {
+    Sample(k, out);
+    return absl::OkStatus();
+  }
   int seq_len() const { return seq_len_; }
 
  protected:
@@ -39,7 +46,8 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenTokenFile(const std::string& pa
 // progression modulo vocab_size with a start and stride drawn from (seed, k), so it is learnable.
 std::unique_ptr<TokenSource> MakeSyntheticSource(uint64_t seed, int seq_len, int vocab_size);
 
-// Opens what the spec's `latchkey.data` names.
+// Opens what the spec's `latchkey.data` names: a token file, the synthetic source, or the train
+// split of a Megatron dataset (megatron_source.h) built for latchkey.data.num_samples.
 absl::StatusOr<std::unique_ptr<TokenSource>> OpenDataSource(const JobSpec& spec);
 
 // The stream position of row b of micro-batch m of a window on DP rank d (docs/data.md):

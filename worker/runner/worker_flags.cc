@@ -21,7 +21,7 @@ const char kWorkerUsage[] =
     "         --log-steps (every rank logs its per-step line)\n"
     "         --metrics-port N (0 = any free port)  --metrics-host ADDR  --linger-seconds S\n"
     "         --collective-timeout-seconds S (default 120)  --advertise-host ADDR\n"
-    "         --dump-grads DIR --dump-grads-step N\n";
+    "         --dump-grads DIR --dump-grads-step N  --dump-samples FILE N\n";
 
 namespace {
 
@@ -158,6 +158,18 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   const std::vector<Flag>& table = FlagTable();
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    if (a == "--dump-samples") {  // two values: FILE N (worker/data/sample_dump.h)
+      absl::StatusOr<long long> n =
+          i + 2 < args.size() ? ParseInteger(args[i + 2]) : absl::InvalidArgumentError("");
+      if (!n.ok() || *n < 1) {
+        return absl::InvalidArgumentError(
+            "--dump-samples needs a file and a number of micro-batches >= 1");
+      }
+      flags.run.engine.dump_samples_file = args[i + 1];
+      flags.run.engine.dump_samples_micro_batches = *n;
+      i += 2;
+      continue;
+    }
     const Flag* flag = nullptr;
     for (const Flag& f : table) {
       if (a == f.name) flag = &f;

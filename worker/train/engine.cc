@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/checkpoint/training_state.h"
+#include "worker/data/sample_dump.h"
 #include "worker/data/token_source.h"
 #include "worker/memory/memory.h"
 #include "worker/model/comm_buffer.h"
@@ -71,6 +72,10 @@ class EngineImpl final : public Engine {
     auto data = OpenDataSource(spec_);
     if (!data.ok()) return data.status();
     data_ = *std::move(data);
+    if (!opts_.dump_samples_file.empty()) {
+      LK_ASSIGN_OR_RETURN(dump_, SampleDump::Open(opts_.dump_samples_file, g_->rank, g_->dp_rank,
+                                                  g_->tp_rank, opts_.dump_samples_micro_batches));
+    }
     if (spec_.eval.enabled()) {
       auto evaluator = Evaluator::Open(spec_, g_, device_);
       if (!evaluator.ok()) return evaluator.status();
@@ -257,8 +262,9 @@ class EngineImpl final : public Engine {
         // and the model's dropout masks, so any DP x GAS split of the same global batch draws
         // the same masks for the same row, and a second pass over the data new ones.
         rows[b] = StreamPosition(first_sample, m, g_->dp, g_->dp_rank, mb, b);
-        data_->Sample(rows[b], t + b * (S + 1));
+        if (absl::Status st = data_->Read(rows[b], t + b * (S + 1)); !st.ok()) return st;
       }
+      if (dump_ && dump_->wants_more()) LK_RETURN_IF_ERROR(DumpSamples(latch, m, rows, t));
       at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
       const bool last = m == latch.n - 1;
@@ -469,6 +475,14 @@ class EngineImpl final : public Engine {
 
   // The window's first stream position. A coordinator that predates Latch::first_sample sends
   // 0 for every window; its jobs run one layout, where the position is M_s * DP * MB.
+  // --dump-samples: micro-batch m of the window as the forward reads it.
+  absl::Status DumpSamples(const Latch& latch, int m, const std::vector<int64_t>& rows,
+                           const int64_t* tokens) {
+    std::vector<int64_t> samples(rows.size());
+    for (size_t b = 0; b < rows.size(); ++b) samples[b] = rows[b] % data_->num_samples();
+    return dump_->Record(latch.window, m, rows, samples, tokens, spec_.seq_len + 1);
+  }
+
   int64_t FirstSample(const Latch& latch) const {
     if (latch.first_sample > 0 || latch.first_micro_batch == 0) return latch.first_sample;
     return latch.first_micro_batch * g_->dp * spec_.micro_batch_size;
@@ -533,6 +547,7 @@ class EngineImpl final : public Engine {
   Clock::time_point backward_end_;  // of the last micro-batch of the last window
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<TokenSource> data_;
+  std::unique_ptr<SampleDump> dump_;            // --dump-samples, else null
   std::unique_ptr<Evaluator> evaluator_;         // latchkey.eval; null without it
   std::unique_ptr<memory::MemoryMeter> memory_;  // this engine's bytes (worker/memory/)
   int64_t activation_bytes_ = 0;                 // of the window running (StepReport's)

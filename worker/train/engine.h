@@ -68,6 +68,10 @@ struct EngineOptions {
   // separate buffer: one extra all_gather/dp in that window, and the same file as ZeRO-0 writes.
   std::string dump_grads_dir;
   int64_t dump_grads_step = -1;
+  // --dump-samples FILE N: the rank's first N micro-batches (positions, sample indices, token
+  // ids) to "FILE.rank<R>" (worker/data/sample_dump.h). Empty: no dump.
+  std::string dump_samples_file;
+  int64_t dump_samples_micro_batches = 0;
   // Where the flat buffers live and their arithmetic runs. CreateEngine fails UNIMPLEMENTED for
   // a device this build has no kernels for (the CPU only, today).
   comm::Device device = comm::Device::Cpu();

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "worker/data/megatron_source.h"
 #include "worker/model/comm_buffer.h"
 
 namespace latchkey {
@@ -35,8 +36,16 @@ class EvalMode {
 absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Open(const JobSpec& spec,
                                                            comm::ProcessGroups* groups,
                                                            const c10::Device& device) {
-  auto source = OpenTokenFile(spec.eval.tokens_file, spec.eval.dtype, spec.seq_len,
-                              spec.model.vocab_size, "latchkey.eval.tokens_file");
+  // A split of the training data's Megatron dataset, built for exactly the K eval samples, or
+  // a token file.
+  auto source =
+      !spec.eval.split.empty()
+          ? OpenMegatronSource(
+                spec,
+                spec.eval.split == "validation" ? MegatronSplit::kValidation : MegatronSplit::kTest,
+                spec.eval.samples)
+          : OpenTokenFile(spec.eval.tokens_file, spec.eval.dtype, spec.seq_len,
+                          spec.model.vocab_size, "latchkey.eval.tokens_file");
   if (!source.ok()) return source.status();
   return std::unique_ptr<Evaluator>(new Evaluator(spec, groups, device, *std::move(source)));
 }
@@ -62,7 +71,7 @@ absl::StatusOr<double> Evaluator::Run(GptBigCode& model) {
     at::NoGradGuard no_grad;
     at::Tensor tokens = at::empty({1, S + 1}, at::kLong);  // host: the source fills it
     for (int64_t k = g_->dp_rank; k < config_.samples; k += g_->dp) {
-      source_->Sample(k, tokens.data_ptr<int64_t>());
+      if (absl::Status st = source_->Read(k, tokens.data_ptr<int64_t>()); !st.ok()) return st;
       const at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       const at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
       // Without dropout the position selects nothing; the sample index stands in for it.

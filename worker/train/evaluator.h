@@ -35,8 +35,10 @@ namespace latchkey {
 
 class Evaluator {
  public:
-  // Reads spec.eval.tokens_file whole. Errors name latchkey.eval.tokens_file: missing file, size
-  // not a multiple of the dtype, fewer than seq_len + 1 tokens, an id >= vocab_size.
+  // Reads spec.eval.tokens_file whole, or opens spec.eval.split of the Megatron dataset of
+  // latchkey.data built for the K eval samples (worker/data/megatron_source.h). Errors name
+  // latchkey.eval.tokens_file: missing file, size not a multiple of the dtype, fewer than
+  // seq_len + 1 tokens, an id >= vocab_size; or are the Megatron source's.
   // REQUIRES: spec.eval.enabled().
   static absl::StatusOr<std::unique_ptr<Evaluator>> Open(const JobSpec& spec,
                                                          comm::ProcessGroups* groups,
