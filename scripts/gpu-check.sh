@@ -10,6 +10,9 @@
 #              of the same binary (fp32, TF32 off): every step's loss and grad norm within
 #              1e-4; each device's distance to the fixture (an independent float64 run) printed
 #   latchkey   tokens/s and MFU of a ~350M-parameter GPTBigCode MQA, seq 1024, bf16, TP 1
+#   memory     that model at seq 2048: peak and activation memory and tokens/s without and with
+#              selective recomputation at TP 1, and with two GPUs at TP 2 with sequence
+#              parallelism (OUT/memory/memory-table.md); one GPU: the TP 2 runs are not made
 #   peer       the same model and step in plain PyTorch eager (bench/peer/gpu_peer.py)
 # Each stage writes OUT/stage-NAME.json as it finishes (a cut-off run still reports what it got)
 # and the table of every stage is printed at the end (OUT/table.txt), with the latchkey/peer
@@ -205,6 +208,28 @@ else
   stage latchkey $st "$secs" "$("$py" "$helper" throughput "$dir/steps-0.jsonl" latchkey \
     "$out/probe.txt")" "$out/latchkey.log"
 fi
+# --- memory: recomputation and sequence parallelism at seq 2048 --------------------------------
+gpus=0
+[ "$have_gpu" = 1 ] && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ -z "$worker" ] || [ ! -x "$worker" ]; then
+  stage memory skipped 0 "no latchkey-worker"
+else
+  device=cuda; [ "$have_gpu" = 0 ] && device=cpu
+  dir="$out/memory"
+  mkdir -p "$dir"
+  secs=$(run_stage memory 180 "$py" "$helper" run-memory "$worker" "$device" "$dir" "$gpus")
+  rc=$?
+  summary=$("$py" "$helper" memory "$dir" "$device" "$gpus")
+  rcm=$?
+  st=failed
+  if [ $rc = 0 ] && [ $rcm = 0 ]; then
+    st=ok
+    [ "$have_gpu" = 0 ] && st=dry-run  # a tiny model on the CPU: the fields and modes only
+    [ "$have_gpu" = 1 ] && [ "$gpus" -lt 2 ] && summary="$summary; TP 2 + SP not run (one GPU)"
+  fi
+  stage memory $st "$secs" "$summary" "$dir/memory-table.md"
+fi
+
 if [ "$have_gpu" = 1 ]; then
   secs=$(run_stage peer 150 "$py" "$root/bench/peer/gpu_peer.py")
 else

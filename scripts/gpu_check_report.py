@@ -13,6 +13,13 @@
                                            between CPU_DIR and CUDA_DIR within TOL; prints
                                            both devices' distance to the fixture too
     run-throughput WORKER DEVICE DIR       the ~350M GPTBigCode MQA bf16 run (DIR/steps-0.jsonl)
+    run-memory WORKER DEVICE DIR GPUS      that model at seq 2048, MB 1: activation checkpointing
+                                           none and selective at TP 1, and with GPUS >= 2 TP 2
+                                           with and without sequence parallelism + selective
+                                           (DIR/NAME/steps-R.jsonl); on cpu a tiny model
+    memory DIR                             the table of those runs: peak and activation bytes
+                                           per rank, tokens/s; exit 1 when a run or a field is
+                                           missing
     summarize-steps JSONL                  "6 steps, last loss ..."
     compare-steps A B TOL                  exit 0 when every step's loss and grad_norm agree
     throughput JSONL NAME PROBE            tokens/s and MFU of a latchkey run (OUT/rate-NAME.json)
@@ -31,7 +38,7 @@ MODEL = {"model_type": "gpt_bigcode", "n_layer": 28, "n_embd": 1024, "n_head": 1
          "vocab_size": 49152, "n_positions": 1024, "multi_query": True}
 SEQ, MB, STEPS, WARMUP = 1024, 8, 8, 3
 PEAKS = [("H200", 989.0), ("H100", 989.0), ("A100", 312.0), ("L40S", 362.0), ("A10", 125.0)]
-ORDER = ["probe", "build", "nccl", "numerics", "latchkey", "peer"]
+ORDER = ["probe", "build", "nccl", "numerics", "latchkey", "memory", "peer"]
 
 
 def params(m):
@@ -149,6 +156,73 @@ def throughput_spec(device):
                          "device": device, "data": {"synthetic": {"seed": 1}}}}
 
 
+MEMORY_SEQ = 2048
+TINY = {"model_type": "gpt_bigcode", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 256,
+        "n_positions": 64, "multi_query": True}
+
+
+def memory_runs(device, gpus):
+    """(name, model, seq, tp, sequence_parallel, recompute mode) of the memory stage."""
+    model, seq = (dict(MODEL, n_positions=MEMORY_SEQ), MEMORY_SEQ) if device == "cuda" else (TINY, 64)
+    runs = [("tp1-none", model, seq, 1, False, "none"),
+            ("tp1-selective", model, seq, 1, False, "selective")]
+    if gpus >= 2 or device == "cpu":
+        runs += [("tp2-none", model, seq, 2, False, "none"),
+                 ("tp2-sp-selective", model, seq, 2, True, "selective")]
+    return runs
+
+
+def memory_spec(device, model, seq, tp, sp, mode):
+    return {"model": model, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+            "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.01}},
+            "gradient_clipping": 1.0, "zero_optimization": {"stage": 0},
+            "bf16": {"enabled": device == "cuda"},
+            "tensor_parallel": {"autotp_size": tp, "sequence_parallel": sp},
+            "latchkey": {"seq_len": seq, "steps": 5, "seed": 1, "world_size": tp, "device": device,
+                         "activation_checkpointing": {"mode": mode},
+                         "data": {"synthetic": {"seed": 1}}}}
+
+
+def run_ranks(worker, spec, out_dir, world):
+    """Runs `world` standalone ranks of `spec` (one per GPU); 0 when every rank succeeded."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "spec.json"), "w") as f:
+        json.dump(spec, f, indent=1)
+    port = str(29700 + os.getpid() % 1000)
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                   LOCAL_RANK=str(r), MASTER_PORT=port)
+        procs.append(subprocess.Popen(
+            [worker, "--standalone", "--spec", os.path.join(out_dir, "spec.json"),
+             "--metrics-jsonl", os.path.join(out_dir, "steps-{rank}.jsonl"), "--quiet"], env=env))
+    return max(p.wait() for p in procs)
+
+
+def memory_table(out_dir, runs):
+    lines, ok = [], True
+    lines.append("| run | tp | sp | recompute | peak GiB (max rank) | activation GiB | reserved GiB |"
+                 " tokens/s |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for name, _, _, tp, sp, mode in runs:
+        ranks = [jsonl(os.path.join(out_dir, name, f"steps-{r}.jsonl"))
+                 if os.path.exists(os.path.join(out_dir, name, f"steps-{r}.jsonl")) else []
+                 for r in range(tp)]
+        rows = [row for rank in ranks for row in rank[1:]]  # the first step holds the warm-up
+        if not rows or any("peak_memory_bytes" not in row for row in rows):
+            lines.append(f"| {name} | {tp} | {sp} | {mode} | missing | | | |")
+            ok = False
+            continue
+        gib = 1024.0 ** 3
+        peak = max(row["peak_memory_bytes"] for row in rows) / gib
+        act = max(row.get("activation_memory_bytes", 0) for row in rows) / gib
+        res = max(row.get("reserved_memory_bytes", 0) for row in rows) / gib
+        tps = statistics.median(r["tokens"] / r["step_seconds"] for r in ranks[0][1:])
+        lines.append(f"| {name} | {tp} | {sp} | {mode} | {peak:.3f} | {act:.3f} | {res:.3f} |"
+                     f" {tps:.0f} |")
+    return ok, "\n".join(lines)
+
+
 def peak_of(name):
     return next((t for k, t in PEAKS if k in name), 0.0)
 
@@ -206,6 +280,20 @@ def main(argv):
     elif cmd == "run-throughput":
         worker, device, out_dir = argv[1:4]
         return run_worker(worker, throughput_spec(device), out_dir)
+    elif cmd == "run-memory":
+        worker, device, out_dir, gpus = argv[1], argv[2], argv[3], int(argv[4])
+        worst = 0
+        for name, model, seq, tp, sp, mode in memory_runs(device, gpus):
+            worst = max(worst, run_ranks(worker, memory_spec(device, model, seq, tp, sp, mode),
+                                         os.path.join(out_dir, name), tp))
+        return worst
+    elif cmd == "memory":
+        out_dir, device, gpus = argv[1], argv[2], int(argv[3])
+        ok, table = memory_table(out_dir, memory_runs(device, gpus))
+        with open(os.path.join(out_dir, "memory-table.md"), "w") as f:
+            f.write(table + "\n")
+        print(table.splitlines()[-1] if ok else "a run or its memory fields are missing")
+        return 0 if ok else 1
     elif cmd == "summarize-steps":
         rows = jsonl(argv[1])
         print(f"{len(rows)} steps, last loss {rows[-1]['loss']:.6f}" if rows else "no steps")
