@@ -30,8 +30,8 @@ std::string DefaultWorkerId() {
   return absl::StrCat(ProcessWorkerId(), ":", counter++);
 }
 
-// Closing a session ends its calls with FAILED_PRECONDITION (reason SESSION_CLOSED): distinct
-// from a cancelled job (CANCELLED) and from a fenced attempt (ABORTED, ATTEMPT_FENCED).
+// A closed session's calls end FAILED_PRECONDITION, reason SESSION_CLOSED (not CANCELLED: a
+// cancelled job; not ABORTED with ATTEMPT_FENCED: a fenced attempt).
 absl::Status SessionClosed() {
   ErrorInfo info;
   info.reason = error_reason::kSessionClosed;
@@ -50,6 +50,10 @@ bool StreamRetryable(int code) {
 }
 
 }  // namespace
+
+template <typename Request, typename Response>  // a unary WorkerService call of the stub
+using Rpc = grpc::Status (v1::WorkerService::Stub::*)(grpc::ClientContext*, const Request&,
+                                                      Response*);
 
 struct WorkerSession::Impl {
   WorkerSessionOptions opt;
@@ -78,8 +82,7 @@ struct WorkerSession::Impl {
   bool recovering ABSL_GUARDED_BY(mu) = false;
   std::thread reader;
   std::thread heart;
-  // Reports the coordinator could not take when they were made; later reports queue behind
-  // them (Deliver).
+  // Reports the coordinator could not take when made, and those queued behind them (Deliver).
   ReportOutbox outbox;
 
   WorkerIdentity Identity() {
@@ -114,18 +117,16 @@ struct WorkerSession::Impl {
     fenced_since = clock->Now();
     cv.SignalAll();
   }
-  // The coordinator said the job is at `attempt`.
-  void NoteAttempt(int64_t attempt) {
+  void NoteAttempt(int64_t attempt) {  // the coordinator said the job is at `attempt`
     absl::MutexLock lock(&mu);
     job_attempt = std::max(job_attempt, attempt);
     if (attempt > info.attempt) FenceLocked();
   }
   // A call of this join's attempt was refused. The coordinator fences with ABORTED and an
-  // ATTEMPT_FENCED detail whose job_attempt is the job's current attempt. A heartbeat or the
-  // latch stream (`always`) is refused ABORTED only for that; a report also for other reasons
-  // (a stale latch generation), so it fences only with the detail. `sent`: the attempt the call
-  // named; the answer to a call of an earlier join (in flight across a Rejoin) says nothing
-  // about the current one.
+  // ATTEMPT_FENCED detail (job_attempt: the job's current attempt). A heartbeat or the latch
+  // stream (`always`) is refused ABORTED only for that; a report also for a stale latch
+  // generation, so it fences only with the detail. `sent`: the attempt the call named (a call
+  // of an earlier join, in flight across a Rejoin, says nothing about the current one).
   void NoteRefusal(const absl::Status& st, bool always, int64_t sent) {
     if (st.code() != absl::StatusCode::kAborted) return;
     const bool fence = HasErrorReason(st, error_reason::kAttemptFenced);
@@ -160,8 +161,7 @@ struct WorkerSession::Impl {
         return absl::OkStatus();
       }
       if (st.error_code() == grpc::StatusCode::UNAVAILABLE && !answered) {
-        // A coordinator that never answered because TLS is on one side only (or the CA is not
-        // its): no retry changes that, so say what to do, as the CLI does, and stop.
+        // TLS on one side only (or another CA): no retry helps; say what to do, as the CLI does.
         const ConnectionProblem p = DiagnoseConnection(st.error_message(), opt.credentials.tls());
         if (IsTlsMismatch(p)) {
           return absl::UnavailableError(
@@ -340,31 +340,31 @@ struct WorkerSession::Impl {
     return s;
   }
 
-  // A report of this join's attempt (ReportStep, ReportCheckpoint): retried while unreachable;
-  // the answer says whether the job ended, a refusal whether the attempt was fenced.
-  template <typename Request, typename Response>
-  absl::Status Report(const Request& req,
-                      grpc::Status (v1::WorkerService::Stub::*method)(grpc::ClientContext*,
-                                                                      const Request&, Response*)) {
-    Response resp;
-    absl::Status s =
-        Retry([&](grpc::ClientContext* ctx) { return (stub.get()->*method)(ctx, req, &resp); });
+  // The answer to a report: whether the job ended, or (a refusal) whether it fenced the attempt.
+  template <typename Response>
+  absl::Status Answered(absl::Status s, const Response& resp, int64_t attempt) {
     if (s.ok()) {
       SetEnd(FromProto(resp).state, "");
     } else {
-      NoteRefusal(s, /*always=*/false, req.identity().attempt());
+      NoteRefusal(s, /*always=*/false, attempt);
     }
     return s;
   }
 
-  // A report the training thread makes: sent at once; when the coordinator cannot be reached (a
-  // retryable error) or earlier reports are still queued, queued in the outbox instead, which
-  // re-sends it as Report does. OK when delivered or queued; the failure of a queued report is
-  // the answer of the next one.
+  // A report of this join's attempt (ReportStep, ReportCheckpoint), retried while unreachable.
   template <typename Request, typename Response>
-  absl::Status Deliver(const Request& req,
-                       grpc::Status (v1::WorkerService::Stub::*method)(grpc::ClientContext*,
-                                                                       const Request&, Response*)) {
+  absl::Status Report(const Request& req, Rpc<Request, Response> method) {
+    Response resp;
+    absl::Status s =
+        Retry([&](grpc::ClientContext* ctx) { return (stub.get()->*method)(ctx, req, &resp); });
+    return Answered(std::move(s), resp, req.identity().attempt());
+  }
+
+  // A report the training thread makes: sent at once, or queued in the outbox (re-sent as Report
+  // does) when the coordinator is unreachable or earlier reports are queued. OK when delivered or
+  // queued; a queued report's failure is the answer of the next one.
+  template <typename Request, typename Response>
+  absl::Status Deliver(const Request& req, Rpc<Request, Response> method) {
     const auto queue = [this, req, method] {
       return outbox.Enqueue([this, req, method] { return Report(req, method); });
     };
@@ -374,14 +374,8 @@ struct WorkerSession::Impl {
     grpc::ClientContext ctx;
     ctx.set_deadline(GrpcDeadline(opt.rpc_timeout));
     const grpc::Status st = (stub.get()->*method)(&ctx, req, &resp);
-    if (st.ok()) {
-      SetEnd(FromProto(resp).state, "");
-      return absl::OkStatus();
-    }
-    if (!IsRetryable(st.error_code())) {
-      absl::Status s = FromGrpcStatus(st);
-      NoteRefusal(s, /*always=*/false, req.identity().attempt());
-      return s;
+    if (st.ok() || !IsRetryable(st.error_code())) {
+      return Answered(FromGrpcStatus(st), resp, req.identity().attempt());
     }
     if (!said_retrying.exchange(true)) {
       std::cerr << "latchkey-worker: coordinator " << opt.coordinator

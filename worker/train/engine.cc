@@ -547,7 +547,7 @@ class EngineImpl final : public Engine {
   Clock::time_point backward_end_;  // of the last micro-batch of the last window
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<TokenSource> data_;
-  std::unique_ptr<SampleDump> dump_;            // --dump-samples, else null
+  std::unique_ptr<SampleDump> dump_;             // --dump-samples, else null
   std::unique_ptr<Evaluator> evaluator_;         // latchkey.eval; null without it
   std::unique_ptr<memory::MemoryMeter> memory_;  // this engine's bytes (worker/memory/)
   int64_t activation_bytes_ = 0;                 // of the window running (StepReport's)
