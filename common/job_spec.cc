@@ -312,6 +312,7 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
     spec->device = *d;
   }
   LK_RETURN_IF_ERROR(s.Bool("tf32", &spec->tf32));
+  LK_RETURN_IF_ERROR(s.Bool("overlap_dp_reduction", &spec->overlap_dp_reduction));
   const json* recompute = nullptr;
   LK_RETURN_IF_ERROR(s.Object("activation_checkpointing", &recompute));
   if (recompute != nullptr) {
@@ -435,6 +436,11 @@ absl::Status ParseTop(const json& root, const std::string& base_dir, JobSpec* sp
                                                 spec->model.n_positions, ")"));
   }
   if (!has_world_size) spec->world_size = spec->tp;
+  if (spec->overlap_dp_reduction && spec->zero_stage == 0) {
+    return Err("latchkey.overlap_dp_reduction",
+               "needs zero_optimization.stage 1 (stage 2 always overlaps its reduction with the "
+               "backward; stage 0's mean all-reduce is not bucketed)");
+  }
   if (spec->sequence_parallel && spec->tp == 1) {
     spec->warnings.push_back(
         "tensor_parallel.sequence_parallel: ignored with autotp_size 1 (nothing to shard over)");

@@ -189,6 +189,9 @@ struct JobSpec {
   DeviceKind device = DeviceKind::kCpu;                    // latchkey.device
   bool tf32 = false;                                       // latchkey.tf32: TF32 matmuls on cuda
   ActivationCheckpointingConfig activation_checkpointing;  // latchkey.activation_checkpointing
+  // latchkey.overlap_dp_reduction: ZeRO-1's boundary DP reduction bucketed and issued during the
+  // last micro-batch's backward (docs/memory.md). ZeRO-2 always reduces during the backward.
+  bool overlap_dp_reduction = false;
 
   // Unknown DeepSpeed top-level keys: listed here, ignored otherwise.
   std::vector<std::string> warnings;

@@ -168,6 +168,7 @@ std::string JobSpecToJson(const JobSpec& spec) {
   latchkey["backend"] = CommBackendName(spec.backend);
   latchkey["device"] = DeviceKindName(spec.device);
   latchkey["tf32"] = spec.tf32;
+  latchkey["overlap_dp_reduction"] = spec.overlap_dp_reduction;
   latchkey["activation_checkpointing"] = {
       {"mode", RecomputeModeName(spec.activation_checkpointing.mode)},
       {"every_layers", spec.activation_checkpointing.every_layers}};
@@ -240,7 +241,7 @@ bool operator==(const JobSpec& a, const JobSpec& b) {
                     s.no_sync, s.seq_len, s.steps, s.seed, s.world_size, s.kv_reduce, s.data,
                     s.eval, s.init_from, s.checkpoint, s.max_restarts, s.hang_timeout_seconds,
                     s.elastic, s.rejoin_timeout_seconds, s.backend, s.device, s.tf32,
-                    s.activation_checkpointing, s.warnings);
+                    s.activation_checkpointing, s.overlap_dp_reduction, s.warnings);
   };
   return t(a) == t(b);
 }

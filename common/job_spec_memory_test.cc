@@ -36,6 +36,7 @@ TEST(MemorySpecTest, DefaultsAndParsing) {
   EXPECT_EQ(spec->activation_checkpointing.every_layers, 1);
   EXPECT_FALSE(spec->sequence_parallel);
   EXPECT_EQ(spec->zero_stage, 0);
+  EXPECT_FALSE(spec->overlap_dp_reduction);
 
   json j = Example();
   j["zero_optimization"]["stage"] = 2;
@@ -67,6 +68,7 @@ TEST(MemorySpecTest, CanonicalJsonRoundTrip) {
   j["zero_optimization"]["stage"] = 2;
   j["tensor_parallel"]["sequence_parallel"] = true;
   j["latchkey"]["activation_checkpointing"] = {{"mode", "full"}, {"every_layers", 2}};
+  j["latchkey"]["overlap_dp_reduction"] = true;
   absl::StatusOr<JobSpec> a = Parse(j);
   ASSERT_TRUE(a.ok()) << a.status();
   const std::string text = JobSpecToJson(*a);
@@ -106,6 +108,8 @@ TEST(MemorySpecTest, RefusalsNameTheField) {
          j["latchkey"]["activation_checkpointing"] = {{"layers", 2}};
        },
        "latchkey.activation_checkpointing.layers", ""},
+      {"OverlapWithoutZero", [](json& j) { j["latchkey"]["overlap_dp_reduction"] = true; },
+       "latchkey.overlap_dp_reduction", "needs zero_optimization.stage 1"},
       {"SequenceParallelNotBool",
        [](json& j) { j["tensor_parallel"]["sequence_parallel"] = "yes"; },
        "tensor_parallel.sequence_parallel", ""},

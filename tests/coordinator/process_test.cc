@@ -131,12 +131,15 @@ TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
   }
   const std::vector<AuditedLatch> before = Audit(client, job.job_id);
   ASSERT_GE(before.size(), 9u);
-  first->Kill9();
+  // The reports the coordinator acknowledged, taken before the kill: once it is gone a
+  // ReportStep returns OK as soon as the report is queued in the session's outbox (to be
+  // re-sent), which is not an acknowledgement.
   std::vector<int64_t> acked_at_kill;
   {
     absl::MutexLock lock(&mu);
     acked_at_kill = acked;
   }
+  first->Kill9();
   absl::SleepFor(absl::Milliseconds(700));  // workers are now retrying
 
   CoordinatorProcess second(db, port, args);

@@ -66,6 +66,10 @@ nlohmann::json RecoverySpec(double hang_timeout_s = 0) {
   p.data = SyntheticData(9);
   // Relative: each run's checkpoints land beside its own spec file.
   p.extra_latchkey = {{"checkpoint", {{"dir", "ckpt"}, {"every_steps", kCheckpointEvery}}}};
+  // A recovery waits up to 30 s for every rank to rejoin (not up's 10 s liveness timeout): a
+  // restarted worker loads libtorch and forms its groups again, which takes longer than 10 s
+  // when the machine runs other tests beside this one; no test here is about that window.
+  p.extra_latchkey["rejoin_timeout_seconds"] = 30;
   if (hang_timeout_s > 0) p.extra_latchkey["hang_timeout_seconds"] = hang_timeout_s;
   return SpecObject(p);
 }

@@ -99,7 +99,8 @@ class EngineImpl final : public Engine {
     if (spec_.bf16) state_.master = store_->TakeMaster(state_.part_begin, state_.part_end);
     optimizer_ = MakeOptimizer(spec_.optimizer, state_.part_numel(), ops_.get());
     state_.optimizer = optimizer_.get();
-    overlap1_ = opts_.overlap_dp_reduction && spec_.zero_stage == 1 && zero1;
+    overlap1_ = (opts_.overlap_dp_reduction || spec_.overlap_dp_reduction) &&
+                spec_.zero_stage == 1 && zero1;
     if (zero2_ || overlap1_) {
       // After EnableBf16Compute and TakeMaster: the hooks go on the parameters the model uses.
       buckets_ = std::make_unique<GradBuckets>(store_.get(), g_->dp_group.get(), ops_.get(),

@@ -59,7 +59,7 @@ struct EngineOptions {
   // sum), with results bitwise equal to the whole-buffer reduce-scatter on shm. Off by default:
   // one reduce_scatter/dp per bucket instead of one per window, and on the CPU the blocking
   // collectives have no spare core to overlap with (docs/memory.md).
-  bool overlap_dp_reduction = false;
+  bool overlap_dp_reduction = false;  // or the spec's latchkey.overlap_dp_reduction
   // When set, after the boundary reduction of window `dump_grads_step` (before clipping) each
   // rank writes its local shard's gradient, the window mean over DP, as a safetensors file
   // `dump_grads_dir/grads-rank{R}.safetensors` (one tensor per parameter, TP-local shapes).
