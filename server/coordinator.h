@@ -292,7 +292,8 @@ class Coordinator {
   // stalled by the hang detector, recovers or fails.
   void CheckLiveness();
   // The coordinator did not run for `gap` (the checker thread's monotonic clock jumped: a
-  // SIGSTOP, a frozen VM, a long stall): every rank of every live job counts as seen now, a
+  // SIGSTOP, a frozen VM, a long stall): every rank of every live job counts as seen now and
+  // gets no liveness verdict for two liveness timeouts, a
   // recovery's rejoin window restarts now, and no hang verdict is given for the job's
   // hang_timeout_seconds. The checker thread calls it when its checks start more than
   // kPauseThreshold later than their period; tests may call it themselves.

@@ -63,6 +63,7 @@ struct Coordinator::Job {
   // No hang verdict before this time: set when the coordinator finds it did not run for a
   // while (Coordinator::GraceAfterPause). Never persisted.
   absl::Time hang_grace_until = absl::InfinitePast();
+  absl::Time liveness_grace_until = absl::InfinitePast();  // no liveness verdict before it
 
   // Waiters (WaitJobChange, WaitLatches) and latch streams.
   uint64_t version = 1;  // bumps on every change waiters may care about

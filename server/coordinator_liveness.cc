@@ -60,6 +60,10 @@ void Coordinator::GraceAfterPause(absl::Duration gap) {
       r.last_seen = std::max(r.last_seen, now);
       r.heartbeat_time = std::max(r.heartbeat_time, now);
     }
+    // No liveness verdict for two liveness timeouts: a rank may have to make its connection
+    // anew (its keepalive gave up on the silent coordinator) while the woken coordinator works
+    // through what queued up meanwhile.
+    job->liveness_grace_until = now + 2 * options_.liveness_timeout;
     for (auto& [worker, spare] : job->spares) spare.last_seen = std::max(spare.last_seen, now);
     if (job->rec.state == JobState::kRecovering) {
       job->attempts.set_recovery_start(std::max(job->attempts.recovery_start(), now));
@@ -82,7 +86,8 @@ void Coordinator::CheckLiveness() {
   const absl::Time now = clock_->Now();
   for (auto& [id, job] : jobs_) {
     if (IsTerminal(job->rec.state)) continue;
-    const std::vector<int> late = job->ranks.Late(now, options_.liveness_timeout);
+    std::vector<int> late = job->ranks.Late(now, options_.liveness_timeout);
+    if (now < job->liveness_grace_until) late.clear();  // GraceAfterPause
     if (!late.empty()) {
       LivenessVerdict(*job, late, now);
       continue;
