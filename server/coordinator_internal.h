@@ -63,6 +63,10 @@ struct Coordinator::Job {
   // No hang verdict before this time: set when the coordinator finds it did not run for a
   // while (Coordinator::GraceAfterPause). Never persisted.
   absl::Time hang_grace_until = absl::InfinitePast();
+  // A resumed attempt (Coordinator::ResumeJob) whose workers have not begun to join: the user
+  // starts them after resuming, so its rejoin window opens at the first join. Never persisted
+  // (a restarted coordinator opens it at load, as for any recovery).
+  bool resume_awaits_first_join = false;
 
   // Waiters (WaitJobChange, WaitLatches) and latch streams.
   uint64_t version = 1;  // bumps on every change waiters may care about
