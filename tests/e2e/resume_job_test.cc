@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -28,9 +29,9 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-constexpr int kWorld = 2;  // TP 2
-constexpr int kSteps = 10;
-constexpr int kCheckpointEvery = 3;  // committed after steps 2, 5, 8
+constexpr int kWorld = 2;            // TP 2
+constexpr int kSteps = 40;           // enough that the cancel lands mid-run, however fast the steps
+constexpr int kCheckpointEvery = 3;  // committed after steps 2, 5, 8, ...
 
 nlohmann::json ResumeSpec() {
   SpecParams p;
@@ -52,6 +53,17 @@ std::map<int64_t, double> LossByStep(const std::string& jsonl) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_object() && j.contains("step"))
       out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  }
+  return out;
+}
+
+// The steps of the file's records, in file order.
+std::vector<int64_t> RecordedSteps(const std::string& jsonl) {
+  std::vector<int64_t> out;
+  std::ifstream in(jsonl);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step")) out.push_back(j["step"].get<int64_t>());
   }
   return out;
 }
@@ -193,6 +205,12 @@ TEST(ResumeJob, ACancelledJobResumesFromItsCheckpointAndMatchesAnUninterruptedRu
             std::string::npos)
       << refused.output;
 
+  // What the first attempt recorded: the resumed one appends to it.
+  std::vector<size_t> first_records;
+  for (int r = 0; r < kWorld; ++r) {
+    first_records.push_back(
+        RecordedSteps(run_dir + "/steps-" + std::to_string(r) + ".jsonl").size());
+  }
   const Captured resumed = c.Cli({"resume", job.job});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find(job.job +
@@ -223,6 +241,16 @@ TEST(ResumeJob, ACancelledJobResumesFromItsCheckpointAndMatchesAnUninterruptedRu
     for (const auto& [step, loss] : want) {
       EXPECT_EQ(Hex(got.at(step)), Hex(loss)) << "rank " << r << " step " << step;
     }
+    // The resumed attempt ran exactly the steps after the checkpoint, in order.
+    const std::vector<int64_t> steps = RecordedSteps(run_dir + name);
+    std::vector<int64_t> want_steps;
+    for (int64_t s = checkpoint + 1; s < kSteps; ++s) want_steps.push_back(s);
+    ASSERT_LE(first_records[static_cast<size_t>(r)], steps.size());
+    EXPECT_EQ(std::vector<int64_t>(steps.begin() + static_cast<std::ptrdiff_t>(
+                                                       first_records[static_cast<size_t>(r)]),
+                                   steps.end()),
+              want_steps)
+        << "rank " << r;
     std::printf("[ResumeJob] rank %d: steps %lld..%d re-run after the resume, losses equal\n", r,
                 static_cast<long long>(checkpoint + 1), kSteps - 1);
   }
