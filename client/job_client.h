@@ -55,6 +55,9 @@ class JobClient {
                                                 int limit = 0);
   // Pending/running -> cancelled; returns the job as it is then.
   absl::StatusOr<JobInfo> CancelJob(const std::string& job_id, const std::string& reason);
+  // Failed/cancelled -> recovering: a new attempt from the newest committed checkpoint;
+  // returns the job as it is then. FAILED_PRECONDITION for a job in another state.
+  absl::StatusOr<JobInfo> ResumeJob(const std::string& job_id, const std::string& reason);
   // Changes the policy from the first window not yet published.
   absl::StatusOr<JobPolicyUpdateResult> UpdateJobPolicy(const JobPolicyUpdate& update);
   // One page of the latch audit from `start_window`; `page_size` 0: the coordinator's default.

@@ -68,7 +68,7 @@ int AttemptLog::ElasticDpFor(int workers) const {
 absl::StatusOr<AttemptLog::Attempt> AttemptLog::Next(const Recovery& r) const {
   Attempt next;
   next.number = current_.number + 1;
-  next.restarts = current_.restarts + (r.spend_restart ? 1 : 0);
+  next.restarts = r.resume ? 0 : current_.restarts + (r.spend_restart ? 1 : 0);
   next.resume_step = r.checkpoint_step;
   next.resume_manifest_sha256 = r.checkpoint_sha256;
   next.cause = r.cause;

@@ -85,6 +85,9 @@ class AttemptLog {
     // A plain recovery spends a restart; a shrink that completes one, or a grow-back at a
     // checkpoint, does not.
     bool spend_restart = true;
+    // A user's resume of an ended job: no restart spent, and the count starts again at 0 (the
+    // spec's max_restarts counts from the resumed attempt).
+    bool resume = false;
   };
 
   // The log of a stored job: its current attempt as `record` holds it, the earlier ones as

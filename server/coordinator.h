@@ -25,7 +25,8 @@
 // joined the new attempt the job is RUNNING again; published latches are served as stored. A
 // rank not joined within the liveness timeout of the recovery's start is a failure of that rank
 // ("rank R did not rejoin attempt A within 30s"): the next recovery, or FAILED.
-// Past max_restarts the job fails naming the cause ("... (after N restarts)").
+// Past max_restarts the job fails naming the cause ("... (after N restarts)"). ResumeJob
+// reopens a failed or cancelled job the same way (a "resumed" event, no restart spent).
 //
 // Fencing: every worker call but Join names the attempt the worker joined (WorkerCall::attempt).
 // A call of another attempt than the job's is ABORTED
@@ -237,6 +238,15 @@ class Coordinator {
   int LiveRanks() const;
   absl::StatusOr<std::vector<JobView>> ListJobs(const std::vector<JobState>& states, int limit);
   absl::StatusOr<JobView> CancelJob(const std::string& job_id, const std::string& reason);
+  // A failed or cancelled job continues (coordinator_attempts.cc): a new attempt, RECOVERING,
+  // that resumes from rec.last_checkpoint_step (-1: from the start, and the event says so),
+  // persisted as a recovery is, with a "resumed" event naming `reason` ("" : "resumed by
+  // user"). No restart is spent and restarts count from 0 again (max_restarts from here). An
+  // elastic job asks for the spec's layout again (a shrink follows if fewer workers come).
+  // FAILED_PRECONDITION naming the state for a pending, running, recovering or succeeded job,
+  // for a job whose stored spec this build cannot parse, and when another live job holds its
+  // rendezvous port.
+  absl::StatusOr<JobView> ResumeJob(const std::string& job_id, const std::string& reason);
   absl::StatusOr<JobPolicyUpdateResult> UpdateJobPolicy(const JobPolicyUpdate& update);
   // Returns once the job changed after `after_version` (immediately for 0) or at `deadline`
   // (DEADLINE_EXCEEDED).

@@ -3,7 +3,8 @@
 // fences the workers of the old one. An elastic job (latchkey.elastic) whose recovery cannot
 // get its ranks back shrinks to the layout its workers fill, and grows back toward the spec's
 // dp when spares fill a whole replica at a checkpoint; a new layout re-forms the rank table and
-// re-decides the latches from its first window. What an attempt is, and the layout it runs, is
+// re-decides the latches from its first window. A user's resume (ResumeJob) reopens a failed or
+// cancelled job into a new attempt the same way. What an attempt is, and the layout it runs, is
 // the AttemptLog's (attempt_log.h).
 #include <string>
 #include <utility>
@@ -79,14 +80,24 @@ absl::Status Coordinator::BeginAttempt(Job& job, AttemptLog::Recovery recovery) 
     rec.next_first_micro_batch = m;
     rec.next_first_sample = first_sample;
   }
-  JobEventRecord event = Event(job, new_layout ? "layout" : "recovery", "");
+  JobEventRecord event = Event(job,
+                               recovery.resume ? "resumed"
+                               : new_layout    ? "layout"
+                                               : "recovery",
+                               "");
   event.attempt = next.number;
+  std::string spent;
+  if (recovery.resume) {
+    spent = absl::StrCat(" (resumed after ", JobStateName(job.rec.state),
+                         "; no restart spent, max_restarts ", job.spec.max_restarts,
+                         " counts from here)");
+  } else if (recovery.spend_restart) {
+    spent = absl::StrCat(" (restart ", next.restarts, " of ", job.spec.max_restarts, ")");
+  } else {
+    spent = " (no restart spent)";
+  }
   event.message = absl::StrCat(
-      "attempt ", next.number,
-      recovery.spend_restart
-          ? absl::StrCat(" (restart ", next.restarts, " of ", job.spec.max_restarts, ")")
-          : std::string(" (no restart spent)"),
-      " resumes ",
+      "attempt ", next.number, spent, " resumes ",
       next.resume_step >= 0 ? absl::StrCat("from the checkpoint after step ", next.resume_step)
                             : std::string("from the start"),
       new_layout ? absl::StrCat(" in a new layout (", LayoutText(next.layout), "; was ",
@@ -117,6 +128,50 @@ absl::Status Coordinator::BeginAttempt(Job& job, AttemptLog::Recovery recovery) 
     job.latches.Rewind(job.rec.next_window, job.rec.next_first_micro_batch, first_sample);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<JobView> Coordinator::ResumeJob(const std::string& job_id,
+                                               const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  LK_ASSIGN_OR_RETURN(Job * found, FindJob(job_id));
+  Job& job = *found;
+  const JobState state = job.rec.state;
+  if (state != JobState::kFailed && state != JobState::kCancelled) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        job_id, ": is ", JobStateName(state), "; only a failed or cancelled job can be resumed"));
+  }
+  // A job failed on load because this build no longer accepts its spec would only fail again.
+  if (auto parsed = ParseJobSpec(job.rec.spec_json, job.rec.base_dir); !parsed.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(job_id, ": its stored spec is no longer valid: ", parsed.status().message()));
+  }
+  // Ended jobs give up their rendezvous port (PickRendezvousPort): another job may hold it now,
+  // and two jobs' rank 0 cannot serve one store.
+  for (const auto& [id, other] : jobs_) {
+    if (id != job_id && !IsTerminal(other->rec.state) &&
+        other->rec.rendezvous_port == job.rec.rendezvous_port) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(job_id, ": its rendezvous port ", job.rec.rendezvous_port,
+                       " is held by live job ", id, "; resume it once that job ended"));
+    }
+  }
+  // An ended job dropped its latch cache (EndJob) and one loaded ended never read it: the new
+  // attempt serves the published latches from memory again.
+  LK_RETURN_IF_ERROR(job.latches.Restore(*store_));
+  AttemptLog::Recovery r;
+  r.cause = reason.empty() ? "resumed by user" : reason;
+  r.spend_restart = false;
+  r.resume = true;
+  // The checkpoints are layout-independent: an elastic job asks for the spec's layout again,
+  // and shrinks (MaybeShrink) if fewer workers come back.
+  if (job.attempts.elastic()) r.workers = job.attempts.spec_layout().world_size;
+  const int stalled = static_cast<int>(job.rec.stalled.size());
+  LK_RETURN_IF_ERROR(BeginAttempt(job, r));
+  job.resume_awaits_first_join = true;
+  // EndJob stopped counting the stall verdicts; they are a live job's again until a step of
+  // the new attempt clears them.
+  if (observer_ && stalled > 0) observer_->AddStalledRanks(stalled);
+  return View(job, true);
 }
 
 void Coordinator::ResetRanks(Job& job) {

@@ -304,5 +304,49 @@ TEST_F(ElasticTest, WithoutElasticTheRejoinFailureSpendsARestartAsBefore) {
   EXPECT_EQ(v.world_size, 4);
 }
 
+// A resumed elastic job (Coordinator::ResumeJob) asks for the spec's layout again: the
+// checkpoint a shrunk attempt committed is layout-independent, so the resumed attempt runs DP2
+// from it, its windows decided again for that layout.
+TEST_F(ElasticTest, AResumedShrunkJobRunsTheSpecsLayoutFromItsCheckpoint) {
+  auto c = Make(opt_);
+  RunToLoss(*c);
+  Shrink(*c);
+  for (int64_t s = 4; s < 7; ++s) {
+    for (const WorkerCall& w : calls_) ASSERT_TRUE(Report(*c, w, s, 0.25, 1).ok()) << s;
+  }
+  ASSERT_TRUE(Checkpoint(*c, calls_[0], 6).ok());
+  ASSERT_TRUE(c->CancelJob(id_, "").ok());
+
+  auto resumed = c->ResumeJob(id_, "");
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->record.attempt, 4);
+  EXPECT_EQ(resumed->record.restarts, 0);
+  EXPECT_EQ(resumed->record.resume_step, 6);
+  EXPECT_EQ(resumed->world_size, 4);
+  EXPECT_EQ(resumed->dp, 2);
+  ASSERT_EQ(resumed->attempts.size(), 4u);
+  EXPECT_EQ(resumed->attempts[3].gradient_accumulation_steps, 2);  // the global batch kept
+  calls_.clear();
+  for (int i = 0; i < 4; ++i) {
+    auto r = TryJoin(*c, job_, "v" + std::to_string(i), i);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->attempt, 4);
+    EXPECT_EQ(r->resume_step, 6);
+    EXPECT_EQ(r->gradient_accumulation_steps, 2);
+    calls_.push_back(Call(job_, "v" + std::to_string(i), *r));
+  }
+  ASSERT_EQ(c->GetJob(id_, false)->record.state, JobState::kRunning);
+  for (int64_t s = 7; s < 16; ++s) {
+    for (const WorkerCall& w : calls_) ASSERT_TRUE(Report(*c, w, s, 0.125, 2).ok()) << s;
+  }
+  EXPECT_EQ(c->GetJob(id_, false)->record.state, JobState::kSucceeded);
+  const auto latches = Latches(*c, id_);
+  ASSERT_EQ(latches.size(), 16u);
+  EXPECT_EQ(latches[6].layout_attempt, 3);
+  EXPECT_EQ(latches[7].layout_attempt, 4);  // decided again for the resumed layout
+  EXPECT_EQ(latches[7].latch.n, 2);
+  EXPECT_EQ(latches[7].latch.generation, 2);
+}
+
 }  // namespace
 }  // namespace latchkey

@@ -64,6 +64,10 @@ struct Coordinator::Job {
   // while (Coordinator::GraceAfterPause). Never persisted.
   absl::Time hang_grace_until = absl::InfinitePast();
   absl::Time liveness_grace_until = absl::InfinitePast();  // no liveness verdict before it
+  // A resumed attempt (Coordinator::ResumeJob) whose workers have not begun to join: the user
+  // starts them after resuming, so its rejoin window opens at the first join. Never persisted
+  // (a restarted coordinator opens it at load, as for any recovery).
+  bool resume_awaits_first_join = false;
 
   // Waiters (WaitJobChange, WaitLatches) and latch streams.
   uint64_t version = 1;  // bumps on every change waiters may care about

@@ -130,7 +130,7 @@ bool Coordinator::CheckRejoin(Job& job, absl::Time now) {
                                      ? absl::Seconds(job.spec.rejoin_timeout_seconds)
                                      : options_.liveness_timeout;
   if (job.rec.state != JobState::kRecovering || job.ranks.all_joined() ||
-      now - job.attempts.recovery_start() <= timeout) {
+      job.resume_awaits_first_join || now - job.attempts.recovery_start() <= timeout) {
     return false;
   }
   std::vector<int> missing;

@@ -117,6 +117,11 @@ absl::StatusOr<int> Coordinator::ClaimRank(Job& j, const JoinArgs& args) {
   LK_RETURN_IF_ERROR(store_->PutWorker(w));
   j.ranks.Place(w, w.join_time);
   j.attempts.Unfence(w.worker_id);  // it is of the current attempt now
+  if (j.resume_awaits_first_join) {
+    // A resumed job's rejoin window opens with its first worker (ResumeJob).
+    j.resume_awaits_first_join = false;
+    j.attempts.set_recovery_start(clock_->Now());
+  }
   if (observer_) observer_->AddWorkers(WorkerState::kJoined, 1);
   Log(absl::StrCat(j.rec.job_id, ": rank ", rank, " joined (worker ", w.worker_id, " at ",
                    w.host.empty() ? "?" : w.host, "), ", j.ranks.joined(), "/", j.world_size(),

@@ -71,6 +71,16 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::Cance
   });
 }
 
+// The same access as CancelJob: resuming is the user's decision over a job it may cancel.
+grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::ResumeJobRequest* req,
+                                       v1::ResumeJobResponse* resp) {
+  return Guard(*ctx, "ResumeJob", JobAccess::kModify, req->job_id(), [&](const Principal&) {
+    LK_ASSIGN_OR_RETURN(JobView r, core_->ResumeJob(req->job_id(), req->reason().substr(0, 1024)));
+    *resp->mutable_job() = ToProto(ToJobInfo(r));
+    return absl::OkStatus();
+  });
+}
+
 grpc::Status JobServiceImpl::UpdateJobPolicy(grpc::ServerContext* ctx,
                                              const v1::UpdateJobPolicyRequest* req,
                                              v1::UpdateJobPolicyResponse* resp) {

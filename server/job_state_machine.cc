@@ -12,8 +12,10 @@ bool JobStateMachine::Allowed(JobState from, JobState to) {
     case JobState::kRunning:
       return from == JobState::kPending || from == JobState::kRecovering;
     case JobState::kRecovering:
-      // A failure while running, or another one during a recovery (a new attempt each time).
-      return from == JobState::kRunning || from == JobState::kRecovering;
+      // A failure while running, or another one during a recovery (a new attempt each time);
+      // a user's resume of a failed or cancelled job (Coordinator::ResumeJob).
+      return from == JobState::kRunning || from == JobState::kRecovering ||
+             from == JobState::kFailed || from == JobState::kCancelled;
     case JobState::kSucceeded:
       return from == JobState::kRunning;
     case JobState::kFailed:

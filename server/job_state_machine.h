@@ -7,8 +7,11 @@
 //   running -> succeeded             every rank reported the last step
 //   pending | running | recovering -> failed      a worker failed past max_restarts
 //   pending | running | recovering -> cancelled   a user cancelled it
+//   failed | cancelled -> recovering     a user resumed it (Coordinator::ResumeJob): a new
+//                                        attempt from the newest committed checkpoint
 //
-// Succeeded, failed and cancelled are terminal. Asking for any other transition is a bug in the
+// Succeeded, failed and cancelled are terminal: nothing but a user's resume leaves failed or
+// cancelled, and nothing leaves succeeded. Asking for any other transition is a bug in the
 // caller and returns INTERNAL, changing nothing.
 //
 // Thread-safety: none; the Coordinator holds its lock around every call. The store, observer,
@@ -40,9 +43,10 @@ class JobStateMachine {
 
   // pending | recovering -> running; every joined rank becomes active.
   absl::Status Start(JobRecord& job, RankTable& ranks);
-  // -> recovering as `next` says (its attempt, restarts, resume step, cause), persisted with
-  // the attempt's record, `event` and a new layout's policy change (may be null) in one
-  // transaction (JobStore::BeginAttempt); the failure reason is cleared.
+  // running | recovering (or, resumed, failed | cancelled) -> recovering as `next` says (its
+  // attempt, restarts, resume step, cause), persisted with the attempt's record, `event` and a new
+  // layout's policy change (may be null) in one transaction (JobStore::BeginAttempt); the failure
+  // reason is cleared.
   absl::Status Recover(JobRecord& job, JobRecord next, const JobEventRecord& event,
                        const AttemptRecord& attempt, const PolicyChangeRecord* layout_change);
   // -> `state` (terminal) with `reason`; every live rank becomes `worker_state`.

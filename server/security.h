@@ -65,7 +65,7 @@ std::optional<std::string> BearerToken(absl::string_view authorization);
 enum class JobAccess {
   kRead,    // GetJob, ListJobs, WatchJob, ListLatches
   kSubmit,  // SubmitJob
-  kModify,  // CancelJob, UpdateJobPolicy: admin, or submit on a job it submitted
+  kModify,  // CancelJob, ResumeJob, UpdateJobPolicy: admin, or submit on a job it submitted
 };
 
 // OK, or PERMISSION_DENIED saying why. `owner`: the submitter of the job (kModify only).

@@ -67,6 +67,7 @@ void AddWatchCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddListCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddStatusCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddCancelCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+void AddResumeCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddUpdateCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddLatchesCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code);  // up_command.cc

@@ -1,4 +1,4 @@
-// `latchkey list | status | cancel | update | latches`.
+// `latchkey list | status | cancel | resume | update | latches`.
 #include <sys/stat.h>
 
 #include <iostream>
@@ -159,6 +159,36 @@ void AddCancelCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
     std::cout << (ctx.json ? ToJson(ToProto(*job))
                            : absl::StrCat(job->job_id, " ", JobStateName(job->state)))
               << "\n";
+    *exit_code = kOk;
+  });
+}
+
+// A failed or cancelled job continues from its newest committed checkpoint as a new attempt;
+// the line says where it resumes, since the user starts the workers again next.
+void AddResumeCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
+  auto job_id = std::make_shared<std::string>();
+  auto reason = std::make_shared<std::string>();
+  CLI::App* sub = app.add_subcommand(
+      "resume", "Continue a failed or cancelled job from its last checkpoint (a new attempt)");
+  sub->add_option("job", *job_id, "job id")->required();
+  sub->add_option("--reason", *reason, "recorded with the resumed attempt");
+  sub->callback([job_id, reason, &ctx, exit_code] {
+    JobClient client(ctx.client_options());
+    auto job = client.ResumeJob(*job_id, *reason);
+    if (!job.ok()) {
+      *exit_code = Fail(job.status());
+      return;
+    }
+    if (ctx.json) {
+      std::cout << ToJson(ToProto(*job)) << "\n";
+    } else {
+      std::cout << job->job_id << " " << JobStateName(job->state) << " (attempt " << job->attempt
+                << ", "
+                << (job->resume_step >= 0
+                        ? absl::StrCat("resumes from the checkpoint after step ", job->resume_step)
+                        : std::string("no checkpoint: resumes from the start"))
+                << "); start its workers again\n";
+    }
     *exit_code = kOk;
   });
 }

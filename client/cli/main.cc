@@ -2,7 +2,7 @@
 //
 //   latchkey [--coordinator HOST:PORT] [--timeout S] [--json] COMMAND ...
 //   submit SPEC.json [--watch] [--dry-run] | validate SPEC.json | list | status JOB | watch JOB |
-//   cancel JOB | update JOB --kv-reduce MODE | --gas N | latches (audit) JOB |
+//   cancel JOB | resume JOB | update JOB --kv-reduce MODE | --gas N | latches (audit) JOB |
 //   up [--spec SPEC.json] | logs JOB | checkpoints JOB | checkpoint ... | completion bash|zsh
 //   latchkey --version
 // Exit codes: kExitCodeHelp (cli.h); a bad command line is a usage error (2), a value an
@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
   AddStatusCommand(app, ctx, &exit_code);
   AddWatchCommand(app, ctx, &exit_code);
   AddCancelCommand(app, ctx, &exit_code);
+  AddResumeCommand(app, ctx, &exit_code);
   AddUpdateCommand(app, ctx, &exit_code);
   AddLatchesCommand(app, ctx, &exit_code);
   AddUpCommand(app, ctx, &exit_code);

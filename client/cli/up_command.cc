@@ -37,6 +37,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -293,11 +294,13 @@ int CodeAfterStop(const Supervised& s) {
 // are stopped as at any end, with less patience. A second signal stops them at once (SIGTERM:
 // they still clean up). A coordinator that does not answer for 4 s is given up on: everything
 // is stopped and `up` exits 11 at once (the coordinator's --cancel-on-shutdown records the
-// cancellation if it still lives).
+// cancellation if it still lives), after `forget_credentials` (the user's credentials entry of
+// this coordinator goes on every way `up` ends, this one too).
 // Fails only when the workers could not be started (the job is cancelled, everything stopped).
 absl::StatusOr<Supervised> Supervise(const UpOptions& o, const PreparedRun& run,
                                      const RunningCoordinator& c, const SubmittedJob& job,
-                                     sigset_t sigs) {
+                                     sigset_t sigs,
+                                     const std::function<void()>& forget_credentials) {
   JobClient client(c.ctx.client_options());
   SupervisorConfig sc;
   sc.client = c.ctx.client_options();
@@ -341,6 +344,8 @@ absl::StatusOr<Supervised> Supervise(const UpOptions& o, const PreparedRun& run,
                    job.id.c_str(), std::string(cancelled.message()).c_str());
       StopAll(supervisor.WorkerPids(), std::chrono::seconds(3));
       StopAll({supervisor.CoordinatorPid()}, std::chrono::seconds(5));
+      // _Exit skips RunUp's own cleanup: the entry of the coordinator just stopped goes here.
+      forget_credentials();
       std::fflush(stdout);
       std::_Exit(kJobCancelled);
     }
@@ -419,7 +424,7 @@ int RunUp(const CliContext& ctx, const UpOptions& o) {
   if (!coordinator.ok()) return Fail(coordinator.status());
   // The coordinator `up` started is gone once `up` ends: so is its entry in the user's
   // credentials file (only while it still holds this run's token).
-  const auto forget_credentials = [&] {
+  const std::function<void()> forget_credentials = [&] {
     const std::string& file = coordinator->ctx.credentials_file;
     (void)RemoveCredentials(file.empty() ? DefaultCredentialsPath() : file,
                             coordinator->ctx.coordinator, run->token);
@@ -434,7 +439,8 @@ int RunUp(const CliContext& ctx, const UpOptions& o) {
     std::fprintf(stderr, "latchkey up: warning: cannot record the run in %s: %s\n",
                  RunRegistryPath().c_str(), std::string(st.message()).c_str());
   }
-  const absl::StatusOr<Supervised> supervised = Supervise(o, *run, *coordinator, *job, sigs);
+  const absl::StatusOr<Supervised> supervised =
+      Supervise(o, *run, *coordinator, *job, sigs, forget_credentials);
   forget_credentials();
   if (!supervised.ok()) return Fail(supervised.status());
   return Finish(*run, *job, *supervised);

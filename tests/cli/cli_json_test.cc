@@ -178,6 +178,13 @@ TEST(CliJson, EveryCommandsOutputHasTheDocumentedShape) {
   }
   EXPECT_GE(n, 1) << watched.output;
 
+  // resume: the cancelled job's new attempt, in the same Job shape.
+  const json resumed = ParseLine(Cli({"resume", job}, at), "resume");
+  ExpectKeys(resumed, JobKeys(), "resume");
+  EXPECT_EQ(resumed["state"], "JOB_STATE_RECOVERING") << resumed.dump();
+  EXPECT_EQ(resumed["attempt"], 2) << resumed.dump();
+  ExpectNoQuotedIntegers(resumed, "resume");
+
   const json validate = ParseLine(Cli({"--json", "validate", spec}), "validate");
   ExpectKeys(validate,
              {{"valid", T::kBool},

@@ -129,7 +129,7 @@ TEST_F(AuthTest, EveryJobServiceRpcAgainstEveryCaller) {
       {"SubmitJob", {U, U, P, K, K, K, U}},       {"GetJob", {U, U, K, K, K, K, U}},
       {"ListJobs", {U, U, K, K, K, K, U}},        {"CancelJob", {U, U, P, K, P, K, U}},
       {"UpdateJobPolicy", {U, U, P, K, P, K, U}}, {"WatchJob", {U, U, K, K, K, K, U}},
-      {"ListLatches", {U, U, K, K, K, K, U}},
+      {"ListLatches", {U, U, K, K, K, K, U}},     {"ResumeJob", {U, U, P, K, P, K, U}},
   };
   for (const auto& [rpc, expected] : table) {
     for (size_t i = 0; i < callers.size(); ++i) {
@@ -177,6 +177,18 @@ TEST_F(AuthTest, EveryJobServiceRpcAgainstEveryCaller) {
         } else {
           st = reader->Finish();
         }
+      } else if (rpc == "ResumeJob") {
+        // The same role as CancelJob; the job is cancelled (by the admin) first, so an allowed
+        // caller's resume succeeds.
+        v1::CancelJobRequest cancel;
+        cancel.set_job_id(job);
+        v1::CancelJobResponse cancelled;
+        auto admin = Ctx(kAdmin);
+        ASSERT_TRUE(jobs_->CancelJob(admin.get(), cancel, &cancelled).ok());
+        v1::ResumeJobRequest req;
+        req.set_job_id(job);
+        v1::ResumeJobResponse resp;
+        st = jobs_->ResumeJob(ctx.get(), req, &resp);
       } else if (rpc == "ListLatches") {
         v1::ListLatchesRequest req;
         req.set_job_id(job);

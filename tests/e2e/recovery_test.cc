@@ -390,6 +390,11 @@ TEST(Recovery, KillNineRecovers) {
   Up up(dir, spec);
   const int victim = up.WorkerPid(d.rank, 0);
   ASSERT_GT(victim, 0) << up.log();
+  // A `latchkey watch` beside it (the token from the credentials file up wrote) shows the
+  // recovery's cause next to `recovering`.
+  const int watch =
+      StartProcess({LATCHKEY_CLI_BIN, "--coordinator", up.Coordinator(), "watch", up.Job()}, {},
+                   dir + "/watch.log");
   ASSERT_TRUE(up.WaitForStep(d.step)) << up.log();
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   const auto killed = Clock::now();
@@ -397,6 +402,11 @@ TEST(Recovery, KillNineRecovers) {
   const int code = up.Wait();
   const std::string log = up.log();
   ASSERT_EQ(code, 0) << log;
+  EXPECT_EQ(WaitProcess(watch, seconds(60)), 0) << ReadText(dir + "/watch.log");
+  const std::string watched = ReadText(dir + "/watch.log");
+  EXPECT_TRUE(std::regex_search(
+      watched, std::regex(" recovering \\(rank " + std::to_string(d.rank) + "[ :][^\n]*\\)")))
+      << watched;
   std::printf("[KillNineRecovers] rank %d killed after step %lld: recovery %.2f s (goal 10 s)\n",
               d.rank, static_cast<long long>(d.step), recovery_s);
   EXPECT_GT(recovery_s, 0) << "no record was written after the kill\n" << log;

@@ -129,9 +129,11 @@ JobRow ReadJob(const std::string& db, const std::string& job) {
 class UpRun {
  public:
   explicit UpRun(const std::string& dir, std::vector<std::string> extra = {})
-      : run_(dir + "/run"), log_(dir + "/up.log") {
+      : run_(dir + "/run"), log_(dir + "/up.log"), config_(dir + "/config") {
     SpawnOptions o;
     o.args = {LATCHKEY_CLI_BIN, "up", "--run-dir", run_};
+    // The user's credentials file of this run alone (XDG_CONFIG_HOME/latchkey/credentials).
+    o.extra_env = {"XDG_CONFIG_HOME=" + config_};
     o.args.insert(o.args.end(), extra.begin(), extra.end());
     o.log_path = log_;
     o.own_process_group = true;
@@ -150,6 +152,7 @@ class UpRun {
   int pid() const { return pid_; }
   const std::string& run() const { return run_; }
   std::string log() const { return ReadText(log_); }
+  std::string credentials() const { return ReadText(config_ + "/latchkey/credentials"); }
 
   // The first match of `pattern`'s group 1 in up's output, waiting up to `deadline`.
   std::string Grab(const std::string& pattern, seconds deadline = seconds(120)) {
@@ -226,6 +229,7 @@ class UpRun {
 
   std::string run_;
   std::string log_;
+  std::string config_;
   int pid_ = -1;
   int code_ = kRunning;
   std::set<int> children_;
@@ -325,11 +329,17 @@ TEST(UpSignals, InterruptWhileTheCoordinatorDoesNotAnswer) {
   ASSERT_TRUE(up.WaitForStep(1)) << up.log();
   const std::string coordinator = up.Grab("db [^\n]*, pid ([0-9]+)\\)");
   ASSERT_FALSE(coordinator.empty()) << up.log();
+  // up keeps its coordinator's token in the user's credentials file while it runs ...
+  const std::string address = up.Grab("coordinator  (127\\.0\\.0\\.1:[0-9]+)");
+  ASSERT_FALSE(address.empty()) << up.log();
+  ASSERT_NE(up.credentials().find("\"" + address + "\""), std::string::npos) << up.credentials();
   ASSERT_EQ(kill(std::stoi(coordinator), SIGSTOP), 0);
   up.Signal(SIGINT, /*to_group=*/false);
   EXPECT_EQ(up.Wait(), 11) << up.log();
   up.ExpectNothingLeft();
   ExpectCancelled(up, job, "the coordinator stopped (signal 15");
+  // ... and removes the entry although it gave up on the coordinator (its quick exit).
+  EXPECT_EQ(up.credentials().find("\"" + address + "\""), std::string::npos) << up.credentials();
   kill(std::stoi(coordinator), SIGCONT);  // should the test have failed with it still there
 }
 
