@@ -10,6 +10,8 @@
 
 #include "tests/support/free_port.h"
 #include "tests/support/rank_threads.h"
+#include "tests/support/tools.h"
+#include "tests/support/tools.h"
 #include "worker/comm/gloo/gloo_backend.h"
 #include "worker/comm/process_groups.h"
 #include "worker/comm/shm/shm_group.h"
@@ -26,7 +28,7 @@ void RunRanks(int world, int tp, const std::function<void(ProcessGroups&)>& fn) 
 }
 
 TEST(GlooGroups, GridCoordinatesAndCollectives) {
-  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
+  LATCHKEY_REQUIRE_BUILT(GlooBuiltIn(), kNoGloo);
   RunRanks(4, 2, [](ProcessGroups& g) {
     EXPECT_EQ(g.tp_rank, g.rank % 2);
     EXPECT_EQ(g.dp_rank, g.rank / 2);
@@ -81,7 +83,7 @@ TEST(GlooGroups, GridCoordinatesAndCollectives) {
 }
 
 TEST(GlooGroups, InPlaceAllGatherAndReduceScatter) {
-  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
+  LATCHKEY_REQUIRE_BUILT(GlooBuiltIn(), kNoGloo);
   RunRanks(3, 1, [](ProcessGroups& g) {
     // Reduce-scatter in place: `out` is this rank's chunk of `in`.
     std::vector<double> buf(6);
@@ -105,7 +107,7 @@ TEST(GlooGroups, InPlaceAllGatherAndReduceScatter) {
 }
 
 TEST(GlooGroups, TaggedCallsCountedSeparately) {
-  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
+  LATCHKEY_REQUIRE_BUILT(GlooBuiltIn(), kNoGloo);
   RunRanks(2, 2, [](ProcessGroups& g) {
     float x = 1.0f;
     CollectiveOptions kv;
@@ -131,7 +133,7 @@ TEST(GlooGroups, SingleRankGroupsIssueAndCountNothing) {
 }
 
 TEST(GlooGroups, CollectiveTimesOutInsteadOfHanging) {
-  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
+  LATCHKEY_REQUIRE_BUILT(GlooBuiltIn(), kNoGloo);
   RunRanks(2, 2, [](ProcessGroups& g) {
     if (g.rank == 0) {
       float x = 1.0f;
@@ -152,7 +154,7 @@ TEST(GlooGroups, CollectiveTimesOutInsteadOfHanging) {
 }
 
 TEST(GlooGroups, VanishedPeerIsUnavailableBeforeTheTimeout) {
-  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
+  LATCHKEY_REQUIRE_BUILT(GlooBuiltIn(), kNoGloo);
   RunRanks(2, 2, [](ProcessGroups& g) {
     if (g.rank == 1) {
       // Rank 1 goes away (its connections close) while rank 0 waits in an all-reduce.
@@ -174,7 +176,7 @@ TEST(GlooGroups, VanishedPeerIsUnavailableBeforeTheTimeout) {
 }
 
 TEST(GlooGroups, FormsGroupsThroughTheTcpStore) {
-  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
+  LATCHKEY_REQUIRE_BUILT(GlooBuiltIn(), kNoGloo);
   const int port = testing::FreePort();
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
@@ -234,7 +236,7 @@ TEST(Backends, NamesRoundTrip) {
 }
 
 TEST(Backends, AutoOnOneHostIsShmAndGivesTheSameSums) {
-  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
+  LATCHKEY_REQUIRE_BUILT(GlooBuiltIn(), kNoGloo);
   // The default the runners use: ranks of one host share segments; results match gloo's.
   for (CommBackend b : {CommBackend::kAuto, CommBackend::kGloo}) {
     testing::RunRankThreads(
@@ -268,7 +270,7 @@ Buffer FakeCudaBuffer(float* data, size_t count) {
 }
 
 TEST(Buffers, GlooRefusesDeviceBuffersBeforeIssuing) {
-  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
+  LATCHKEY_REQUIRE_BUILT(GlooBuiltIn(), kNoGloo);
   RunRanks(2, 2, [](ProcessGroups& g) {
     std::vector<float> x(4, 1.0f);
     absl::Status st = g.tp_group->AllReduceSum(FakeCudaBuffer(x.data(), 2));
@@ -327,7 +329,7 @@ TEST(Buffers, SingleRankCopiesOnTheBuffersDevice) {
 }
 
 TEST(GlooGroups, BytesAreGatheredAndBroadcastButNeverSummed) {
-  if (!GlooBuiltIn()) GTEST_SKIP() << kNoGloo;
+  LATCHKEY_REQUIRE_BUILT(GlooBuiltIn(), kNoGloo);
   RunRanks(2, 1, [](ProcessGroups& g) {
     // A 32-byte digest per rank, gathered byte for byte.
     std::vector<uint8_t> mine(32), all(64);

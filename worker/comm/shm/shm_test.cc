@@ -23,6 +23,7 @@
 #include "tests/support/process.h"
 #include "tests/support/rank_threads.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/tools.h"
 #include "worker/comm/process_groups.h"
 #include "worker/comm/shm/shm_group.h"
 
@@ -212,7 +213,8 @@ TEST(ShmGroups, GridGroupsAreShmAndCounted) {
 #ifdef LATCHKEY_WITH_GLOO
 #define LATCHKEY_REQUIRE_GLOO()
 #else
-#define LATCHKEY_REQUIRE_GLOO() GTEST_SKIP() << "this build has no gloo backend (no libgloo)"
+#define LATCHKEY_REQUIRE_GLOO() \
+  LATCHKEY_REQUIRE_BUILT(false, "this build has no gloo backend (no libgloo)")
 #endif
 
 TEST(ShmGroups, AgreesWithGloo) {
