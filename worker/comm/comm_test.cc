@@ -11,7 +11,6 @@
 #include "tests/support/free_port.h"
 #include "tests/support/rank_threads.h"
 #include "tests/support/tools.h"
-#include "tests/support/tools.h"
 #include "worker/comm/gloo/gloo_backend.h"
 #include "worker/comm/process_groups.h"
 #include "worker/comm/shm/shm_group.h"
