@@ -73,7 +73,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--token", ctx.credentials.token,
                  "bearer token (default $LATCHKEY_TOKEN, else the credentials file's entry for "
-                 "the coordinator)");
+                 "the coordinator)")
+      ->each([](const std::string&) {
+        std::cerr << "latchkey: warning: --token shows the token to anyone who can list "
+                     "processes; use LATCHKEY_TOKEN or --credentials-file\n";
+      });
   app.add_option("--tls-ca", ctx.credentials.tls_ca,
                  "PEM CA of the coordinator's certificate: use TLS (default $LATCHKEY_TLS_CA)");
   app.add_option("--tls-cert", ctx.credentials.tls_cert,

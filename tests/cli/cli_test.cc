@@ -221,6 +221,28 @@ TEST(CliErrors, TheCredentialsFile) {
       << readable.output;
 }
 
+// A token on the command line is visible to anyone who can list processes: --token warns, as
+// the worker's --join-token does, naming the environment variable and the credentials file; a
+// token from the credentials file does not warn.
+TEST(CliErrors, ATokenOnTheCommandLineWarns) {
+  const ScopedTempDir dir("cli-token-warning");
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  Coordinator c(dir.path(), {"--auth-tokens", WriteAuthTokens(dir.path(), token)});
+  ASSERT_TRUE(c.ok()) << c.log();
+  const std::string warning =
+      "latchkey: warning: --token shows the token to anyone who can list processes; use "
+      "LATCHKEY_TOKEN or --credentials-file";
+  const Captured flag = Cli({"list"}, {"--coordinator", c.address(), "--token", token});
+  EXPECT_EQ(flag.exit_code, 0) << flag.output;
+  EXPECT_TRUE(Has(flag.output, warning)) << flag.output;
+  const std::string file = dir / "credentials";
+  WritePrivate(file, json{{c.address(), {{"token", token}}}}.dump());
+  const Captured from_file =
+      Cli({"list"}, {"--coordinator", c.address(), "--credentials-file", file});
+  EXPECT_EQ(from_file.exit_code, 0) << from_file.output;
+  EXPECT_FALSE(Has(from_file.output, "warning: --token")) << from_file.output;
+}
+
 // Two processes of one machine given the same --metrics-port: the second fails naming the flag
 // (before, both listened on it, SO_REUSEPORT, and a scrape reached either).
 TEST(CliErrors, AMetricsPortInUseIsRefusedNamingTheFlag) {
