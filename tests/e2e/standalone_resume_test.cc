@@ -5,7 +5,8 @@
 // the partial step-5 folder, resumes from step 3 and ends with the same per-step losses (the last
 // JSONL record of each step) and byte-identical weights as an uninterrupted run. Also: the
 // checkpoint series of the worker's metrics, present at 0 from the start and counting commits on
-// the endpoint (promtool clean), and --resume's refusals.
+// the endpoint (promtool clean), --resume's refusals, and the JSONL of a fresh run against one of
+// a resumed run.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
@@ -240,6 +241,47 @@ INSTANTIATE_TEST_SUITE_P(Saves, StandaloneResume, ::testing::Values(true, false)
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "Async" : "Sync";
                          });
+
+// --metrics-jsonl across runs into the same files: a fresh run (no --resume) starts each rank's
+// file afresh, so two runs' records never mix; a resumed run appends to what the run it resumes
+// wrote (synchronous saves, so the killed run's last record is step 4's).
+TEST(StandaloneJsonl, AFreshRunStartsTheFileAfreshAResumedRunAppends) {
+  ScopedTempDir dir("jsonl-fresh");
+  std::ofstream(dir / "spec.json") << ResumeSpec(false).dump(2);
+  const auto records = [&](int r) {
+    return ReadJsonl(dir / ("steps-" + std::to_string(r) + ".jsonl"));
+  };
+  const Ranks first = RunRanks(dir.path(), "first", {});
+  for (int r = 0; r < kWorld; ++r) ASSERT_EQ(first.exit_codes[r], 0) << first.Describe();
+  for (int r = 0; r < kWorld; ++r) ASSERT_EQ(records(r).size(), size_t{kSteps}) << "rank " << r;
+  // A second fresh run (its checkpoints too), killed while saving after step 5: only its own
+  // records, steps 0..4.
+  fs::remove_all(dir / "ckpt");
+  const Ranks second = RunRanks(dir.path(), "second", {"--collective-timeout-seconds", "5"},
+                                {"LATCHKEY_TEST_CRASH=checkpoint.after_rank_files",
+                                 "LATCHKEY_TEST_CRASH_RANK=1", "LATCHKEY_TEST_CRASH_STEP=5"},
+                                std::chrono::seconds(180));
+  EXPECT_EQ(second.exit_codes[1], 128 + SIGKILL) << second.Describe();
+  for (int r = 0; r < kWorld; ++r) {
+    const auto got = records(r);
+    ASSERT_EQ(got.size(), 5u) << "rank " << r << second.Describe();
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i]["step"], static_cast<int64_t>(i)) << "rank " << r;
+      EXPECT_EQ(got[i]["rank"], r);
+    }
+  }
+  // Resumed from step 3: the second run's five records, then steps 4..7.
+  const Ranks third = RunRanks(dir.path(), "third", {"--resume"});
+  for (int r = 0; r < kWorld; ++r) ASSERT_EQ(third.exit_codes[r], 0) << third.Describe();
+  for (int r = 0; r < kWorld; ++r) {
+    const auto got = records(r);
+    ASSERT_EQ(got.size(), 9u) << "rank " << r;
+    const std::vector<int64_t> want = {0, 1, 2, 3, 4, 4, 5, 6, 7};
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i]["step"], want[i]) << "rank " << r << " record " << i;
+    }
+  }
+}
 
 TEST(StandaloneResumeUsage, ResumeNeedsLatchkeyCheckpoint) {
   ScopedTempDir dir("resume-usage");

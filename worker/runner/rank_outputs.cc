@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<RankOutputs>> RankOutputs::Open(const OutputOptio
   out->stats_ = stats;
   if (!options.metrics_jsonl.empty()) {
     const std::string path = ForRank(options.metrics_jsonl, rank);
-    out->jsonl_.open(path, std::ios::app);
+    out->jsonl_.open(path, options.fresh_jsonl ? std::ios::trunc : std::ios::app);
     if (!out->jsonl_) {
       return absl::PermissionDeniedError("--metrics-jsonl: cannot write '" + path + "'");
     }

@@ -1,7 +1,8 @@
 // What one rank emits while it trains, whoever drives it (standalone or the coordinator):
 // the per-step JSONL file, the Prometheus endpoint, and progress lines on stderr (rank 0). Opened
 // once per process: a rank that runs several attempts keeps its endpoint and appends to its
-// JSONL (a re-run step gets a second record; the last record of a step counts).
+// JSONL (a re-run step gets a second record; the last record of a step counts). A fresh run
+// (its first attempt is attempt 1 with no checkpoint to resume) starts its JSONL afresh.
 #ifndef LATCHKEY_WORKER_RUNNER_RANK_OUTPUTS_H_
 #define LATCHKEY_WORKER_RUNNER_RANK_OUTPUTS_H_
 
@@ -20,8 +21,10 @@ namespace latchkey {
 
 struct OutputOptions {
   // "{rank}" replaced by the rank; empty = none. Opened for appending, so a restarted or resumed
-  // rank adds to what an earlier process of the same rank wrote.
+  // rank adds to what an earlier process of the same rank wrote; truncated instead when
+  // fresh_jsonl is set (a fresh run: earlier runs' records would mix with its own).
   std::string metrics_jsonl;
+  bool fresh_jsonl = false;
   // Prometheus endpoint (builds with metrics only): port -1 = off, 0 = pick a free one.
   std::string metrics_host = "0.0.0.0";
   int metrics_port = -1;

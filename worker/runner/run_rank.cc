@@ -66,7 +66,11 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
   auto groups = comm::CreateProcessGroups(job.backend, plan.rendezvous);
   if (!groups.ok()) return groups.status();
   if (proc.outputs == nullptr) {
-    auto outputs = RankOutputs::Open(options.outputs, groups->rank, proc.stats.get());
+    OutputOptions output_options = options.outputs;
+    // A fresh run (attempt 1, nothing to resume) starts its JSONL afresh; a resumed or
+    // restarted rank appends to what its earlier process wrote.
+    output_options.fresh_jsonl = plan.attempt == 1 && plan.resume_step < 0;
+    auto outputs = RankOutputs::Open(output_options, groups->rank, proc.stats.get());
     if (!outputs.ok()) return outputs.status();
     proc.outputs = *std::move(outputs);
   }
