@@ -100,7 +100,13 @@ class TlsTest : public ::testing::Test {
         " -out server.pem -days 2 -extfile san.ext"
         "; openssl req $K -keyout client.key -out client.csr -subj /CN=client"
         "; openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial"
-        " -out client.pem -days 2";
+        " -out client.pem -days 2"
+        // A second CA, and a client certificate of the same name signed by it.
+        "; openssl req -x509 $K -keyout other-ca.key -out other-ca.pem -days 2"
+        " -subj /CN=latchkey-test-ca"
+        "; openssl req $K -keyout other-client.key -out other-client.csr -subj /CN=client"
+        "; openssl x509 -req -in other-client.csr -CA other-ca.pem -CAkey other-ca.key"
+        " -CAcreateserial -out other-client.pem -days 2";
     Captured r = RunAndCapture({"sh", "-c", script});
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
@@ -150,6 +156,21 @@ TEST_F(TlsTest, MutualTlsRefusesAClientWithoutACertificate) {
   full.pem_cert_chain = Pem("client.pem");
   full.pem_private_key = Pem("client.key");
   grpc::Status ok = Call(c.port(), grpc::SslCredentials(full));
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+}
+
+// A client certificate another CA signed (same subject, a valid chain of its own) is refused;
+// the same call with our CA's certificate works.
+TEST_F(TlsTest, MutualTlsRefusesAClientCertificateFromAnotherCa) {
+  SecureCoordinator c(dir_.path() + "/coord.db", Tls(true));
+  grpc::SslCredentialsOptions other = WithCa();
+  other.pem_cert_chain = Pem("other-client.pem");
+  other.pem_private_key = Pem("other-client.key");
+  EXPECT_EQ(Call(c.port(), grpc::SslCredentials(other)).error_code(), StatusCode::UNAVAILABLE);
+  grpc::SslCredentialsOptions ours = WithCa();
+  ours.pem_cert_chain = Pem("client.pem");
+  ours.pem_private_key = Pem("client.key");
+  grpc::Status ok = Call(c.port(), grpc::SslCredentials(ours));
   EXPECT_TRUE(ok.ok()) << ok.error_message();
 }
 
