@@ -1,5 +1,6 @@
 #include "tests/support/specs.h"
 
+#include <cstdlib>
 #include <fstream>
 
 #include "tests/support/launch.h"
@@ -76,6 +77,11 @@ RunShape Dp2Tp2Shape() {
   return r;
 }
 
+std::string TestBackend() {
+  const char* env = std::getenv("LATCHKEY_TEST_BACKEND");
+  return env != nullptr ? env : "";
+}
+
 SpecParams FixtureParams(const RunShape& r) {
   SpecParams p;
   p.model = FixtureModel(r.variant);
@@ -97,6 +103,9 @@ SpecParams FixtureParams(const RunShape& r) {
   if (r.weight_decay) p.optimizer_params["weight_decay"] = *r.weight_decay;
   if (!r.scheduler.is_null()) p.extra_top["scheduler"] = r.scheduler;
   if (!r.eval.is_null()) p.extra_latchkey["eval"] = r.eval;
+  if (const std::string backend = TestBackend(); !backend.empty()) {
+    p.extra_latchkey["backend"] = backend;
+  }
   return p;
 }
 

@@ -90,6 +90,9 @@ struct RunShape {
 // DP 2 x TP 2 (4 ranks) with one-sample micro-batches, the rest as RunShape's defaults: the
 // smallest layout with both kinds of parallelism, where the window and evaluation tests run.
 RunShape Dp2Tp2Shape();
+// The fixture specs' latchkey.backend: $LATCHKEY_TEST_BACKEND when set (the ctest entries that
+// rerun training suites on another transport, e.g. gloo), else the spec's default (auto).
+std::string TestBackend();
 SpecParams FixtureParams(const RunShape& r);
 nlohmann::json FixtureSpec(const RunShape& r);
 

@@ -8,6 +8,7 @@
 
 #include "tests/support/launch.h"
 #include "tests/support/specs.h"
+#include "tests/training/test_backend.h"
 
 namespace latchkey::testing {
 namespace {
@@ -65,6 +66,7 @@ std::vector<Case> AllCases() {
 class FixtureRun : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FixtureRun, ReproducesLossGradNormParamsAndCounts) {
+  LATCHKEY_REQUIRE_TEST_BACKEND();
   const Case& c = GetParam();
   const nlohmann::json run = Expected()["variants"][c.variant]["runs"][c.run];
   RunShape shape;

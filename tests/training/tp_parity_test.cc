@@ -9,6 +9,7 @@
 
 #include "tests/support/launch.h"
 #include "tests/support/specs.h"
+#include "tests/training/test_backend.h"
 
 namespace latchkey::testing {
 namespace {
@@ -118,6 +119,7 @@ class TpParity : public ::testing::TestWithParam<Case> {
 };
 
 TEST_P(TpParity, MatchesUnshardedRun) {
+  LATCHKEY_REQUIRE_TEST_BACKEND();
   const Case& c = GetParam();
   WorkerRun ref = Run(c, 1, false);
   ASSERT_TRUE(ref.ok()) << ref.Describe();

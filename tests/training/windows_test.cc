@@ -11,6 +11,7 @@
 
 #include "tests/support/launch.h"
 #include "tests/support/specs.h"
+#include "tests/training/test_backend.h"
 #include "worker/checkpoint/hf_checkpoint.h"
 
 namespace latchkey::testing {
@@ -81,6 +82,7 @@ struct DpCase {
 class DpTpParity : public ::testing::TestWithParam<DpCase> {};
 
 TEST_P(DpTpParity, Dp2Tp2MatchesUnsharded) {
+  LATCHKEY_REQUIRE_TEST_BACKEND();
   const DpCase& c = GetParam();
   RunShape s = Dp2Tp2Shape();
   s.gas = c.gas;
