@@ -4,8 +4,9 @@
 #   probe      what the machine has (GPU, driver, torch, compilers, CUDA/NCCL, C++ libraries)
 #   build      the core-only CUDA worker against the installed torch (LATCHKEY_CORE_ONLY=ON
 #              -DLATCHKEY_CUDA=ON, Torch_DIR from torch.utils.cmake_prefix_path, no -Werror)
-#   nccl       the NCCL backend for real on a one-rank communicator (latchkey-nccl-check
-#              --self-test: every collective issued and checked on device buffers)
+#   nccl       the NCCL backend for real on a one-rank communicator and, with two GPUs, a
+#              two-rank one (latchkey-nccl-check --self-test: every collective and dtype issued
+#              on device buffers, checked against the host's results)
 #   numerics   every one-rank fixture run and a 6-step TP 1 run on cuda against the CPU numbers
 #              of the same binary (fp32, TF32 off): every step's loss and grad norm within
 #              1e-4; each device's distance to the fixture (an independent float64 run) printed

@@ -1,8 +1,12 @@
-// The NCCL backend exercised for real on one GPU: a one-rank communicator on cuda:`device`
-// (its unique id through an in-memory rendezvous store), and every collective of NcclGroup
-// issued on device buffers in test mode (NcclGroup::IssueForTesting issues even at one rank),
-// each result checked against the input. Used by latchkey-nccl-check --self-test (the GPU
-// check) and nccl_test. FAILED_PRECONDITION when the device is absent.
+// The NCCL backend exercised for real: a communicator of one rank on cuda:`device`, or of two
+// ranks (threads) on two GPUs, its unique id through an in-memory rendezvous store, and every
+// collective of NcclGroup with every dtype it takes issued on device buffers in test mode
+// (NcclGroup::IssueForTesting issues even at one rank). Each rank's inputs differ; every result
+// is checked against one computed on the host (the rank-order sum, the concatenation, the
+// root's data). Out-of-place outputs start as a sentinel (all bits set), so an output left
+// unwritten fails, and their inputs must come back unchanged. At one rank a sum equals its
+// input; only the two-rank run shows a reduction. Used by latchkey-nccl-check --self-test (the
+// GPU check) and nccl_test. FAILED_PRECONDITION when a device is absent.
 #ifndef LATCHKEY_WORKER_COMM_NCCL_NCCL_SELF_TEST_H_
 #define LATCHKEY_WORKER_COMM_NCCL_NCCL_SELF_TEST_H_
 
@@ -25,6 +29,10 @@ struct NcclSelfTestLine {
 // Runs every collective once per dtype it takes; `lines` gets one entry per call. The Status is
 // the first failure (or OK when every line is ok).
 absl::Status RunNcclSelfTest(int device, std::vector<NcclSelfTestLine>* lines);
+// The same with two ranks, rank r on cuda:device_r (two distinct GPUs).
+absl::Status RunNcclTwoRankSelfTest(int device0, int device1, std::vector<NcclSelfTestLine>* lines);
+// How many lines a run gives (one per op and dtype).
+size_t NcclSelfTestCases();
 
 }  // namespace latchkey::comm
 

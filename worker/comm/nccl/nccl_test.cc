@@ -165,7 +165,20 @@ TEST(NcclSelfTest, EveryCollectiveOnOneGpu) {
   std::vector<NcclSelfTestLine> lines;
   const absl::Status st = RunNcclSelfTest(0, &lines);
   EXPECT_TRUE(st.ok()) << st;
-  EXPECT_EQ(lines.size(), 8u);
+  EXPECT_EQ(lines.size(), NcclSelfTestCases());
+  for (const auto& l : lines) EXPECT_TRUE(l.ok) << l.op << " " << l.dtype << ": " << l.detail;
+}
+
+// Two ranks (threads) on cuda:0 and cuda:1: the sums, gathers, scatters and broadcasts of
+// inputs that differ per rank against the host's results.
+TEST(NcclSelfTest, EveryCollectiveOnTwoGpus) {
+  const absl::StatusOr<int> count = CudaDeviceCount();
+  if (!count.ok()) GTEST_SKIP() << "no CUDA device: " << count.status().message();
+  if (*count < 2) GTEST_SKIP() << "one CUDA device: the two-rank case needs two";
+  std::vector<NcclSelfTestLine> lines;
+  const absl::Status st = RunNcclTwoRankSelfTest(0, 1, &lines);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(lines.size(), NcclSelfTestCases());
   for (const auto& l : lines) EXPECT_TRUE(l.ok) << l.op << " " << l.dtype << ": " << l.detail;
 }
 
