@@ -103,6 +103,53 @@ class DemoTest(unittest.TestCase):
         self.assertEqual(before, after)
         self.assertEqual(len(self.steps()), STEPS)
 
+    def test_up_puts_the_index_cache_under_the_run_when_the_data_folder_is_read_only(self):
+        # A tiny dataset in a folder the user running `up` cannot write (root: run up as nobody).
+        data = os.path.join(self.tmp, "ro-data")
+        os.makedirs(data)
+        sys.path.insert(0, os.path.join(ROOT, "scripts"))
+        import prepare_data
+
+        w = prepare_data.IndexedDatasetWriter(os.path.join(data, "corpus"), "uint16")
+        for d in range(40):
+            w.add_item([(d * 7 + i) % 300 + 1 for i in range(50 + d)] + [0])
+            w.end_document()
+        w.finalize()
+        run = os.path.join(self.tmp, "ro-run")
+        os.makedirs(run)
+        with open(self.spec) as f:
+            spec = json.load(f)
+        spec["scheduler"]["params"]["total_num_steps"] = 2
+        spec["latchkey"].update(steps=2)
+        spec["latchkey"]["data"]["path_prefix"] = os.path.join(data, "corpus")
+        spec["latchkey"]["eval"]["every_steps"] = 2
+        del spec["latchkey"]["checkpoint"]
+        spec_path = os.path.join(run, "spec-in.json")
+        with open(spec_path, "w") as f:
+            json.dump(spec, f)
+        cmd = [os.path.join(ARGS.build, "client", "latchkey"), "up", "--spec", spec_path,
+               "--run-dir", os.path.join(run, "run")]
+        env = dict(os.environ, HOME=run, XDG_STATE_HOME=os.path.join(run, "state"))
+        if os.geteuid() == 0:
+            if shutil.which("setpriv") is None:
+                self.fail("setpriv (util-linux) is needed to run up as another user")
+            for p in (self.tmp, run):
+                os.chmod(p, 0o755)
+            os.chown(run, 65534, 65534)
+            os.chown(spec_path, 65534, 65534)
+            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+        else:
+            os.chmod(data, 0o555)
+        self.assertFalse(os.access(data, os.W_OK) and os.geteuid() != 0)
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        with open(os.path.join(run, "run", "spec.json")) as f:
+            submitted = json.load(f)
+        cache = os.path.join(run, "run", "index-cache")
+        self.assertEqual(submitted["latchkey"]["data"]["cache_dir"], cache)
+        self.assertTrue(any(n.endswith(".lkidx") for n in os.listdir(cache)), os.listdir(cache))
+        self.assertEqual(sorted(os.listdir(data)), ["corpus.bin", "corpus.idx"])
+
 
 def main():
     global ARGS
