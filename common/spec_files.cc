@@ -49,7 +49,7 @@ absl::Status CheckSpecFiles(const JobSpec& spec) {
       return st;
     }
   }
-  if (spec.eval.enabled()) {
+  if (!spec.eval.tokens_file.empty()) {  // a Megatron split needs no file of its own
     if (absl::Status st = CheckReadableFile("latchkey.eval.tokens_file", spec.eval.tokens_file);
         !st.ok()) {
       return st;

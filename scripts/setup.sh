@@ -49,3 +49,11 @@ if [ -z "$kubectl_minor" ] || [ "$kubectl_minor" -lt 27 ]; then
 else
   echo "setup: kubectl 1.$kubectl_minor"
 fi
+
+# The pinned Python venv of scripts/prepare-data and of the Hugging Face tests
+# (scripts/hf-venv.sh, from PyPI). The demo makes it on first use; in CI (CI=true) it is made
+# here, and a failure to make it is an error, so the tests that need it never find it missing.
+if [ "${CI:-}" = true ]; then
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  bash "$root/scripts/hf-venv.sh" "${LATCHKEY_HF_VENV:-$root/build/hf-venv}"
+fi

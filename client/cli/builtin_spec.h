@@ -1,9 +1,10 @@
 // The job bare `latchkey up` runs: the demo model of examples/demo.json (GPTBigCode with
-// multi-query attention, TP 2 over two local workers) for 40 steps on the seeded synthetic data
-// source, so it needs no file and runs the same from any folder. Synthetic sequences are
-// learnable, so the loss falls visibly within those steps. Like the demo it warms the learning
-// rate up over 5 steps and decays it on a cosine; it has no evaluation, which needs a held-out
-// token file (examples/demo.json has one).
+// multi-query attention, TP 2 over two local workers; vocab 256 here, the synthetic source's,
+// where the demo's BPE has 4096) for 40 steps on the seeded synthetic data source, so it needs
+// no file and runs the same from any folder. Synthetic sequences are learnable, so the loss falls
+// visibly within those steps. Like the demo it warms the learning rate up over 5 steps and
+// decays it on a cosine; it has no evaluation, which needs held-out data (examples/demo.json
+// evaluates on its dataset's validation split).
 #ifndef LATCHKEY_CLIENT_CLI_BUILTIN_SPEC_H_
 #define LATCHKEY_CLIENT_CLI_BUILTIN_SPEC_H_
 

@@ -1,4 +1,6 @@
 // `latchkey up`'s first phase: the spec, the run folder, the admin token, the certificates.
+#include <unistd.h>
+
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -40,6 +42,22 @@ std::string LiveRunSharing(const std::string& dir, const std::string& own_run_di
   return "";
 }
 
+// A Megatron dataset whose folder this user cannot write, with no latchkey.data.cache_dir:
+// the index cache goes to RUN/index-cache (the workers' own fallback would be the checkpoint
+// folder or the system's temporary folder). The spec text and the parsed spec both get it.
+void DefaultIndexCacheDir(const std::string& run_dir, std::string* text, JobSpec* spec) {
+  if (spec->data.format != DataFormat::kMegatron || !spec->data.cache_dir.empty()) return;
+  const std::string& first =
+      spec->data.blend.empty() ? spec->data.path_prefix : spec->data.blend[0].path_prefix;
+  const std::string folder = fs::path(first).parent_path().string();
+  if (::access(folder.c_str(), W_OK | X_OK) == 0) return;
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j["latchkey"].is_object() || !j["latchkey"]["data"].is_object()) return;
+  spec->data.cache_dir = run_dir + "/index-cache";
+  j["latchkey"]["data"]["cache_dir"] = spec->data.cache_dir;
+  *text = j.dump(2) + "\n";
+}
+
 }  // namespace
 
 absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
@@ -57,7 +75,7 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
   }
   if (o.max_restarts >= 0) run.spec_text = WithMaxRestarts(run.spec_text, o.max_restarts);
   // The built-in spec names no files; a spec file's relative paths resolve against its folder.
-  const absl::StatusOr<JobSpec> spec = ParseJobSpec(run.spec_text, spec_dir);
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(run.spec_text, spec_dir);
   if (!spec.ok()) {
     return absl::Status(spec.status().code(),
                         (run.built_in ? std::string() : "--spec " + o.spec + ": ") +
@@ -84,6 +102,7 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
       fs::absolute(o.run_dir.empty() ? "runs/up-" + std::to_string(std::time(nullptr)) : o.run_dir)
           .string();
   run.base_dir = run.built_in ? run.dir : spec_dir;
+  DefaultIndexCacheDir(run.dir, &run.spec_text, &*spec);
   std::error_code mkdir_error;
   fs::create_directories(run.dir, mkdir_error);
   if (mkdir_error) {

@@ -322,7 +322,7 @@ def main():
         addr = "127.0.0.1:%d" % grpc_port
         cli = [a.cli, "--coordinator", addr, "--timeout", "10"]
         spec = os.path.join(a.source, "examples", "demo.json")
-        # No worker runs it: its token files (made by scripts/demo.sh) need not exist here.
+        # No worker runs it: its dataset (made by scripts/demo.sh) need not exist here.
         sub = subprocess.run(cli + ["submit", "--no-file-check", spec], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, timeout=30)
         check(sub.returncode == 0, "the one good submit failed: %s" % sub.stdout)
