@@ -44,6 +44,9 @@ struct CompletedStep {
   int ranks_reported = 0;
   // Each reporting rank's peak_memory_bytes (the coordinator's status page; not on the wire).
   std::map<int, int64_t> rank_peak_memory_bytes;
+  // Each reporting rank's collective_seconds over its step_seconds (the status page); none for
+  // the reports read back from the store after a restart (it keeps no collective_seconds).
+  std::map<int, double> rank_collective_share;
 };
 
 // How late the slowest rank of one window arrived at its first boundary collective: the spread

@@ -25,6 +25,8 @@ struct StepReport {
   int64_t replicated_allreduce_calls = 0;
   std::map<std::string, int64_t> collective_calls;  // "op/group" -> count (observed)
   double step_seconds = 0.0;
+  // Time this rank spent inside collectives during the step (observed; every op and group).
+  double collective_seconds = 0.0;
   int64_t tokens = 0;                 // whole job, this step: n_s * MB * DP * S
   int64_t optimizer_state_bytes = 0;  // this rank's optimizer state (ZeRO-1: its partition)
   int64_t latch_generation = 0;       // generation of the latch the step ran under

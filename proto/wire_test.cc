@@ -143,5 +143,19 @@ TEST(WireTest, MemoryFieldsRoundTrip) {
   EXPECT_EQ(FromProto(ToProto(step)).report.peak_memory_bytes, int64_t{9} << 33);
 }
 
+// The time inside collectives travels in ReportStep (20): the status page's collective share.
+TEST(WireTest, CollectiveSecondsRoundTrip) {
+  StepReport r;
+  r.kv_mode = KvMode::kCoalesced;
+  r.step_seconds = 0.25;
+  r.collective_seconds = 0.0625;
+  const v1::ReportStepRequest wire = ToProto(r);
+  EXPECT_EQ(wire.collective_seconds(), 0.0625);
+  absl::StatusOr<StepReport> back = FromProto(wire);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->collective_seconds, 0.0625);
+  EXPECT_EQ(back->step_seconds, 0.25);
+}
+
 }  // namespace
 }  // namespace latchkey

@@ -78,6 +78,7 @@ v1::ReportStepRequest ToProto(const StepReport& report) {
   out.set_replicated_allreduce_calls(report.replicated_allreduce_calls);
   for (const auto& [k, v] : report.collective_calls) (*out.mutable_collective_calls())[k] = v;
   out.set_step_seconds(report.step_seconds);
+  out.set_collective_seconds(report.collective_seconds);
   out.set_tokens(report.tokens);
   out.set_latch_generation(report.latch_generation);
   out.set_lr(report.lr);
@@ -102,6 +103,7 @@ absl::StatusOr<StepReport> FromProto(const v1::ReportStepRequest& report) {
   out.replicated_allreduce_calls = report.replicated_allreduce_calls();
   for (const auto& [k, v] : report.collective_calls()) out.collective_calls[k] = v;
   out.step_seconds = report.step_seconds();
+  out.collective_seconds = report.collective_seconds();
   out.tokens = report.tokens();
   out.latch_generation = report.latch_generation();
   out.lr = report.lr();

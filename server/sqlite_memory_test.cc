@@ -107,5 +107,32 @@ TEST(StepAggregatorMemoryTest, SummaryCarriesTheLargestPeakAndEachRanks) {
   EXPECT_EQ(step->rank_peak_memory_bytes, (std::map<int, int64_t>{{0, 300}, {1, 700}}));
 }
 
+// The status page's collective share: each rank's collective_seconds over its step_seconds;
+// none for reports read back from the store (it keeps no collective_seconds).
+TEST(StepAggregatorMemoryTest, SummaryCarriesEachRanksCollectiveShare) {
+  StepAggregator agg(/*world_size=*/2, /*keep=*/4);
+  StepReportRecord r0 = Report(0, 5), r1 = Report(1, 5);
+  r0.report.step_seconds = 2.0;
+  r0.report.collective_seconds = 0.5;
+  r1.report.step_seconds = 4.0;
+  r1.report.collective_seconds = 3.0;
+  agg.Add(r0);
+  agg.Add(r1);
+  std::optional<CompletedStep> step = agg.Last();
+  ASSERT_TRUE(step.has_value());
+  EXPECT_EQ(step->rank_collective_share, (std::map<int, double>{{0, 0.25}, {1, 0.75}}));
+
+  StepReportRecord s0 = Report(0, 6), s1 = Report(1, 6);
+  s0.collective_seconds_stored = false;
+  s1.report.step_seconds = 1.0;
+  s1.report.collective_seconds = 0.5;
+  agg.Add(s0);
+  agg.Add(s1);
+  step = agg.Last();
+  ASSERT_TRUE(step.has_value());
+  EXPECT_EQ(step->report.step, 6);
+  EXPECT_EQ(step->rank_collective_share, (std::map<int, double>{{1, 0.5}}));
+}
+
 }  // namespace
 }  // namespace latchkey

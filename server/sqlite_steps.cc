@@ -105,6 +105,7 @@ absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::QueryStepReports(
     r.peak_memory_bytes = st.Int(16);
     r.activation_memory_bytes = st.Int(17);
     r.reserved_memory_bytes = st.Int(18);
+    record.collective_seconds_stored = false;
     out.push_back(std::move(record));
   }
   st.Reset();

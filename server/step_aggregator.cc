@@ -15,6 +15,10 @@ void StepAggregator::Add(const StepReportRecord& record) {
   out.step_seconds = std::max(out.step_seconds, r.step_seconds);
   out.peak_memory_bytes = std::max(out.peak_memory_bytes, r.peak_memory_bytes);
   sum.rank_peak_memory_bytes[record.rank] = r.peak_memory_bytes;
+  if (record.collective_seconds_stored) {
+    sum.rank_collective_share[record.rank] =
+        r.step_seconds > 0 ? r.collective_seconds / r.step_seconds : 0.0;
+  }
   sum.ranks_reported = p.count;
   if (record.rank == 0 || p.count == 1) {
     out.micro_batches = r.micro_batches;

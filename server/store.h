@@ -115,6 +115,8 @@ struct StepReportRecord {
   absl::Time report_time = absl::UnixEpoch();
   // false: stored before schema v4 kept report.boundary_wait_seconds (it reads back as 0).
   bool boundary_wait_stored = true;
+  // false: read back from the store, which keeps no report.collective_seconds (it reads as 0).
+  bool collective_seconds_stored = true;
 };
 
 // A committed resumable checkpoint (ReportCheckpoint); one per (job_id, step), the latest
