@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <optional>
 
 #include "absl/strings/ascii.h"
@@ -66,7 +67,8 @@ const char kStyle[] =
     "th{background:#f0f0f0}.state{padding:0 .4em;border-radius:.3em;background:#ddd}"
     ".running{background:#cde8ff}.succeeded{background:#c8f0c8}.failed{background:#ffc8c8}"
     ".recovering{background:#ffe7b0}.cancelled{background:#e0e0e0}"
-    "svg{background:#fafafa;border:1px solid #ddd;margin:.3em 1em .3em 0}";
+    "#charts{display:flex;flex-wrap:wrap;gap:6px;margin:.5em 0}"
+    "svg{background:#fafafa;border:1px solid #ddd}";
 
 }  // namespace
 
@@ -110,8 +112,71 @@ bool StatusPageAuthorized(const TokenTable& tokens, absl::string_view authorizat
   return tokens.Find(absl::string_view(decoded).substr(colon + 1)).has_value();
 }
 
-std::string SvgChart(const std::string& title, const std::vector<ChartSeries>& series) {
-  constexpr double kW = 640, kH = 220, kLeft = 64, kRight = 12, kTop = 24, kBottom = 28;
+namespace {
+
+// Evenly spaced tick values over [lo, hi] at a "nice" step (1, 2 or 5 times a power of ten) of
+// at most 6 intervals; `integral`: the step is at least 1 (steps are whole numbers). The axis
+// is widened to the outer ticks, so both ends carry a label.
+struct Ticks {
+  double lo = 0, hi = 1, step = 1;
+  int decimals = 0;  // digits after the point that tell neighbouring ticks apart
+};
+Ticks NiceTicks(double lo, double hi, bool integral) {
+  Ticks t;
+  if (!(hi > lo)) {
+    lo -= integral ? 1.0 : 0.5;
+    hi += integral ? 1.0 : 0.5;
+  }
+  const double raw = (hi - lo) / 5;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double norm = raw / mag;
+  t.step = (norm <= 1 ? 1 : norm <= 2 ? 2 : norm <= 5 ? 5 : 10) * mag;
+  if (integral) t.step = std::max(1.0, std::round(t.step));
+  t.lo = std::floor(lo / t.step + 1e-9) * t.step;
+  t.hi = std::ceil(hi / t.step - 1e-9) * t.step;
+  if (t.hi <= t.lo) t.hi = t.lo + t.step;
+  t.decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(t.step) - 1e-9)), 0, 8);
+  return t;
+}
+
+std::string TickLabel(double v, int decimals) {
+  if (std::fabs(v) < 1e-12) v = 0;  // no "-0"
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+// A series' point marker at (x, y): circles, squares or diamonds of about 5 px.
+std::string Marker(ChartMarker m, double x, double y, const std::string& color) {
+  const std::string fill = absl::StrCat("\" fill=\"", color, "\"/>");
+  switch (m) {
+    case ChartMarker::kSquare:
+      return absl::StrCat("<rect class=\"marker\" x=\"", Num(x - 2.5, "%.1f"), "\" y=\"",
+                          Num(y - 2.5, "%.1f"), "\" width=\"5\" height=\"5", fill);
+    case ChartMarker::kDiamond:
+      return absl::StrCat("<path class=\"marker\" d=\"M", Num(x, "%.1f"), " ", Num(y - 3.5, "%.1f"),
+                          "l3.5 3.5l-3.5 3.5l-3.5 -3.5z", fill);
+    case ChartMarker::kCircle:
+    default:
+      return absl::StrCat("<circle cx=\"", Num(x, "%.1f"), "\" cy=\"", Num(y, "%.1f"), "\" r=\"2",
+                          fill);
+  }
+}
+
+// A generous width of `text` in `font_px` sans-serif (wider than the widest common glyphs'
+// average), so laid-out labels never run into each other.
+double TextWidth(absl::string_view text, double font_px) {
+  return static_cast<double>(text.size()) * font_px * 0.62;
+}
+
+}  // namespace
+
+std::string SvgChart(const std::string& title, const std::vector<ChartSeries>& series,
+                     const std::string& y_label) {
+  // The title on the first line, the legend on its own line(s) under it, then the plot with
+  // the value ticks on its left (the y label turned along them) and the step ticks under it.
+  constexpr double kW = 600, kLeft = 86, kRight = 18, kPlotH = 150, kBottom = 42;
+  constexpr double kTitleY = 17, kLegendFirstY = 36, kLegendLine = 17;
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
   for (const ChartSeries& s : series) {
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
@@ -122,32 +187,80 @@ std::string SvgChart(const std::string& title, const std::vector<ChartSeries>& s
       y1 = std::max(y1, s.y[i]);
     }
   }
-  std::string out =
-      absl::StrCat("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"", kW,
-                   "\" height=\"", kH, "\" viewBox=\"0 0 ", kW, " ", kH, "\">", "<text x=\"", kLeft,
-                   "\" y=\"16\" font-size=\"13\">", HtmlEscape(title), "</text>");
+  // The legend: one entry per series (a line with its marker, then the name), wrapped.
+  std::string legend;
+  double lx = kLeft, ly = kLegendFirstY;
+  for (const ChartSeries& s : series) {
+    const double w = 26 + TextWidth(s.name, 12) + 18;
+    if (lx > kLeft && lx + w > kW - kRight) {
+      lx = kLeft;
+      ly += kLegendLine;
+    }
+    absl::StrAppend(&legend, "<g class=\"legend-entry\"><line x1=\"", lx, "\" y1=\"", ly - 4,
+                    "\" x2=\"", lx + 20, "\" y2=\"", ly - 4, "\" stroke=\"", s.color,
+                    "\" stroke-width=\"1.5\"", s.dashed ? " stroke-dasharray=\"4 2\"" : "", "/>",
+                    Marker(s.marker, lx + 10, ly - 4, s.color), "<text class=\"legend\" x=\"",
+                    lx + 26, "\" y=\"", ly, "\" font-size=\"12\" fill=\"", s.color, "\">",
+                    HtmlEscape(s.name), "</text></g>");
+    lx += w;
+  }
+  const double top = (series.empty() ? kTitleY : ly) + 14;
+  const double bottom = top + kPlotH;
+  const double height = bottom + kBottom;
+  std::string out = absl::StrCat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"", kW, "\" height=\"",
+      height, "\" viewBox=\"0 0 ", kW, " ", height, "\"><text class=\"chart-title\" x=\"8\" y=\"",
+      kTitleY, "\" font-size=\"13\" font-weight=\"bold\">", HtmlEscape(title), "</text>", legend);
   if (!std::isfinite(x0)) {
-    absl::StrAppend(&out, "<text x=\"", kW / 2 - 40, "\" y=\"", kH / 2,
+    absl::StrAppend(&out, "<text x=\"", kW / 2 - 40, "\" y=\"", (top + bottom) / 2,
                     "\" font-size=\"12\" fill=\"#888\">no data yet</text></svg>");
     return out;
   }
-  if (x1 == x0) x1 = x0 + 1;
-  if (y1 == y0) {
-    y0 -= 0.5;
-    y1 += 0.5;
+  const Ticks tx = NiceTicks(x0, x1, /*integral=*/true);
+  const Ticks ty = NiceTicks(y0, y1, /*integral=*/false);
+  const auto px = [&](double x) {
+    return kLeft + (x - tx.lo) / (tx.hi - tx.lo) * (kW - kLeft - kRight);
+  };
+  const auto py = [&](double y) { return top + (ty.hi - y) / (ty.hi - ty.lo) * kPlotH; };
+  // Grid, axes, tick marks and their labels.
+  std::string grid = "<g stroke=\"#e4e4e4\">", marks = "<g stroke=\"#777\">";
+  std::string xlabels =
+      "<g class=\"tick-x\" font-size=\"11\" fill=\"#444\" text-anchor=\"middle\">";
+  std::string ylabels = "<g class=\"tick-y\" font-size=\"11\" fill=\"#444\" text-anchor=\"end\">";
+  const int nx = static_cast<int>(std::llround((tx.hi - tx.lo) / tx.step));
+  for (int i = 0; i <= nx; ++i) {
+    const double v = tx.lo + i * tx.step, x = px(v);
+    absl::StrAppend(&grid, "<line x1=\"", Num(x, "%.1f"), "\" y1=\"", top, "\" x2=\"",
+                    Num(x, "%.1f"), "\" y2=\"", bottom, "\"/>");
+    absl::StrAppend(&marks, "<line x1=\"", Num(x, "%.1f"), "\" y1=\"", bottom, "\" x2=\"",
+                    Num(x, "%.1f"), "\" y2=\"", bottom + 4, "\"/>");
+    absl::StrAppend(&xlabels, "<text x=\"", Num(x, "%.1f"), "\" y=\"", bottom + 20, "\">",
+                    TickLabel(v, 0), "</text>");
   }
-  const auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * (kW - kLeft - kRight); };
-  const auto py = [&](double y) { return kTop + (y1 - y) / (y1 - y0) * (kH - kTop - kBottom); };
-  // Axes and their ranges.
-  absl::StrAppend(&out, "<g stroke=\"#999\"><line x1=\"", kLeft, "\" y1=\"", kH - kBottom,
-                  "\" x2=\"", kW - kRight, "\" y2=\"", kH - kBottom, "\"/><line x1=\"", kLeft,
-                  "\" y1=\"", kTop, "\" x2=\"", kLeft, "\" y2=\"", kH - kBottom, "\"/></g>");
-  absl::StrAppend(&out, "<g font-size=\"11\" fill=\"#555\"><text x=\"2\" y=\"", kTop + 4, "\">",
-                  Num(y1, "%.4g"), "</text><text x=\"2\" y=\"", kH - kBottom, "\">",
-                  Num(y0, "%.4g"), "</text><text x=\"", kLeft, "\" y=\"", kH - 8, "\">step ",
-                  Num(x0, "%.0f"), "</text><text x=\"", kW - kRight - 70, "\" y=\"", kH - 8,
-                  "\">step ", Num(x1, "%.0f"), "</text></g>");
-  double legend_x = kLeft + 200;
+  const int ny = static_cast<int>(std::llround((ty.hi - ty.lo) / ty.step));
+  for (int i = 0; i <= ny; ++i) {
+    const double v = ty.lo + i * ty.step, y = py(v);
+    absl::StrAppend(&grid, "<line x1=\"", kLeft, "\" y1=\"", Num(y, "%.1f"), "\" x2=\"",
+                    kW - kRight, "\" y2=\"", Num(y, "%.1f"), "\"/>");
+    absl::StrAppend(&marks, "<line x1=\"", kLeft - 4, "\" y1=\"", Num(y, "%.1f"), "\" x2=\"", kLeft,
+                    "\" y2=\"", Num(y, "%.1f"), "\"/>");
+    absl::StrAppend(&ylabels, "<text x=\"", kLeft - 7, "\" y=\"", Num(y + 4, "%.1f"), "\">",
+                    TickLabel(v, ty.decimals), "</text>");
+  }
+  absl::StrAppend(&marks, "<line x1=\"", kLeft, "\" y1=\"", bottom, "\" x2=\"", kW - kRight,
+                  "\" y2=\"", bottom, "\"/><line x1=\"", kLeft, "\" y1=\"", top, "\" x2=\"", kLeft,
+                  "\" y2=\"", bottom, "\"/></g>");
+  absl::StrAppend(&out, grid, "</g>", marks, xlabels, "</g>", ylabels, "</g>",
+                  "<text class=\"axis-label\" x=\"", (kLeft + kW - kRight) / 2, "\" y=\"",
+                  height - 6,
+                  "\" font-size=\"11\" fill=\"#444\" text-anchor=\"middle\">step</text>");
+  if (!y_label.empty()) {
+    const double cy = (top + bottom) / 2;
+    absl::StrAppend(
+        &out, "<text class=\"axis-label\" x=\"14\" y=\"", cy,
+        "\" font-size=\"11\" fill=\"#444\" text-anchor=\"middle\" transform=\"rotate(-90 14 ", cy,
+        ")\">", HtmlEscape(y_label), "</text>");
+  }
   for (const ChartSeries& s : series) {
     const size_t n = std::min(s.x.size(), s.y.size());
     const size_t stride = n > kMaxChartPoints ? (n + kMaxChartPoints - 1) / kMaxChartPoints : 1;
@@ -155,17 +268,14 @@ std::string SvgChart(const std::string& title, const std::vector<ChartSeries>& s
     for (size_t i = 0; i < n; i += stride) {
       const size_t k = (i + stride >= n) ? n - 1 : i;  // keep the last point
       if (!std::isfinite(s.y[k])) continue;
-      const std::string xy = absl::StrCat(Num(px(s.x[k]), "%.1f"), ",", Num(py(s.y[k]), "%.1f"));
-      absl::StrAppend(&points, points.empty() ? "" : " ", xy);
-      absl::StrAppend(&dots, "<circle cx=\"", Num(px(s.x[k]), "%.1f"), "\" cy=\"",
-                      Num(py(s.y[k]), "%.1f"), "\" r=\"2\" fill=\"", s.color, "\"/>");
+      const double x = px(s.x[k]), y = py(s.y[k]);
+      absl::StrAppend(&points, points.empty() ? "" : " ", Num(x, "%.1f"), ",", Num(y, "%.1f"));
+      dots += Marker(s.marker, x, y, s.color);
     }
     absl::StrAppend(&out, "<polyline class=\"series\" data-series=\"", HtmlEscape(s.name),
-                    "\" fill=\"none\" stroke=\"", s.color, "\" stroke-width=\"1.5\" points=\"",
-                    points, "\"/>", dots, "<text x=\"", legend_x,
-                    "\" y=\"16\" font-size=\"12\" fill=\"", s.color, "\">", HtmlEscape(s.name),
-                    "</text>");
-    legend_x += 120;
+                    "\" fill=\"none\" stroke=\"", s.color, "\" stroke-width=\"1.5\"",
+                    s.dashed ? " stroke-dasharray=\"4 2\"" : "", " points=\"", points, "\"/>",
+                    dots);
   }
   out += "</svg>";
   return out;
@@ -210,10 +320,41 @@ std::string JobSummary(const JobView& view) {
   return out;
 }
 
-// The loss and K/V charts over `steps`, and the last step's figures.
+// One colour per rank (cycled).
+const char* RankColor(int rank) {
+  static const char* const kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd",
+                                        "#8c564b", "#e377c2", "#7f7f7f", "#17becf"};
+  return kColors[static_cast<size_t>(rank) % (sizeof(kColors) / sizeof(kColors[0]))];
+}
+
+// One series per rank of a per-rank value of the steps (`value` of a step and a rank, absent
+// when the rank did not report it), scaled by `scale`.
+template <typename Map>
+std::vector<ChartSeries> PerRank(const std::vector<CompletedStep>& steps,
+                                 Map CompletedStep::*per_rank, double scale) {
+  std::map<int, ChartSeries> by_rank;
+  for (const CompletedStep& s : steps) {
+    for (const auto& [rank, v] : s.*per_rank) {
+      ChartSeries& series = by_rank[rank];
+      if (series.name.empty()) {
+        series.name = absl::StrCat("rank ", rank);
+        series.color = RankColor(rank);
+      }
+      series.x.push_back(static_cast<double>(s.report.step));
+      series.y.push_back(static_cast<double>(v) * scale);
+    }
+  }
+  std::vector<ChartSeries> out;
+  for (auto& [rank, series] : by_rank) out.push_back(std::move(series));
+  return out;
+}
+
+// The charts over `steps` (loss and eval loss, K/V all-reduces, collective share and peak
+// memory per rank), and the last step's figures.
 std::string StepCharts(const std::vector<CompletedStep>& steps) {
-  ChartSeries loss{"loss", "#1f77b4", {}, {}}, eval{"eval loss", "#d62728", {}, {}};
-  ChartSeries kv{"K/V all-reduces", "#2ca02c", {}, {}};
+  ChartSeries loss{"loss", "#1f77b4", {}, {}};
+  ChartSeries eval{"eval loss", "#d62728", {}, {}, ChartMarker::kDiamond, /*dashed=*/true};
+  ChartSeries kv{"K/V all-reduces", "#2ca02c", {}, {}, ChartMarker::kSquare};
   for (const CompletedStep& s : steps) {
     const double x = static_cast<double>(s.report.step);
     loss.x.push_back(x);
@@ -229,8 +370,12 @@ std::string StepCharts(const std::vector<CompletedStep>& steps) {
   // The coordinator keeps the newest completed steps of a job in memory (for watchers): the
   // charts show those.
   const std::string span = absl::StrCat(" (newest ", steps.size(), " steps)");
-  out += SvgChart("loss per step" + span, {loss, eval});
-  out += SvgChart("K/V all-reduces per step, rank 0" + span, {kv});
+  out += SvgChart("loss per step" + span, {loss, eval}, "loss");
+  out += SvgChart("K/V all-reduces per step, rank 0" + span, {kv}, "all-reduces");
+  out += SvgChart("collective share of step time per rank" + span,
+                  PerRank(steps, &CompletedStep::rank_collective_share, 100.0), "% of step");
+  out += SvgChart("peak memory per rank" + span,
+                  PerRank(steps, &CompletedStep::rank_peak_memory_bytes, 1.0 / (1 << 20)), "MiB");
   out += "</div>";
   if (!steps.empty()) {
     const CompletedStep& last = steps.back();

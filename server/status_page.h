@@ -1,8 +1,9 @@
 // The coordinator's live status page, served on its HTTP port next to /metrics
 // (docs/observability.md "Status page"):
 //   GET /          every job: state, step/steps, loss, tokens/s, restarts
-//   GET /jobs/ID   one job: loss and eval-loss curve and K/V all-reduces per step as SVG charts
-//                  drawn here (no script, no CDN), the latch audit, stalled ranks, the workers
+//   GET /jobs/ID   one job: SVG charts drawn here (no script, no CDN) of the loss and eval loss,
+//                  the K/V all-reduces, the collective share and the peak memory per step, the
+//                  latch audit, stalled ranks, the workers
 // Both pages refresh themselves (meta refresh). Everything that comes from a user (job ids,
 // names, reasons, messages, hosts) is HTML-escaped.
 // Auth: with a token table the pages need a token of any role (every role may read), as a
@@ -34,15 +35,24 @@ std::string HtmlEscape(absl::string_view text);
 // "Basic base64(user:T)" with any user name).
 bool StatusPageAuthorized(const TokenTable& tokens, absl::string_view authorization);
 
-// One chart series: y per x (x = step), drawn as a polyline with a dot per point.
+// How a series marks its points (the legend shows the same marker).
+enum class ChartMarker { kCircle, kSquare, kDiamond };
+
+// One chart series: y per x (x = step), drawn as a polyline with a marker per point.
 struct ChartSeries {
   std::string name;
   std::string color;  // CSS color
   std::vector<double> x;
   std::vector<double> y;
+  ChartMarker marker = ChartMarker::kCircle;
+  bool dashed = false;  // a dashed line (a second kind of series on the same chart)
 };
-// A self-contained <svg> line chart (axes labelled with the ranges); "no data yet" when empty.
-std::string SvgChart(const std::string& title, const std::vector<ChartSeries>& series);
+// A self-contained <svg> line chart: the title, under it a legend (one entry per series, wrapped
+// to the width), the plot with ticks at "nice" values labelled on both axes (step on x, value on
+// y, `y_label` along the y axis), a light grid; "no data yet" when no series has a point.
+// Text boxes never overlap: the title, the legend lines and the plot each have their own band.
+std::string SvgChart(const std::string& title, const std::vector<ChartSeries>& series,
+                     const std::string& y_label = "");
 
 class StatusPage {
  public:

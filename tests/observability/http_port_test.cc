@@ -11,11 +11,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/synchronization/notification.h"
@@ -476,7 +479,7 @@ TEST(StatusPagePieces, ChartDrawsEveryPointAndThinsLongHistories) {
   const std::regex circle("<circle ");
   EXPECT_EQ(
       std::distance(std::sregex_iterator(svg.begin(), svg.end(), circle), std::sregex_iterator()),
-      4);
+      4 + 1);  // a marker per point and the legend's
   ChartSeries big{"k", "#000", {}, {}};
   for (int i = 0; i < 5000; ++i) {
     big.x.push_back(i);
@@ -486,8 +489,54 @@ TEST(StatusPagePieces, ChartDrawsEveryPointAndThinsLongHistories) {
   const auto dots =
       std::distance(std::sregex_iterator(thin.begin(), thin.end(), circle), std::sregex_iterator());
   EXPECT_GT(dots, 300);
-  EXPECT_LE(dots, 401);
+  EXPECT_LE(dots, 401 + 1);
   EXPECT_TRUE(Has(SvgChart("empty", {}), "no data yet"));
+}
+
+// The labels of one tick group ("tick-x" or "tick-y") of a chart, in order.
+std::vector<std::string> TickLabels(const std::string& svg, const std::string& group) {
+  const size_t from = svg.find("<g class=\"" + group + "\"");
+  if (from == std::string::npos) return {};
+  const std::string g = svg.substr(from, svg.find("</g>", from) - from);
+  std::vector<std::string> out;
+  const std::regex text(">([^<]+)</text>");
+  for (std::sregex_iterator it(g.begin(), g.end(), text), end; it != end; ++it) {
+    out.push_back((*it)[1]);
+  }
+  return out;
+}
+
+TEST(StatusPagePieces, ChartTicksAreNiceValuesCoveringTheData) {
+  ChartSeries loss{"loss", "#1f77b4", {0, 3, 7, 10}, {4.0, 3.0, 2.5, 2.0}};
+  ChartSeries eval{"eval loss", "#d62728", {3, 7}, {3.2, 2.7}, ChartMarker::kDiamond, true};
+  const std::string svg = SvgChart("loss per step", {loss, eval}, "loss");
+  EXPECT_EQ(TickLabels(svg, "tick-x"), (std::vector<std::string>{"0", "2", "4", "6", "8", "10"}));
+  EXPECT_EQ(TickLabels(svg, "tick-y"),
+            (std::vector<std::string>{"2.0", "2.5", "3.0", "3.5", "4.0"}));
+  // Steps are whole: a short job's axis does not tick at fractions.
+  ChartSeries two{"kv", "#000", {5, 6}, {1, 1}};
+  EXPECT_EQ(TickLabels(SvgChart("kv", {two}), "tick-x"), (std::vector<std::string>{"5", "6"}));
+  // A constant series gets a range around it.
+  EXPECT_EQ(TickLabels(SvgChart("kv", {two}), "tick-y"),
+            (std::vector<std::string>{"0.4", "0.6", "0.8", "1.0", "1.2", "1.4", "1.6"}));
+  // The eval loss: its own marker (diamonds), dashed, in the legend under the title.
+  EXPECT_TRUE(Has(svg,
+                  "data-series=\"eval loss\" fill=\"none\" stroke=\"#d62728\" "
+                  "stroke-width=\"1.5\" stroke-dasharray=\"4 2\""))
+      << svg;
+  const std::regex diamond("<path class=\"marker\"");
+  EXPECT_EQ(
+      std::distance(std::sregex_iterator(svg.begin(), svg.end(), diamond), std::sregex_iterator()),
+      2 + 1);  // its two points and its legend entry
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(svg, m, std::regex("class=\"chart-title\" x=\"[0-9.]+\" y=\"([0-9.]+)\"")));
+  const double title_y = std::stod(m[1]);
+  ASSERT_TRUE(
+      std::regex_search(svg, m, std::regex("class=\"legend\" x=\"[0-9.]+\" y=\"([0-9.]+)\"")));
+  EXPECT_GE(std::stod(m[1]) - title_y, 15.0) << svg;  // a line of its own
+  EXPECT_TRUE(Has(svg, ">step</text>")) << svg;
+  EXPECT_TRUE(Has(svg, "transform=\"rotate(-90 14 ")) << svg;  // the y label along the axis
 }
 
 }  // namespace

@@ -4,13 +4,18 @@
 //    $instance to ".*", $__rate_interval to 1m) returns a non-empty result;
 //  - every recording rule returns a non-empty result, every rule evaluates without error, and
 //    no alert is pending or firing on the healthy job (K/V all-reduces exactly as planned);
-//  - the coordinator's status page, rendered by headless Chromium, shows the job and its charts.
+//  - the coordinator's status page, rendered by headless Chromium, shows the job and its charts;
+//    laid out by Chromium, no two of its text boxes overlap and every chart has labelled ticks
+//    (the screenshot is kept under the build's test output folder).
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -22,6 +27,10 @@
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tools.h"
+
+#ifndef LATCHKEY_TEST_OUTPUT_DIR
+#define LATCHKEY_TEST_OUTPUT_DIR "."
+#endif
 
 namespace latchkey::testing {
 namespace {
@@ -329,6 +338,198 @@ TEST_F(LiveJobTest, StatusPageInHeadlessChromium) {
   EXPECT_EQ(be32(16), 1280u);  // IHDR width
   EXPECT_EQ(be32(20), 1600u);  // IHDR height
   EXPECT_GT(bytes.size(), 20000u) << "a near-empty screenshot";
+  std::printf("status page screenshot: %s (%zu bytes)\n", png.c_str(), bytes.size());
+}
+
+// Run in the page once it has loaded: every text's box as Chromium laid it out (HTML text runs
+// through a Range, SVG <text> as an element), and per chart its title, tick labels, series and
+// markers; the result as JSON in a <pre id="latchkey-layout">.
+const char kLayoutScript[] = R"js(
+window.addEventListener('load', function () {
+  var out = {texts: [], charts: []};
+  function box(r) { return {x: r.left, y: r.top, w: r.width, h: r.height}; }
+  var seen = new Set();
+  var walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (var n = walker.nextNode(); n; n = walker.nextNode()) {
+    var text = n.textContent.trim();
+    if (!text) continue;
+    var parent = n.parentElement;
+    if (parent instanceof SVGElement) {
+      if (seen.has(parent)) continue;
+      seen.add(parent);
+      var b = box(parent.getBoundingClientRect());
+      b.t = parent.textContent.trim();
+      out.texts.push(b);
+      continue;
+    }
+    var range = document.createRange();
+    range.selectNodeContents(n);
+    var rects = range.getClientRects();
+    for (var i = 0; i < rects.length; i++) {
+      if (rects[i].width <= 0 || rects[i].height <= 0) continue;
+      var r = box(rects[i]);
+      r.t = text.slice(0, 60);
+      out.texts.push(r);
+    }
+  }
+  document.querySelectorAll('svg.chart').forEach(function (svg) {
+    var labels = function (sel) {
+      return Array.from(svg.querySelectorAll(sel)).map(function (e) { return e.textContent; });
+    };
+    out.charts.push({
+      title: (svg.querySelector('.chart-title') || {textContent: ''}).textContent,
+      x_ticks: labels('.tick-x text'),
+      y_ticks: labels('.tick-y text'),
+      legend: labels('.legend'),
+      series: Array.from(svg.querySelectorAll('polyline.series')).map(function (p) {
+        var marker = p.nextElementSibling;
+        return {name: p.getAttribute('data-series'), color: p.getAttribute('stroke'),
+                points: p.points.numberOfItems, marker: marker ? marker.tagName : ''};
+      })
+    });
+  });
+  var pre = document.createElement('pre');
+  pre.id = 'latchkey-layout';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+)js";
+
+// The entities --dump-dom writes in text.
+std::string Unescape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    bool replaced = false;
+    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+             {"&lt;", "<"}, {"&gt;", ">"}, {"&nbsp;", "\u00a0"}, {"&amp;", "&"}}) {
+      if (s.compare(i, from.size(), from) == 0) {
+        out += to;
+        i += from.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += s[i];
+  }
+  return out;
+}
+
+// The job page as the coordinator serves it, laid out by Chromium: no two text boxes overlap
+// (the title, the legend, the tick labels and axis labels of every chart, and the page's text),
+// every chart has at least two tick labels on each axis, numbers increasing, the eval loss is a
+// series of its own colour and marker, and the collective share and peak memory charts have a
+// series per rank. The screenshot stays under the build's test output folder.
+TEST_F(LiveJobTest, StatusPageChartsHaveTicksAndNoOverlappingText) {
+  LATCHKEY_REQUIRE_TOOL("chromium", "Debian package chromium");
+  const std::string base = "http://127.0.0.1:" + std::to_string(live->coordinator_port);
+  httplib::Client c("127.0.0.1", live->coordinator_port);
+  c.set_read_timeout(10);
+  auto res = c.Get(("/jobs/" + live->job_id).c_str());
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::string html = res->body;
+  const size_t end = html.rfind("</body>");
+  ASSERT_NE(end, std::string::npos) << html;
+  html.insert(end, std::string("<script>") + kLayoutScript + "</script>");
+  const std::string file = live->dir + "/job-page.html";
+  std::ofstream(file) << html;
+  const Captured dom =
+      RunAndCapture({"chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                     "--user-data-dir=" + live->dir + "/chromium-layout", "--window-size=1280,1600",
+                     "--run-all-compositor-stages-before-draw", "--virtual-time-budget=2000",
+                     "--dump-dom", "file://" + file},
+                    seconds(60));
+  ASSERT_EQ(dom.exit_code, 0) << dom.output;
+  // Found without std::regex, which recurses per character (a long match overflows the stack).
+  const std::string open = "<pre id=\"latchkey-layout\">";
+  const size_t from = dom.output.find(open);
+  ASSERT_NE(from, std::string::npos) << dom.output;
+  const size_t to = dom.output.find("</pre>", from);
+  ASSERT_NE(to, std::string::npos) << dom.output;
+  const std::string json = dom.output.substr(from + open.size(), to - from - open.size());
+  const auto layout = nlohmann::json::parse(Unescape(json), nullptr, false);
+  ASSERT_FALSE(layout.is_discarded()) << json;
+  ASSERT_TRUE(layout.contains("texts") && layout.contains("charts")) << json;
+
+  const auto& texts = layout["texts"];
+  ASSERT_GE(texts.size(), 40u) << layout.dump();
+  int overlaps = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    for (size_t j = i + 1; j < texts.size(); ++j) {
+      const auto& a = texts[i];
+      const auto& b = texts[j];
+      const double dx = std::min(a["x"].get<double>() + a["w"].get<double>(),
+                                 b["x"].get<double>() + b["w"].get<double>()) -
+                        std::max(a["x"].get<double>(), b["x"].get<double>());
+      const double dy = std::min(a["y"].get<double>() + a["h"].get<double>(),
+                                 b["y"].get<double>() + b["h"].get<double>()) -
+                        std::max(a["y"].get<double>(), b["y"].get<double>());
+      if (dx > 0.5 && dy > 0.5) {
+        ++overlaps;
+        ADD_FAILURE() << "text boxes overlap: " << a.dump() << " and " << b.dump();
+      }
+    }
+  }
+  EXPECT_EQ(overlaps, 0);
+
+  const auto& charts = layout["charts"];
+  ASSERT_EQ(charts.size(), 4u) << charts.dump();
+  std::map<std::string, nlohmann::json> by_title;
+  for (const auto& chart : charts) {
+    const std::string title = chart.value("title", "");
+    for (const char* axis : {"x_ticks", "y_ticks"}) {
+      const auto& ticks = chart[axis];
+      ASSERT_GE(ticks.size(), 2u) << title << " " << axis << ": " << chart.dump();
+      double previous = -INFINITY;
+      for (const auto& t : ticks) {
+        const double v = std::stod(t.get<std::string>());
+        EXPECT_GT(v, previous) << title << " " << axis << ": " << ticks.dump();
+        previous = v;
+      }
+    }
+    by_title[title.substr(0, title.find(" (newest"))] = chart;
+  }
+  const auto series = [&](const std::string& chart, const std::string& name) {
+    for (const auto& s : by_title[chart]["series"]) {
+      if (s.value("name", "") == name) return s;
+    }
+    return nlohmann::json();
+  };
+  const auto loss = series("loss per step", "loss");
+  const auto eval = series("loss per step", "eval loss");
+  ASSERT_FALSE(loss.is_null() || eval.is_null()) << by_title["loss per step"].dump();
+  EXPECT_GE(loss.value("points", 0), 8);
+  EXPECT_GE(eval.value("points", 0), 2);  // evaluated every 4 steps
+  EXPECT_NE(loss.value("color", ""), eval.value("color", ""));
+  EXPECT_NE(loss.value("marker", ""), eval.value("marker", ""));
+  EXPECT_EQ(by_title["loss per step"]["legend"], nlohmann::json::array({"loss", "eval loss"}));
+  EXPECT_GE(series("K/V all-reduces per step, rank 0", "K/V all-reduces").value("points", 0), 8);
+  for (const std::string chart :
+       {"collective share of step time per rank", "peak memory per rank"}) {
+    for (const std::string rank : {"rank 0", "rank 1"}) {
+      EXPECT_GE(series(chart, rank).value("points", 0), 8) << chart << ": " << rank;
+    }
+    // Measured values: the lowest tick at or above 0, the highest above it (a chart of zeros
+    // would centre its range on 0).
+    const auto& y = by_title[chart]["y_ticks"];
+    ASSERT_GE(y.size(), 2u) << chart;
+    EXPECT_GE(std::stod(y.front().get<std::string>()), 0.0) << chart << ": " << y.dump();
+  }
+
+  // The screenshot of the page as served, kept for people to look at.
+  fs::create_directories(LATCHKEY_TEST_OUTPUT_DIR);
+  const std::string png = std::string(LATCHKEY_TEST_OUTPUT_DIR) + "/status-page-charts.png";
+  fs::remove(png);
+  const Captured shot =
+      RunAndCapture({"chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                     "--user-data-dir=" + live->dir + "/chromium-shot", "--window-size=1280,1600",
+                     "--screenshot=" + png, base + "/jobs/" + live->job_id},
+                    seconds(60));
+  ASSERT_EQ(shot.exit_code, 0) << shot.output;
+  const std::string bytes = ReadText(png);
+  ASSERT_GT(bytes.size(), 20000u) << shot.output;
+  EXPECT_EQ(bytes.substr(1, 3), "PNG");
   std::printf("status page screenshot: %s (%zu bytes)\n", png.c_str(), bytes.size());
 }
 
