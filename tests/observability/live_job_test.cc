@@ -1,7 +1,8 @@
 // One real job under `latchkey up` (coordinator + 2 workers, TP 2, checkpoints and evaluation
 // on), scraped every second by a real Prometheus that loads deploy/prometheus/rules:
 //  - every PromQL expression of every Grafana dashboard panel (variables widened: $job and
-//    $instance to ".*", $__rate_interval to 1m) returns a non-empty result;
+//    $instance to ".*", $__rate_interval to 1m) returns a non-empty result; the panels of the
+//    status page's charts (loss, eval loss, lr, collective share, peak memory) one value per rank;
 //  - every recording rule returns a non-empty result, every rule evaluates without error, and
 //    no alert is pending or firing on the healthy job (K/V all-reduces exactly as planned);
 //  - the coordinator's status page, rendered by headless Chromium, shows the job and its charts;
@@ -232,6 +233,41 @@ TEST_F(LiveJobTest, EveryDashboardQueryReturnsData) {
     ASSERT_FALSE(data.is_null()) << where << ": " << Widen(expr) << "\n" << why;
     EXPECT_FALSE(data["result"].empty()) << where << ": " << Widen(expr);
   }
+}
+
+// The panels that match the status page's charts (loss, eval loss, lr, collective share, peak
+// memory): one series per worker rank, each a measured value (positive; a share below 1).
+TEST_F(LiveJobTest, StatusPagePanelsReturnEachRanksValues) {
+  const auto d = nlohmann::json::parse(
+      ReadText(SourceDir() + "/deploy/grafana/dashboards/latchkey-jobs.json"), nullptr, false);
+  ASSERT_FALSE(d.is_discarded());
+  std::vector<std::pair<std::string, std::string>> queries;
+  CollectTargets(d["panels"], "jobs", &queries);
+  const std::map<std::string, double> upper = {
+      {"jobs / Loss and eval loss", 1e3},
+      {"jobs / Learning rate", 1.0},
+      {"jobs / Collective share of step time (each rank)", 1.0},
+      {"jobs / Peak memory (each rank, last step)", 1e12}};
+  std::map<std::string, int> checked;
+  for (const auto& [where, expr] : queries) {
+    const auto bound = upper.find(where);
+    if (bound == upper.end()) continue;
+    ++checked[where];
+    std::string why;
+    const nlohmann::json data = Query(Widen(expr), &why);
+    ASSERT_FALSE(data.is_null()) << where << ": " << why;
+    ASSERT_EQ(data["result"].size(), 2u) << where << ": " << expr << "\n" << data.dump();
+    for (const auto& r : data["result"]) {
+      const double v = std::stod(r["value"][1].get<std::string>());
+      EXPECT_GT(v, 0.0) << where << ": " << r.dump();
+      EXPECT_LT(v, bound->second) << where << ": " << r.dump();
+    }
+  }
+  EXPECT_EQ(checked,
+            (std::map<std::string, int>{{"jobs / Loss and eval loss", 2},
+                                        {"jobs / Learning rate", 1},
+                                        {"jobs / Collective share of step time (each rank)", 1},
+                                        {"jobs / Peak memory (each rank, last step)", 1}}));
 }
 
 TEST_F(LiveJobTest, EveryRecordingRuleReturnsDataAndNoAlertIsActive) {
