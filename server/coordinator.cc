@@ -108,9 +108,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr
   {
     absl::MutexLock lock(&c->mu_);
     LK_RETURN_IF_ERROR(c->Load());
+    for (auto& [id, job] : c->jobs_) c->CountLive(*job);
   }
   Coordinator* raw = c.get();
   c->notifier_ = std::thread([raw] { raw->NotifierLoop(); });
+  c->committer_ = std::thread([raw] { raw->CommitterLoop(); });
   return c;
 }
 
@@ -132,8 +134,11 @@ void Coordinator::Shutdown() {
     }
     notifier_stop_ = true;
     notify_cv_.Signal();
+    committer_stop_ = true;
+    commit_cv_.Signal();
   }
   if (notifier_.joinable()) notifier_.join();
+  if (committer_.joinable()) committer_.join();  // it commits what is staged first
 }
 
 void Coordinator::NotifierLoop() {
@@ -164,7 +169,17 @@ absl::StatusOr<Coordinator::Job*> Coordinator::FindJob(const std::string& job_id
   return it->second.get();
 }
 
+void Coordinator::CountLive(Job& job) {
+  // An ended job's ranks count until their streams closed: they still hold calls (a last
+  // heartbeat, the stream that carries JobEnded) that the per-peer cap must not refuse.
+  const bool live = !IsTerminal(job.rec.state) || !job.listeners.empty();
+  if (live == job.counted_live) return;
+  job.counted_live = live;
+  live_ranks_.fetch_add(live ? job.spec.world_size : -job.spec.world_size);
+}
+
 void Coordinator::Touch(Job& job) {
+  CountLive(job);
   job.version++;
   job.cv.SignalAll();
   if (!job.listeners.empty() && !job.dirty) {
@@ -368,6 +383,7 @@ absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const JobSubmission& args,
   out.join_token = join_token;
   out.job = View(*job, false);
   std::string id = job->rec.job_id;
+  CountLive(*job);
   jobs_.emplace(std::move(id), std::move(job));
   return out;
 }
@@ -384,14 +400,7 @@ absl::StatusOr<JobSnapshot> Coordinator::Snapshot(const std::string& job_id) {
   return JobSnapshot{View(*job, /*with_workers=*/true), job->steps.After(-1)};
 }
 
-int Coordinator::LiveRanks() const {
-  absl::MutexLock lock(&mu_);
-  int ranks = 0;
-  for (const auto& [id, job] : jobs_) {
-    if (!IsTerminal(job->rec.state)) ranks += job->spec.world_size;
-  }
-  return ranks;
-}
+int Coordinator::LiveRanks() const { return live_ranks_.load(std::memory_order_relaxed); }
 
 absl::StatusOr<std::vector<JobView>> Coordinator::ListJobs(const std::vector<JobState>& states,
                                                            int limit) {

@@ -45,6 +45,7 @@
 #ifndef LATCHKEY_SERVER_COORDINATOR_H_
 #define LATCHKEY_SERVER_COORDINATOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -234,7 +235,9 @@ class Coordinator {
   absl::StatusOr<JobView> GetJob(const std::string& job_id, bool with_workers);
   // Non-blocking: the job with its workers and its completed steps in memory.
   absl::StatusOr<JobSnapshot> Snapshot(const std::string& job_id);
-  // The world sizes of every job not yet ended, summed (the per-peer call cap follows it).
+  // The world sizes of every job not yet ended (or ended with latch streams still open),
+  // summed: the per-peer call cap follows it, so every call asks; a counter kept with each
+  // job's state and streams, read without the lock.
   int LiveRanks() const;
   absl::StatusOr<std::vector<JobView>> ListJobs(const std::vector<JobState>& states, int limit);
   absl::StatusOr<JobView> CancelJob(const std::string& job_id, const std::string& reason);
@@ -284,7 +287,16 @@ class Coordinator {
   // as duplicate (the first report is kept) and still moves the rank's progress in this
   // attempt; a re-run whose loss differs bitwise from the first report is a determinism
   // violation (event and JobRecord::determinism_violations, once per step and attempt).
+  // Returns once the report is durable: reports are group-committed (the store's
+  // StageStepReport), one commit for every report that arrived within kGroupCommitWindow (or
+  // sooner, when another write commits the group); the job's progress moves at once.
   absl::StatusOr<WorkerStatus> ReportStep(const WorkerCall& call, StepReportRecord report);
+  // The same without blocking: `done` runs once the report is durable (or with the error), on
+  // the caller's thread for an answer known at once, else on the group committer's thread,
+  // with no coordinator lock held.
+  void ReportStep(const WorkerCall& call, StepReportRecord report,
+                  std::function<void(absl::StatusOr<WorkerStatus>)> done);
+  static constexpr absl::Duration kGroupCommitWindow = absl::Milliseconds(2);
   // `position`: where the rank is (the hang detector's input); none from an older client.
   absl::StatusOr<WorkerStatus> Heartbeat(const WorkerCall& call,
                                          const std::optional<RankPosition>& position = {});
@@ -365,7 +377,15 @@ class Coordinator {
   bool CheckRejoin(Job& job, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops stall verdicts once the attempt they caused completed a step.
   absl::Status ClearStalled(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Progress reports (coordinator_reports.cc): a re-run's report against the stored first one.
+  // Progress reports (coordinator_reports.cc): ReportStep up to the durable acknowledgement;
+  // `ticket`: the group commit that makes it durable.
+  absl::StatusOr<WorkerStatus> StageReport(const WorkerCall& call, StepReportRecord record,
+                                           uint64_t* ticket) ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs `done` once group commit `ticket` is durable (at once when it is).
+  void WhenDurable(uint64_t ticket, std::function<void(absl::Status)> done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void CommitterLoop();
+  // A re-run's report against the stored first one.
   absl::Status CheckDeterminism(Job& job, const StepReportRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An event of the job's current attempt, stamped now.
@@ -387,6 +407,8 @@ class Coordinator {
   absl::StatusOr<bool> LatchesNow(Job& job, int64_t window, int max, LatchBatch* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // version++, wake waiters
+  // live_ranks_ after the job's state may have changed (Touch calls it).
+  void CountLive(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(const std::string& line) const {
     if (options_.log) options_.log(line);
   }
@@ -405,6 +427,7 @@ class Coordinator {
   std::unique_ptr<JobStateMachine> machine_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   int64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int> live_ranks_{0};  // LiveRanks(); written under mu_
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
 
   // Jobs whose listeners are to be told of a change; the notifier thread drains it.
@@ -413,6 +436,15 @@ class Coordinator {
   bool notifier_stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t last_listener_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread notifier_;
+
+  // Group commit of step reports: staged_ counts the reports staged, durable_ those committed.
+  uint64_t staged_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t durable_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::pair<uint64_t, std::function<void(absl::Status)>>> durable_waiters_
+      ABSL_GUARDED_BY(mu_);
+  absl::CondVar commit_cv_;  // a waiter arrived, or the committer stops
+  bool committer_stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread committer_;
 
   absl::Mutex liveness_mu_;
   absl::CondVar liveness_cv_;

@@ -73,7 +73,12 @@ struct Coordinator::Job {
   uint64_t version = 1;  // bumps on every change waiters may care about
   absl::CondVar cv;      // signalled with version
   std::map<uint64_t, std::shared_ptr<JobListener>> listeners;
-  bool dirty = false;  // queued for the notifier
+  bool dirty = false;         // queued for the notifier
+  bool counted_live = false;  // its world size is in Coordinator::live_ranks_
+  // The join token a worker call last presented that matched rec.join_token's hash: a call
+  // presenting the same bytes is checked by comparison, without hashing under the lock. Never
+  // persisted.
+  std::string verified_token;
 
   int world_size() const { return ranks.world_size(); }
 };

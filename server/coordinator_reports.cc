@@ -4,6 +4,8 @@
 // points of later attempts.
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +25,74 @@ bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) =
 
 absl::StatusOr<WorkerStatus> Coordinator::ReportStep(const WorkerCall& call,
                                                      StepReportRecord record) {
+  absl::Mutex mu;
+  std::optional<absl::StatusOr<WorkerStatus>> result;
+  ReportStep(call, std::move(record), [&](absl::StatusOr<WorkerStatus> r) {
+    absl::MutexLock lock(&mu);
+    result = std::move(r);
+  });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(
+      +[](std::optional<absl::StatusOr<WorkerStatus>>* r) { return r->has_value(); }, &result));
+  return *std::move(result);
+}
+
+void Coordinator::ReportStep(const WorkerCall& call, StepReportRecord record,
+                             std::function<void(absl::StatusOr<WorkerStatus>)> done) {
+  uint64_t ticket = 0;
+  absl::StatusOr<WorkerStatus> out = StageReport(call, std::move(record), &ticket);
+  if (!out.ok()) return done(out.status());
+  WhenDurable(ticket, [out = *std::move(out), done = std::move(done)](absl::Status s) {
+    if (!s.ok()) return done(s);
+    done(out);
+  });
+}
+
+void Coordinator::WhenDurable(uint64_t ticket, std::function<void(absl::Status)> done) {
+  absl::Status now = absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    if (ticket > durable_ && committer_stop_) {
+      now = Unavailable();
+    } else if (ticket > durable_) {
+      durable_waiters_.emplace_back(ticket, std::move(done));
+      if (durable_waiters_.size() == 1) commit_cv_.Signal();
+      return;
+    }
+  }
+  done(now);
+}
+
+void Coordinator::CommitterLoop() {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    while (durable_waiters_.empty() && !committer_stop_) commit_cv_.Wait(&mu_);
+    if (!committer_stop_) {
+      // The reports that arrive meanwhile share the commit.
+      mu_.Unlock();
+      absl::SleepFor(kGroupCommitWindow);
+      mu_.Lock();
+    }
+    const uint64_t staged = staged_;
+    absl::Status s = store_->CommitGroup();
+    if (s.ok()) {
+      durable_ = staged;
+    } else {
+      Log(absl::StrCat("group commit of step reports failed: ", s.message()));
+    }
+    std::vector<std::pair<uint64_t, std::function<void(absl::Status)>>> ready;
+    ready.swap(durable_waiters_);
+    const bool stop = committer_stop_ && durable_waiters_.empty();
+    mu_.Unlock();
+    // A failed commit fails every waiter: their reports were rolled back; they send again.
+    for (auto& [ticket, fn] : ready) fn(s);
+    mu_.Lock();
+    if (stop && durable_waiters_.empty()) return;
+  }
+}
+
+absl::StatusOr<WorkerStatus> Coordinator::StageReport(const WorkerCall& call,
+                                                      StepReportRecord record, uint64_t* ticket) {
   absl::MutexLock lock(&mu_);
   LK_ASSIGN_OR_RETURN(Job * found, FindForWorker(call, /*check_rank=*/true));
   Job& j = *found;
@@ -59,7 +129,10 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportStep(const WorkerCall& call,
   record.job_id = j.rec.job_id;
   record.rank = call.rank;
   record.report_time = clock_->Now();
-  LK_ASSIGN_OR_RETURN(bool inserted, store_->InsertStepReport(record));
+  LK_ASSIGN_OR_RETURN(bool inserted, store_->StageStepReport(record));
+  // Durable with the group's commit; nothing staged: everything is durable already (a repeat
+  // included: what it repeats was committed).
+  *ticket = store_->HasStaged() ? ++staged_ : 0;
   if (inserted) {
     j.steps.Add(record);
   } else {
@@ -73,7 +146,7 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportStep(const WorkerCall& call,
         j.arrivals.Note(report.step, call.rank, report.boundary_wait_seconds, j.world_size());
     if (arrival && observer_) observer_->BoundaryArrivalLag(arrival->lag_seconds);
   }
-  rank.steps_reported = std::max(rank.steps_reported, report.step + 1);
+  j.ranks.SetStepsReported(call.rank, std::max(rank.steps_reported, report.step + 1));
   LK_RETURN_IF_ERROR(Advance(j));
   if (rank.steps_reported >= j.spec.steps) {
     LK_RETURN_IF_ERROR(SetWorkerState(j, call.rank, WorkerState::kDone));

@@ -16,8 +16,13 @@ namespace latchkey {
 absl::StatusOr<Coordinator::Job*> Coordinator::FindForWorker(const WorkerCall& call,
                                                              bool check_rank, bool fence) {
   LK_ASSIGN_OR_RETURN(Job * j, FindJob(call.job_id));
-  if (!ConstantTimeEquals(Sha256Hex(call.join_token), j->rec.join_token)) {
-    return absl::UnauthenticatedError(absl::StrCat(call.job_id, ": join token does not match"));
+  const bool known =
+      !j->verified_token.empty() && ConstantTimeEquals(call.join_token, j->verified_token);
+  if (!known) {
+    if (!ConstantTimeEquals(Sha256Hex(call.join_token), j->rec.join_token)) {
+      return absl::UnauthenticatedError(absl::StrCat(call.job_id, ": join token does not match"));
+    }
+    j->verified_token = call.join_token;
   }
   if (call.worker_id.empty()) return absl::InvalidArgumentError("identity.worker_id: required");
   if (call.attempt < 0) return absl::InvalidArgumentError("identity.attempt: must be >= 0");
@@ -230,6 +235,7 @@ void Coordinator::Unsubscribe(const Subscription& sub) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(sub.job_id);  // not FindJob: this also runs during shutdown
   if (it == jobs_.end() || it->second->listeners.erase(sub.id) == 0) return;
+  CountLive(*it->second);
   // A stream of an earlier attempt: its rank was freed with the attempt.
   if (sub.attempt != it->second->attempts.attempt()) return;
   RankTable::Rank& r = it->second->ranks.at(sub.rank);

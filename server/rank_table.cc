@@ -8,10 +8,18 @@
 namespace latchkey {
 
 std::optional<int> RankTable::RankOf(const std::string& worker_id) const {
-  for (int i = 0; i < world_size(); ++i) {
-    if (at(i).worker_id == worker_id) return i;
-  }
-  return std::nullopt;
+  auto it = by_worker_.find(worker_id);
+  if (it == by_worker_.end()) return std::nullopt;
+  return it->second;
+}
+
+void RankTable::SetStepsReported(int rank, int64_t steps) {
+  Rank& r = at(rank);
+  if (r.steps_reported == steps) return;
+  auto it = progress_.find(r.steps_reported);
+  if (--it->second == 0) progress_.erase(it);
+  progress_[steps]++;
+  r.steps_reported = steps;
 }
 
 absl::Status RankTable::CheckHolder(const std::string& job_id, int rank,
@@ -54,6 +62,10 @@ absl::StatusOr<int> RankTable::Claim(const std::string& job_id,
 void RankTable::Place(const WorkerRecord& worker, absl::Time now) {
   Rank& r = at(worker.rank);
   if (r.worker_id.empty()) joined_++;
+  if (!r.worker_id.empty()) by_worker_.erase(r.worker_id);
+  // A worker holds one rank: one that held another before gives it up in the map only (the
+  // coordinator frees ranks through Reset).
+  by_worker_[worker.worker_id] = worker.rank;
   r.worker_id = worker.worker_id;
   r.host = worker.host;
   r.state = worker.state;
@@ -70,13 +82,14 @@ void RankTable::Reset(int64_t steps_reported) {
     r.steps_reported = steps_reported;
   }
   joined_ = 0;
+  by_worker_.clear();
+  progress_.clear();
+  progress_[steps_reported] = world_size();
 }
 
 int64_t RankTable::StepsCompleted() const {
   if (!all_joined()) return 0;
-  int64_t completed = std::numeric_limits<int64_t>::max();
-  for (const Rank& r : ranks_) completed = std::min(completed, r.steps_reported);
-  return completed;
+  return progress_.begin()->first;
 }
 
 std::vector<int> RankTable::Late(absl::Time now, absl::Duration timeout) {

@@ -10,8 +10,10 @@
 #define LATCHKEY_SERVER_RANK_TABLE_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,9 +33,11 @@ class RankTable {
     WorkerState state = WorkerState::kJoined;
     absl::Time join_time = absl::UnixEpoch();
     absl::Time last_seen = absl::UnixEpoch();  // not persisted: a restart grants a fresh deadline
-    int64_t steps_reported = 0;                // highest reported step + 1
-    int open_streams = 0;                      // latch streams subscribed now
-    int64_t attempt = 1;                       // the job attempt the holder joined
+    // Highest reported step + 1. Read it here; change it through SetStepsReported (the table
+    // keeps the minimum over its ranks).
+    int64_t steps_reported = 0;
+    int open_streams = 0;  // latch streams subscribed now
+    int64_t attempt = 1;   // the job attempt the holder joined
     // Where the rank is, as its latest heartbeat said (none: it never sent a position), and
     // when that heartbeat arrived (not persisted).
     std::optional<RankPosition> position;
@@ -41,7 +45,9 @@ class RankTable {
   };
 
   // REQUIRES: grid.valid().
-  explicit RankTable(RankGrid grid) : grid_(grid), ranks_(static_cast<size_t>(grid.world_size)) {}
+  explicit RankTable(RankGrid grid) : grid_(grid), ranks_(static_cast<size_t>(grid.world_size)) {
+    progress_[0] = grid.world_size;
+  }
 
   const RankGrid& grid() const { return grid_; }
   int world_size() const { return grid_.world_size; }
@@ -51,7 +57,7 @@ class RankTable {
   Rank& at(int rank) { return ranks_[static_cast<size_t>(rank)]; }
   const Rank& at(int rank) const { return ranks_[static_cast<size_t>(rank)]; }
 
-  // The rank `worker_id` holds, if any.
+  // The rank `worker_id` holds, if any (a hash lookup: every worker call asks).
   std::optional<int> RankOf(const std::string& worker_id) const;
   // OK when `worker_id` holds `rank`. INVALID_ARGUMENT for a rank outside the grid, ABORTED
   // when another worker (or none) holds it.
@@ -62,12 +68,14 @@ class RankTable {
   // Records `worker` (already persisted) as the holder of worker.rank.
   void Place(const WorkerRecord& worker, absl::Time now);
   // Progress after a restart: the highest step each rank had reported.
-  void SetProgress(int rank, int64_t max_step) { at(rank).steps_reported = max_step + 1; }
+  void SetProgress(int rank, int64_t max_step) { SetStepsReported(rank, max_step + 1); }
+  // at(rank).steps_reported = steps.
+  void SetStepsReported(int rank, int64_t steps);
   // A new attempt: every rank free, each rank's progress `steps_reported` (the first window the
   // attempt runs).
   void Reset(int64_t steps_reported);
 
-  // min over ranks of steps_reported; 0 until every rank has joined.
+  // min over ranks of steps_reported; 0 until every rank has joined. O(1).
   int64_t StepsCompleted() const;
 
   // Ranks past the liveness deadline at `now`. A rank with an open latch stream counts as seen
@@ -78,6 +86,8 @@ class RankTable {
   RankGrid grid_;
   std::vector<Rank> ranks_;
   int joined_ = 0;
+  std::unordered_map<std::string, int> by_worker_;  // worker id -> the rank it holds
+  std::map<int64_t, int> progress_;                 // steps_reported -> ranks at it
 };
 
 // A worker that can still take part (joined or active).

@@ -17,13 +17,27 @@
 
 namespace latchkey {
 absl::StatusOr<bool> SqliteStore::InsertStepReport(const StepReportRecord& record) {
+  LK_RETURN_IF_ERROR(CommitGroup());
+  return WriteStepReport(record);
+}
+
+absl::StatusOr<bool> SqliteStore::StageStepReport(const StepReportRecord& record) {
+  if (!group_open_) {
+    LK_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    group_open_ = true;
+  }
+  return WriteStepReport(record);  // a failure leaves the group's earlier reports staged
+}
+
+absl::StatusOr<bool> SqliteStore::WriteStepReport(const StepReportRecord& record) {
   static constexpr const char* kSql =
       "INSERT OR IGNORE INTO step_reports (job_id, rank, step, micro_batches, loss, grad_norm, "
       "kv_mode, kv_allreduce_calls, collective_calls_json, step_seconds, tokens, "
       "latch_generation, report_us, lr, eval_loss, boundary_wait_seconds, peak_memory_bytes, "
       "activation_memory_bytes, reserved_memory_bytes) "
       "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)";
-  LK_ASSIGN_STMT(st, kSql);
+  LK_ASSIGN_OR_RETURN(Stmt * st_ptr, Prepared(kSql, /*in_group=*/true));
+  Stmt& st = *st_ptr;
   const StepReport& r = record.report;
   st.Bind(1, record.job_id).Bind(2, record.rank).Bind(3, r.step).Bind(4, r.micro_batches);
   st.Bind(5, r.loss).Bind(6, r.grad_norm).Bind(7, std::string(KvModeName(r.kv_mode)));

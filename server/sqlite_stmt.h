@@ -62,6 +62,7 @@ class SqliteStore::Stmt {
     sqlite3_reset(stmt_);
     sqlite3_clear_bindings(stmt_);
   }
+  bool read_only() const { return sqlite3_stmt_readonly(stmt_) != 0; }
   int64_t Int(int c) { return sqlite3_column_int64(stmt_, c); }
   double Real(int c) { return sqlite3_column_double(stmt_, c); }
   bool Null(int c) { return sqlite3_column_type(stmt_, c) == SQLITE_NULL; }

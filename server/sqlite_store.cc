@@ -66,7 +66,8 @@ SqliteStore::~SqliteStore() {
   // The reader closes first: the writer, closing last, checkpoints the WAL and removes it as it
   // did when it was the only connection.
   reader_.reset();
-  cache_.reset();  // finalize statements before closing
+  CommitGroup().IgnoreError();  // what is staged was not acknowledged; store it if possible
+  cache_.reset();               // finalize statements before closing
   sqlite3_close(db_);
 }
 
@@ -139,9 +140,12 @@ absl::Status SqliteStore::Exec(const char* sql) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<SqliteStore::Stmt*> SqliteStore::Prepared(const char* sql) {
+absl::StatusOr<SqliteStore::Stmt*> SqliteStore::Prepared(const char* sql, bool in_group) {
   auto it = cache_->by_sql.find(sql);
   if (it != cache_->by_sql.end()) {
+    if (group_open_ && !in_group && !it->second->read_only()) {
+      LK_RETURN_IF_ERROR(CommitGroup());
+    }
     it->second->Reset();
     return it->second.get();
   }
@@ -152,10 +156,20 @@ absl::StatusOr<SqliteStore::Stmt*> SqliteStore::Prepared(const char* sql) {
   auto owned = std::make_unique<Stmt>(db_, stmt);
   Stmt* raw = owned.get();
   cache_->by_sql.emplace(sql, std::move(owned));
+  if (group_open_ && !in_group && !raw->read_only()) LK_RETURN_IF_ERROR(CommitGroup());
   return raw;
 }
 
+absl::Status SqliteStore::CommitGroup() {
+  if (!group_open_) return absl::OkStatus();
+  group_open_ = false;
+  absl::Status s = Exec("COMMIT");
+  if (!s.ok()) Exec("ROLLBACK").IgnoreError();
+  return s;
+}
+
 absl::Status SqliteStore::InTransaction(const std::function<absl::Status()>& body) {
+  LK_RETURN_IF_ERROR(CommitGroup());
   LK_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   absl::Status s = body();
   if (!s.ok()) {

@@ -72,6 +72,10 @@ class SqliteStore : public JobStore {
                              int64_t next_first_sample) override;
   absl::Status AppendPolicyChange(const PolicyChangeRecord& change) override;
   absl::StatusOr<bool> InsertStepReport(const StepReportRecord& report) override;
+  // One transaction holds the staged reports until CommitGroup (or another write) commits it.
+  absl::StatusOr<bool> StageStepReport(const StepReportRecord& report) override;
+  absl::Status CommitGroup() override;
+  bool HasStaged() const override { return group_open_; }
 
   absl::StatusOr<std::vector<JobRecord>> LoadJobs() override;
   absl::StatusOr<std::vector<WorkerRecord>> LoadWorkers() override;
@@ -119,12 +123,19 @@ class SqliteStore : public JobStore {
   static void BindFaults(Stmt& st, int first, const JobRecord& job);
   static absl::StatusOr<std::vector<StalledRank>> StalledFromJson(const std::string& row,
                                                                   const std::string& json);
-  // BEGIN IMMEDIATE, `body`, COMMIT (ROLLBACK when it fails).
+  // BEGIN IMMEDIATE, `body`, COMMIT (ROLLBACK when it fails); the open group commits first.
   absl::Status InTransaction(const std::function<absl::Status()>& body);
   absl::Status Exec(const char* sql);
-  absl::StatusOr<Stmt*> Prepared(const char* sql);  // cached by the sql text's address
+  // Cached by the sql text's address. A statement that writes commits the open group first
+  // (the staged reports are durable before anything written after them), unless it is
+  // `in_group` (the staged report's own INSERT).
+  absl::StatusOr<Stmt*> Prepared(const char* sql, bool in_group = false);
+
+  // The step reports' INSERT, with the group open or not.
+  absl::StatusOr<bool> WriteStepReport(const StepReportRecord& record);
 
   sqlite3* db_;
+  bool group_open_ = false;  // a transaction of staged step reports is open
   struct StmtCache;
   std::unique_ptr<StmtCache> cache_;
   std::unique_ptr<Reader> reader_;  // null: no audit reader

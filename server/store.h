@@ -209,6 +209,17 @@ class JobStore {
   virtual absl::Status AppendPolicyChange(const PolicyChangeRecord& change) = 0;
   // true if stored; false if (job, rank, step) was already there (the first report is kept).
   virtual absl::StatusOr<bool> InsertStepReport(const StepReportRecord& report) = 0;
+  // Group commit of step reports: what InsertStepReport answers, but the report is written
+  // into the store's open group (begun by the first staged report) and is durable only once
+  // CommitGroup returned OK. Reads see staged reports; every other mutating call commits the
+  // group first, so nothing written later is durable before them. A store without groups
+  // (the default) stores at once, and CommitGroup has nothing to do.
+  virtual absl::StatusOr<bool> StageStepReport(const StepReportRecord& report) {
+    return InsertStepReport(report);
+  }
+  virtual absl::Status CommitGroup() { return absl::OkStatus(); }
+  // Whether a group is open (staged reports not yet durable).
+  virtual bool HasStaged() const { return false; }
 
   virtual absl::StatusOr<std::vector<JobRecord>> LoadJobs() = 0;  // seq order
   virtual absl::StatusOr<std::vector<WorkerRecord>> LoadWorkers() = 0;

@@ -88,10 +88,42 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Join(grpc::CallbackServerContext* c
   return Run(ctx, "Join", [&] { return DoJoin(ctx->peer(), *req, resp); });
 }
 
+// Answered once the report is durable (the core's group commit), from the committer's thread:
+// no gRPC thread waits for the disk.
 grpc::ServerUnaryReactor* WorkerServiceImpl::ReportStep(grpc::CallbackServerContext* ctx,
                                                         const v1::ReportStepRequest* req,
                                                         v1::ReportStepResponse* resp) {
-  return Run(ctx, "ReportStep", [&] { return DoReportStep(*req, resp); });
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto slot = gate_.Admit(*ctx, "ReportStep");
+  if (!slot.ok()) {
+    reactor->Finish(ToGrpcStatus(slot.status()));
+    return reactor;
+  }
+  WorkerCall call;
+  StepReportRecord r;
+  absl::Status st = ToCall(req->identity(), req->rank(), &call);
+  if (st.ok() && req->collective_calls_size() > kMaxCollectiveKeys) {
+    st = Invalid(absl::StrCat("collective_calls: more than ", kMaxCollectiveKeys, " keys"));
+  }
+  if (st.ok()) {
+    auto report = FromProto(*req);
+    if (report.ok()) {
+      r.report = *std::move(report);
+    } else {
+      st = report.status();
+    }
+  }
+  if (!st.ok()) {
+    reactor->Finish(gate_.Answer(*ctx, "ReportStep", st));
+    return reactor;
+  }
+  std::shared_ptr<PeerCallLimiter::Slot> held = *std::move(slot);
+  core_->ReportStep(call, std::move(r),
+                    [this, ctx, resp, reactor, held](absl::StatusOr<WorkerStatus> out) {
+                      if (out.ok()) ToProto(ToReply(*out), resp);
+                      reactor->Finish(gate_.Answer(*ctx, "ReportStep", out.status()));
+                    });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,
@@ -270,20 +302,6 @@ grpc::ServerWriteReactor<v1::WatchLatchesResponse>* WorkerServiceImpl::WatchLatc
     return new Refusal(gate_.Answer(*ctx, "WatchLatches", st));
   }
   return new LatchStreamReactor(core_, call, req->start_window(), *std::move(slot), gate_, *ctx);
-}
-
-absl::Status WorkerServiceImpl::DoReportStep(const v1::ReportStepRequest& req,
-                                             v1::ReportStepResponse* resp) {
-  WorkerCall call;
-  LK_RETURN_IF_ERROR(ToCall(req.identity(), req.rank(), &call));
-  if (req.collective_calls_size() > kMaxCollectiveKeys) {
-    return Invalid(absl::StrCat("collective_calls: more than ", kMaxCollectiveKeys, " keys"));
-  }
-  StepReportRecord r;
-  LK_ASSIGN_OR_RETURN(r.report, FromProto(req));
-  LK_ASSIGN_OR_RETURN(WorkerStatus out, core_->ReportStep(call, std::move(r)));
-  ToProto(ToReply(out), resp);
-  return absl::OkStatus();
 }
 
 absl::Status WorkerServiceImpl::DoHeartbeat(const v1::HeartbeatRequest& req,

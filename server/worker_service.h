@@ -50,7 +50,6 @@ class WorkerServiceImpl final : public latchkey::v1::WorkerService::CallbackServ
 
  private:
   absl::Status DoJoin(const std::string& peer, const v1::JoinRequest& req, v1::JoinResponse* resp);
-  absl::Status DoReportStep(const v1::ReportStepRequest& req, v1::ReportStepResponse* resp);
   absl::Status DoHeartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp);
   absl::Status DoReportFailure(const v1::ReportFailureRequest& req,
                                v1::ReportFailureResponse* resp);

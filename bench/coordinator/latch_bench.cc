@@ -9,15 +9,11 @@
 // clocks are this machine's) p50/p99/max; how long a rank sat in AwaitLatch (what training would
 // stall; with --lookahead > 0 the latch is usually there already); windows per second; and CPU:
 // the coordinator's (from /proc/PID/stat) and the simulated workers' (this process), in cores.
-#include <signal.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,8 +22,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "bench/coordinator/coordinator_process.h"
 #include "client/job_client.h"
-#include "common/subprocess.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
 #include "worker/session/worker_session.h"
@@ -37,71 +33,11 @@ namespace {
 using latchkey::JobClient;
 using latchkey::WorkerSession;
 using latchkey::WorkerSessionOptions;
-
-double ProcessCpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  // Fields after the ")" of comm: state is field 3; utime 14, stime 15.
-  std::istringstream rest(line.substr(line.rfind(')') + 2));
-  std::vector<std::string> f;
-  std::string x;
-  while (rest >> x) f.push_back(x);
-  if (f.size() < 13) return 0;
-  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  return (std::stod(f[11]) + std::stod(f[12])) / ticks;
-}
-
-double SelfCpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec +
-         u.ru_stime.tv_usec * 1e-6;
-}
-
-struct Coordinator {
-  pid_t pid = -1;
-  int port = 0;
-};
-
-Coordinator StartCoordinator(const std::string& bin, const std::string& dir, int lookahead) {
-  Coordinator c;
-  const std::string port_file = dir + "/ports.json";
-  std::vector<std::string> args = {bin,
-                                   "--listen",
-                                   "127.0.0.1:0",
-                                   "--db",
-                                   dir + "/coord.db",
-                                   "--metrics-port",
-                                   "-1",
-                                   "--port-file",
-                                   port_file,
-                                   "--liveness-timeout",
-                                   "600",
-                                   "--latch-lookahead",
-                                   std::to_string(lookahead)};
-  auto pid = latchkey::Spawn({args, {}, ""});  // output inherited
-  if (!pid.ok()) {
-    std::cerr << pid.status() << "\n";
-    return c;
-  }
-  c.pid = *pid;
-  for (int i = 0; i < 300 && c.port == 0; ++i) {
-    std::ifstream in(port_file);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t at = text.find("\"grpc_port\": ");
-    if (at != std::string::npos) c.port = std::atoi(text.c_str() + at + 13);
-    if (c.port == 0) absl::SleepFor(absl::Milliseconds(100));
-  }
-  return c;
-}
-
-// SIGTERM, then SIGKILL if it has not exited within 30 s. Returns whether it exited cleanly.
-bool StopCoordinator(const Coordinator& c) {
-  if (c.pid <= 0) return false;
-  kill(c.pid, SIGTERM);
-  return latchkey::WaitOrKill(c.pid, std::chrono::seconds(30)) == 0;
-}
+using latchkey::bench::CoordinatorProcess;
+using latchkey::bench::ProcessCpuSeconds;
+using latchkey::bench::SelfCpuSeconds;
+using latchkey::bench::StartCoordinator;
+using latchkey::bench::StopCoordinator;
 
 struct Row {
   int streams = 0;
@@ -119,7 +55,9 @@ Row Run(const std::string& bin, int streams, int windows, int lookahead) {
   row.streams = streams;
   row.windows = windows;
   const latchkey::testing::ScopedTempDir dir("latch-bench");
-  Coordinator coord = StartCoordinator(bin, dir.path(), lookahead);
+  CoordinatorProcess coord = StartCoordinator(
+      bin, dir.path(),
+      {"--liveness-timeout", "600", "--latch-lookahead", std::to_string(lookahead)});
   if (coord.port == 0) {
     StopCoordinator(coord);
     row.error = "coordinator did not start";

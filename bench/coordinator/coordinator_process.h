@@ -1,0 +1,43 @@
+// The coordinator benchmarks' view of one latchkey-coordinator process: started on loopback
+// with its own database, measured from /proc (CPU, memory) and from its database files, and
+// stopped with SIGTERM (SIGKILL after a deadline).
+#ifndef LATCHKEY_BENCH_COORDINATOR_COORDINATOR_PROCESS_H_
+#define LATCHKEY_BENCH_COORDINATOR_COORDINATOR_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace latchkey::bench {
+
+struct CoordinatorProcess {
+  pid_t pid = -1;
+  int port = 0;  // 0: it did not start serving
+  std::string db;
+};
+
+// Starts `bin` listening on 127.0.0.1 (any free port) with its database in `dir`, the metrics
+// port off, and `extra` flags after the others; waits up to 30 s for its port file.
+CoordinatorProcess StartCoordinator(const std::string& bin, const std::string& dir,
+                                    const std::vector<std::string>& extra);
+// SIGTERM, then SIGKILL if it has not exited within 30 s. Returns whether it exited with 0.
+bool StopCoordinator(const CoordinatorProcess& c);
+
+// utime + stime of a process (/proc/PID/stat), in seconds.
+double ProcessCpuSeconds(pid_t pid);
+// The process's resident set now (VmRSS) and its peak (VmHWM), in bytes (/proc/PID/status).
+int64_t ProcessRssBytes(pid_t pid);
+int64_t ProcessPeakRssBytes(pid_t pid);
+// CPU of this process (getrusage), in seconds.
+double SelfCpuSeconds();
+
+// Bytes of an SQLite database in WAL mode after its WAL is checkpointed into the main file (from
+// a connection of this process, while the coordinator runs): the main file plus what is left
+// in the -wal file (0 once the checkpoint completed). -1 when the database cannot be opened.
+int64_t CheckpointedDatabaseBytes(const std::string& db);
+
+}  // namespace latchkey::bench
+
+#endif  // LATCHKEY_BENCH_COORDINATOR_COORDINATOR_PROCESS_H_
