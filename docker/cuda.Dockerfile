@@ -85,6 +85,11 @@ RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/latchkey --cre
       --shell /usr/sbin/nologin latchkey \
  && mkdir -p /var/lib/latchkey /checkpoints /run/latchkey \
  && chown latchkey:latchkey /var/lib/latchkey /checkpoints /run/latchkey
+# BUILD_STAGE_ID: the build stage's image id (scripts/image.sh passes it). podman 4's layer
+# cache keys `COPY --from` by its text alone, so without it new binaries would meet an old
+# cached copy.
+ARG BUILD_STAGE_ID=""
+RUN echo "build stage ${BUILD_STAGE_ID:-unknown}" > /opt/latchkey-build-stage
 COPY --from=build /opt/bundle/ /
 RUN ldconfig && install-runtime.sh --no-blas
 WORKDIR /var/lib/latchkey

@@ -140,6 +140,14 @@ ca=/etc/ssl/certs/ca-certificates.crt
 if [ "$cuda" = 1 ] && [ -s "$ca" ]; then
   extra=(--build-arg PIP_CERT=/run/latchkey-host-ca.crt -v "$ca:/run/latchkey-host-ca.crt:ro")
 fi
+if [ "$cuda" = 1 ]; then
+  # The build stage first, so that the runtime stage's cache knows which binaries it copies.
+  podman build --pull=never --isolation chroot --network host --format docker \
+    --ignorefile "$context/docker/Dockerfile.dockerignore" -f "$context/$dockerfile" \
+    --target build --build-arg JOBS="${LATCHKEY_IMAGE_JOBS:-2}" "${extra[@]}" \
+    -t "$tag-build-stage" "$context"
+  extra+=(--build-arg "BUILD_STAGE_ID=$(podman image inspect --format '{{.Id}}' "$tag-build-stage")")
+fi
 podman build --pull=never --isolation chroot --network host --format docker \
   --ignorefile "$context/docker/Dockerfile.dockerignore" -f "$context/$dockerfile" \
   --target "$target" --build-arg JOBS="${LATCHKEY_IMAGE_JOBS:-2}" "${extra[@]}" -t "$tag" "$context"
