@@ -17,6 +17,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <gtest/gtest.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -319,10 +320,19 @@ TEST(RecomputeCollectives, CollectiveFailingInTheReplayKeepsItsTypeThroughAutogr
 
 // --- Memory --------------------------------------------------------------------------------
 
+// From 2.3 on, c10::Allocator::allocate is non-const and copy_data is pure virtual.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define LATCHKEY_TEST_ALLOCATE_CONST
+#define LATCHKEY_TEST_ALLOCATOR_COPY_DATA 1
+#else
+#define LATCHKEY_TEST_ALLOCATE_CONST const
+#define LATCHKEY_TEST_ALLOCATOR_COPY_DATA 0
+#endif
+
 // libtorch's CPU allocations, counted: live bytes now (the default allocator underneath).
 class CountingCpuAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) LATCHKEY_TEST_ALLOCATE_CONST override {
     void* p = n == 0 ? nullptr : c10::alloc_cpu(n);
     if (p != nullptr) {
       std::lock_guard<std::mutex> lock(mu());
@@ -332,6 +342,11 @@ class CountingCpuAllocator final : public c10::Allocator {
     return {p, p, &Free, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &Free; }
+#if LATCHKEY_TEST_ALLOCATOR_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
   static int64_t Live() {
     std::lock_guard<std::mutex> lock(mu());
     return live();
