@@ -156,6 +156,7 @@ class EngineImpl final : public Engine {
     r.replicated_allreduce_calls = ReplicatedCalls(*g_->stats) - replicated_before;
     for (const auto& [key, c] : comm::CollectiveStats::Delta(g_->stats->Snapshot(), stats_before)) {
       r.collective_calls[key] = c.calls;
+      r.collective_seconds += c.seconds;
     }
     r.tokens = static_cast<int64_t>(latch.n) * spec_.micro_batch_size * g_->dp * spec_.seq_len;
     r.optimizer_state_bytes = optimizer_state_bytes();
