@@ -71,6 +71,7 @@ struct PreparedRun {
   int world = 0;
   std::string checkpoint_dir;  // the spec's latchkey.checkpoint.dir, "" when none
   std::string dir;             // the run folder, absolute
+  std::string tensorboard_dir;  // latchkey.tensorboard.dir, absolute (default RUN/tensorboard)
   int lock_fd = -1;            // RUN/up.lock, held (AcquireRunLock) until `up` exits
   std::string token;           // this run's admin token (only its hash is on disk, in auth-tokens)
   std::string tls_dir;         // RUN/tls
