@@ -223,6 +223,16 @@ absl::Status ParseCheckpoint(JsonObjectReader s, const std::string& base_dir, Ch
   return s.RefuseUnknown();
 }
 
+// latchkey.tensorboard: {dir}; the folder is created by rank 0.
+absl::Status ParseTensorboard(JsonObjectReader s, const std::string& base_dir,
+                              TensorboardConfig* t) {
+  LK_RETURN_IF_ERROR(s.Require("dir"));
+  LK_RETURN_IF_ERROR(s.String("dir", &t->dir));
+  if (t->dir.empty()) return s.Error("dir", "must not be empty");
+  LK_RETURN_IF_ERROR(ResolvePath(s.Path("dir"), base_dir, &t->dir));
+  return s.RefuseUnknown();
+}
+
 // latchkey.activation_checkpointing: {mode, every_layers}.
 absl::Status ParseActivationCheckpointing(JsonObjectReader s, ActivationCheckpointingConfig* c) {
   if (s.Get("mode") != nullptr) {
@@ -286,6 +296,12 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
   if (checkpoint != nullptr) {
     LK_RETURN_IF_ERROR(
         ParseCheckpoint(s.Child("checkpoint", *checkpoint), base_dir, &spec->checkpoint));
+  }
+  const json* tensorboard = nullptr;
+  LK_RETURN_IF_ERROR(s.Object("tensorboard", &tensorboard));
+  if (tensorboard != nullptr) {
+    LK_RETURN_IF_ERROR(
+        ParseTensorboard(s.Child("tensorboard", *tensorboard), base_dir, &spec->tensorboard));
   }
   LK_RETURN_IF_ERROR(s.Int("max_restarts", &spec->max_restarts, AtLeast(0)));
   LK_RETURN_IF_ERROR(s.Double("hang_timeout_seconds", &spec->hang_timeout_seconds, kPositive));

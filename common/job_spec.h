@@ -92,6 +92,14 @@ struct CheckpointConfig {
   bool enabled() const { return !dir.empty(); }
 };
 
+// `latchkey.tensorboard`: TensorBoard event files written by rank 0 (docs/observability.md
+// "TensorBoard"). Absent: dir empty (`latchkey up` names RUN/tensorboard).
+struct TensorboardConfig {
+  std::string dir;  // absolute after parsing; empty = no event files
+
+  bool enabled() const { return !dir.empty(); }
+};
+
 // `latchkey.elastic`: elastic recovery (docs/fault-tolerance.md "Elastic recovery"). Absent:
 // min_dp 0, every attempt runs the spec's layout.
 struct ElasticConfig {
@@ -179,6 +187,7 @@ struct JobSpec {
   EvalConfig eval;                   // latchkey.eval
   std::string init_from;             // absolute after parsing; empty = init from seed
   CheckpointConfig checkpoint;       // latchkey.checkpoint
+  TensorboardConfig tensorboard;     // latchkey.tensorboard
   int max_restarts = 3;              // latchkey.max_restarts: recoveries before the job fails
   double hang_timeout_seconds = 20;  // latchkey.hang_timeout_seconds: no progress -> stalled
   ElasticConfig elastic;             // latchkey.elastic
@@ -232,6 +241,7 @@ bool operator==(const SchedulerConfig& a, const SchedulerConfig& b);
 bool operator==(const EvalConfig& a, const EvalConfig& b);
 bool operator==(const CheckpointConfig& a, const CheckpointConfig& b);
 bool operator==(const ElasticConfig& a, const ElasticConfig& b);
+bool operator==(const TensorboardConfig& a, const TensorboardConfig& b);
 bool operator==(const ActivationCheckpointingConfig& a, const ActivationCheckpointingConfig& b);
 bool operator==(const JobSpec& a, const JobSpec& b);
 inline bool operator!=(const OptimizerConfig& a, const OptimizerConfig& b) { return !(a == b); }

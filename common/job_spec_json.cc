@@ -159,6 +159,7 @@ std::string JobSpecToJson(const JobSpec& spec) {
                               {"keep", spec.checkpoint.keep},
                               {"async", spec.checkpoint.async}};
   }
+  if (spec.tensorboard.enabled()) latchkey["tensorboard"] = {{"dir", spec.tensorboard.dir}};
   latchkey["max_restarts"] = spec.max_restarts;
   latchkey["hang_timeout_seconds"] = spec.hang_timeout_seconds;
   if (spec.elastic.enabled()) latchkey["elastic"] = {{"min_dp", spec.elastic.min_dp}};
@@ -229,6 +230,8 @@ bool operator==(const CheckpointConfig& a, const CheckpointConfig& b) {
 
 bool operator==(const ElasticConfig& a, const ElasticConfig& b) { return a.min_dp == b.min_dp; }
 
+bool operator==(const TensorboardConfig& a, const TensorboardConfig& b) { return a.dir == b.dir; }
+
 bool operator==(const ActivationCheckpointingConfig& a, const ActivationCheckpointingConfig& b) {
   return a.mode == b.mode && a.every_layers == b.every_layers;
 }
@@ -239,9 +242,10 @@ bool operator==(const JobSpec& a, const JobSpec& b) {
                     s.zero_stage, s.bf16, s.optimizer, s.scheduler, s.tp, s.has_partition_config,
                     s.sequence_parallel, s.managed_gradient_accumulation, s.window_schedule,
                     s.no_sync, s.seq_len, s.steps, s.seed, s.world_size, s.kv_reduce, s.data,
-                    s.eval, s.init_from, s.checkpoint, s.max_restarts, s.hang_timeout_seconds,
-                    s.elastic, s.rejoin_timeout_seconds, s.backend, s.device, s.tf32,
-                    s.activation_checkpointing, s.overlap_dp_reduction, s.warnings);
+                    s.eval, s.init_from, s.checkpoint, s.tensorboard, s.max_restarts,
+                    s.hang_timeout_seconds, s.elastic, s.rejoin_timeout_seconds, s.backend,
+                    s.device, s.tf32, s.activation_checkpointing, s.overlap_dp_reduction,
+                    s.warnings);
   };
   return t(a) == t(b);
 }

@@ -24,6 +24,7 @@ struct StepReport {
   // gradients (one coalesced collective carries both and counts once). Observed.
   int64_t replicated_allreduce_calls = 0;
   std::map<std::string, int64_t> collective_calls;  // "op/group" -> count (observed)
+  double collective_seconds = 0.0;                  // time in those collectives (observed)
   double step_seconds = 0.0;
   // Time this rank spent inside collectives during the step (observed; every op and group).
   double collective_seconds = 0.0;
@@ -54,6 +55,15 @@ struct StepReport {
   // CUDA: the caching allocator's reserved bytes at the end of the step; 0 on the CPU.
   int64_t reserved_memory_bytes = 0;
 };
+
+// Derived per-step figures of the JSONL and TensorBoard: tokens / step_seconds, and the share of
+// the step's time spent in its collectives (0 when step_seconds is 0).
+inline double TokensPerSecond(const StepReport& r) {
+  return r.step_seconds > 0 ? static_cast<double>(r.tokens) / r.step_seconds : 0.0;
+}
+inline double CollectiveShare(const StepReport& r) {
+  return r.step_seconds > 0 ? r.collective_seconds / r.step_seconds : 0.0;
+}
 
 // A committed resumable checkpoint, as rank 0 reports it (WorkerService.ReportCheckpoint).
 struct CheckpointReport {

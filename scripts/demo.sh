@@ -4,7 +4,8 @@
 # written as a Megatron indexed dataset (scripts/prepare-data), under a local coordinator with 2
 # worker processes, with a warmup + cosine learning rate schedule and, every 10 steps, an
 # evaluation loss on the dataset's validation split: C++ of the tests and benchmarks, which the
-# training split leaves out. Per-step JSONL lands in runs/demo/steps-{rank}.jsonl, the final
+# training split leaves out. Per-step JSONL lands in runs/demo/steps-{rank}.jsonl, TensorBoard
+# event files in runs/demo/tensorboard (`tensorboard --logdir runs/demo/tensorboard`), the final
 # weights in runs/demo/final, the coordinator's SQLite database and logs in runs/demo/.
 # The tokenizer and dataset are cached in runs/demo/data/, keyed by the SHA-256 of their inputs:
 # a second run with unchanged sources does not tokenize again.

@@ -56,4 +56,7 @@ fi
 if [ "${CI:-}" = true ]; then
   root=$(cd "$(dirname "$0")/.." && pwd)
   bash "$root/scripts/hf-venv.sh" "${LATCHKEY_HF_VENV:-$root/build/hf-venv}"
+  # The TensorBoard test's venv (scripts/tensorboard-venv.sh, tests/tensorboard/).
+  bash "$root/scripts/tensorboard-venv.sh" \
+    "${LATCHKEY_TENSORBOARD_VENV:-$root/build/tensorboard-venv}"
 fi

@@ -16,6 +16,8 @@ fi
 bash "$root/scripts/build.sh" -DLATCHKEY_CUDA=$cuda
 # The Hugging Face round-trip test's venv (pinned transformers, a test tool only; tests/hf/).
 bash "$root/scripts/hf-venv.sh" "$root/build/hf-venv"
+# The TensorBoard test's venv (pinned tensorboard, a test tool only; tests/tensorboard/).
+bash "$root/scripts/tensorboard-venv.sh" "$root/build/tensorboard-venv"
 cd "$root/build"
 # Two ctest workers: the multi-process tests start several ranks each.
 ctest --output-on-failure -j2 --timeout 900

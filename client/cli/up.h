@@ -69,12 +69,13 @@ struct PreparedRun {
   std::string spec_text;  // with --max-restarts applied
   std::string base_dir;   // where the spec's relative paths resolve
   int world = 0;
-  std::string checkpoint_dir;  // the spec's latchkey.checkpoint.dir, "" when none
-  std::string dir;             // the run folder, absolute
-  int lock_fd = -1;            // RUN/up.lock, held (AcquireRunLock) until `up` exits
-  std::string token;           // this run's admin token (only its hash is on disk, in auth-tokens)
-  std::string tls_dir;         // RUN/tls
-  std::string tls_ca;          // RUN/tls/ca.pem under --tls, else ""
+  std::string checkpoint_dir;   // the spec's latchkey.checkpoint.dir, "" when none
+  std::string dir;              // the run folder, absolute
+  std::string tensorboard_dir;  // latchkey.tensorboard.dir, absolute (default RUN/tensorboard)
+  int lock_fd = -1;             // RUN/up.lock, held (AcquireRunLock) until `up` exits
+  std::string token;            // this run's admin token (only its hash is on disk, in auth-tokens)
+  std::string tls_dir;          // RUN/tls
+  std::string tls_ca;           // RUN/tls/ca.pem under --tls, else ""
 };
 
 // The spec read and validated (so a bad spec, or a file it names that cannot be read, fails

@@ -396,6 +396,9 @@ absl::StatusOr<Supervised> Supervise(const UpOptions& o, const PreparedRun& run,
 int Finish(const PreparedRun& run, const SubmittedJob& job, const Supervised& s) {
   PrintUpSummary(run.dir + "/steps-0.jsonl", s.have_job ? &s.last_job : nullptr, s.worker_restarts,
                  s.coordinator_restarts);
+  if (!run.tensorboard_dir.empty()) {
+    std::printf("tensorboard  tensorboard --logdir %s\n", run.tensorboard_dir.c_str());
+  }
   if (s.code == kOk) {
     std::printf("weights      %s/final (HF GPTBigCode checkpoint)\n", run.dir.c_str());
   } else {

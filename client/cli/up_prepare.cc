@@ -29,6 +29,16 @@ std::string WithMaxRestarts(const std::string& text, int max_restarts) {
   return j.dump(2) + "\n";
 }
 
+// The spec with latchkey.tensorboard.dir set (an absolute path).
+std::string WithTensorboardDir(const std::string& text, const std::string& dir) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return text;
+  if (!j.contains("latchkey") || !j["latchkey"].is_object())
+    j["latchkey"] = nlohmann::json::object();
+  j["latchkey"]["tensorboard"] = {{"dir", dir}};
+  return j.dump(2) + "\n";
+}
+
 // Another live run (in the run registry) whose job checkpoints into `dir`: its job id, or "".
 std::string LiveRunSharing(const std::string& dir, const std::string& own_run_dir) {
   const nlohmann::json j =
@@ -103,6 +113,12 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
           .string();
   run.base_dir = run.built_in ? run.dir : spec_dir;
   DefaultIndexCacheDir(run.dir, &run.spec_text, &*spec);
+  // latchkey.tensorboard defaults to RUN/tensorboard.
+  if (!spec->tensorboard.enabled()) {
+    spec->tensorboard.dir = run.dir + "/tensorboard";
+    run.spec_text = WithTensorboardDir(run.spec_text, spec->tensorboard.dir);
+  }
+  run.tensorboard_dir = spec->tensorboard.dir;
   std::error_code mkdir_error;
   fs::create_directories(run.dir, mkdir_error);
   if (mkdir_error) {
@@ -146,6 +162,13 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
   for (int r = 0; r < run.world; ++r) {
     fs::remove(run.dir + "/worker-" + std::to_string(r) + ".port.json");
     fs::remove(run.dir + "/steps-" + std::to_string(r) + ".jsonl");
+  }
+  // Each job's curves start afresh in up's default event folder, as its JSONL does.
+  if (spec->tensorboard.dir == run.dir + "/tensorboard") {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(spec->tensorboard.dir, ec)) {
+      if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) fs::remove(e.path());
+    }
   }
   run.tls_dir = run.dir + "/tls";
   if (o.tls) {

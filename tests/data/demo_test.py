@@ -2,7 +2,9 @@
 """scripts/demo.sh end to end on a short run: it trains the BPE on the repository's sources,
 writes the Megatron dataset whose validation split is exactly the held-out files, and `latchkey
 up` trains examples/demo.json's model on it (steps shortened) with the job succeeding, finite
-losses that go down and an eval loss; a second run reuses the cached data without tokenizing.
+losses that go down and an eval loss, and TensorBoard (the venv of scripts/tensorboard-venv.sh)
+reads the run's RUN/tensorboard with the JSONL's tags and values; a second run reuses the cached
+data without tokenizing.
 
 Needs the venv of scripts/hf-venv.sh (tokenizers): fails naming the command when it is missing,
 never skips.
@@ -64,6 +66,36 @@ class DemoTest(unittest.TestCase):
         with open(os.path.join(self.run_dir, "steps-0.jsonl")) as f:
             return [json.loads(l) for l in f if l.strip()]
 
+    def check_tensorboard(self, steps):
+        """TensorBoard's EventAccumulator on RUN/tensorboard: the JSONL's tags, steps and
+        values (float32)."""
+        tb = os.path.join(self.run_dir, "tensorboard")
+        python = os.path.join(ARGS.tensorboard_venv, "bin", "python")
+        if not os.path.exists(python):
+            why = (f"no TensorBoard venv at {ARGS.tensorboard_venv} (scripts/tensorboard-venv.sh"
+                   f" {ARGS.tensorboard_venv}): RUN/tensorboard not read")
+            if os.environ.get("CI") == "true":
+                self.fail(why)
+            print("demo_test: " + why, file=sys.stderr)
+            return
+        r = subprocess.run([python, os.path.join(ROOT, "tests", "tensorboard", "tb_events.py"),
+                            tb], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        got = {t: [tuple(p) for p in v] for t, v in json.loads(r.stdout).items()}
+        tags = ("loss", "eval_loss", "lr", "grad_norm", "tokens_per_second", "step_seconds",
+                "kv_allreduce_calls", "collective_share", "checkpoint_seconds",
+                "peak_memory_bytes")
+        want = {}
+        for rec in steps:
+            for t in tags:
+                if t in rec:
+                    f32 = struct.unpack("<f", struct.pack("<f", rec[t]))[0]
+                    want.setdefault(t, []).append((rec["step"], f32))
+        self.assertEqual(sorted(got), sorted(want))
+        self.assertLessEqual({"loss", "eval_loss", "lr", "tokens_per_second"}, set(got))
+        for t in want:
+            self.assertEqual(got[t], want[t], t)
+
     def test_demo_trains_on_the_bpe_dataset_and_caches_it(self):
         out = self.demo()
         self.assertIn("training a byte-level BPE", out)
@@ -91,6 +123,7 @@ class DemoTest(unittest.TestCase):
         self.assertEqual(len(evals), STEPS // 4, steps)
         self.assertTrue(all(math.isfinite(x) for x in evals), evals)
         self.assertLess(evals[-1], evals[0])
+        self.check_tensorboard(steps)
         self.assertIn("summary (rank 0)", out)
         self.assertIn("eval loss first -> final", out)
         self.assertIn("demo: build ", out)
@@ -156,6 +189,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--venv", default=os.path.join(ROOT, "build", "hf-venv"))
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--tensorboard-venv", default=os.path.join(ROOT, "build", "tensorboard-venv"))
     ARGS, rest = ap.parse_known_args()
     if not os.path.exists(os.path.join(ARGS.venv, "bin", "python")):
         sys.exit(f"demo_test: no venv at {ARGS.venv}: run scripts/hf-venv.sh {ARGS.venv}")

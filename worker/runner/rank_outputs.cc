@@ -87,6 +87,15 @@ RankOutputs::~RankOutputs() {
   if (stats_ != nullptr) stats_->SetListener(nullptr);
 }
 
+absl::Status RankOutputs::BeginAttempt(const JobSpec& spec, int rank, int64_t first_step) {
+  events_.reset();
+  if (rank != 0 || !spec.tensorboard.enabled()) return absl::OkStatus();
+  auto events = tensorboard::EventFileWriter::Open(spec.tensorboard.dir, first_step);
+  if (!events.ok()) return events.status();
+  events_ = *std::move(events);
+  return absl::OkStatus();
+}
+
 void RankOutputs::OnStep(const JobSpec& spec, const Latch& latch, const StepReport& report,
                          double latch_wait_seconds) {
 #ifdef LATCHKEY_WITH_METRICS
@@ -103,6 +112,15 @@ void RankOutputs::OnStep(const JobSpec& spec, const Latch& latch, const StepRepo
   if (jsonl_.is_open()) {
     jsonl_ << StepReportJson(rank_, report) << "\n";
     jsonl_.flush();
+  }
+  if (events_) {
+    if (absl::Status st = events_->WriteScalars(report.step, tensorboard::StepScalars(report));
+        !st.ok()) {
+      // Losing the curves must not stop the training: said once, then no more event writes.
+      std::fprintf(stderr, "rank %d: %s (no more TensorBoard events)\n", rank_,
+                   std::string(st.message()).c_str());
+      events_.reset();
+    }
   }
   if (options_.log_steps || (rank_ == 0 && !options_.quiet)) {
     std::string eval;

@@ -15,6 +15,7 @@
 #include "common/latch.h"
 #include "worker/checkpoint/train_checkpoint.h"
 #include "worker/comm/collective_stats.h"
+#include "worker/tensorboard/event_writer.h"
 #include "worker/train/engine.h"
 
 namespace latchkey {
@@ -48,6 +49,11 @@ class RankOutputs {
                                                            comm::CollectiveStats* stats);
   ~RankOutputs();
 
+  // An attempt starts with this process as rank `rank` at window `first_step`: rank 0 of a job
+  // with latchkey.tensorboard opens a new event file there (event_writer.h); any other rank
+  // closes the one it had. Errors name latchkey.tensorboard.dir.
+  absl::Status BeginAttempt(const JobSpec& spec, int rank, int64_t first_step);
+
   void OnStep(const JobSpec& spec, const Latch& latch, const StepReport& report,
               double latch_wait_seconds);
   // A resumable checkpoint was committed (metrics: its blocked time, bytes and commit time, and
@@ -63,6 +69,7 @@ class RankOutputs {
   int rank_ = 0;
   comm::CollectiveStats* stats_ = nullptr;
   std::ofstream jsonl_;
+  std::unique_ptr<tensorboard::EventFileWriter> events_;  // rank 0 with latchkey.tensorboard
   // The Prometheus registry and its endpoint (defined in the .cc: empty in builds without
   // metrics).
   struct Metrics;

@@ -75,6 +75,9 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
     proc.outputs = *std::move(outputs);
   }
   RankOutputs& outputs = *proc.outputs;
+  if (absl::Status st = outputs.BeginAttempt(spec, groups->rank, plan.first_window()); !st.ok()) {
+    return st;
+  }
   EngineOptions engine_options = options.engine;
   engine_options.device = job.device;
   engine_options.load_init_from = LoadInitFrom;

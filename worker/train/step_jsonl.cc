@@ -19,6 +19,8 @@ std::string StepReportJson(int rank, const StepReport& r) {
   j["collective_calls"] = calls;
   j["step_seconds"] = r.step_seconds;
   j["tokens"] = r.tokens;
+  j["tokens_per_second"] = TokensPerSecond(r);
+  j["collective_share"] = CollectiveShare(r);
   j["optimizer_state_bytes"] = r.optimizer_state_bytes;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
   j["activation_memory_bytes"] = r.activation_memory_bytes;
