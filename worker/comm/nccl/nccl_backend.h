@@ -34,8 +34,8 @@ inline constexpr size_t kNcclUniqueIdBytes = 128;
 
 // One group's id exchange through `store` (already namespaced for the group): rank 0 creates
 // and publishes the id, every rank returns the bytes it got once rank 0 has checked every rank's
-// SHA-256 against its own (on every rank INTERNAL naming the rank that differs). DEADLINE_EXCEEDED / UNAVAILABLE from
-// the store. REQUIRES: 0 <= rank < size.
+// SHA-256 against its own (on every rank INTERNAL naming the rank that differs). DEADLINE_EXCEEDED
+// / UNAVAILABLE from the store. REQUIRES: 0 <= rank < size.
 absl::StatusOr<std::string> ExchangeNcclUniqueId(Store& store, int rank, int size,
                                                  std::chrono::milliseconds timeout);
 
