@@ -144,11 +144,20 @@ Results RunChildren(const std::vector<std::string>& args, int total, int per_pro
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     const int code = latchkey::WaitOrKill(pids[k], std::max(left, std::chrono::milliseconds(1)));
+    if (code != 0) {  // the log goes with the temporary folder: its end goes to stderr
+      std::ifstream log(dir + "/part" + std::to_string(k) + ".log");
+      std::vector<std::string> lines;
+      for (std::string l; std::getline(log, l);) lines.push_back(l);
+      std::cerr << "bench_rendezvous: client process " << k << " (exit " << code << "), its log:\n";
+      for (size_t i = lines.size() > 20 ? lines.size() - 20 : 0; i < lines.size(); ++i) {
+        std::cerr << "  " << lines[i] << "\n";
+      }
+    }
     if (code != 0 && r.error.empty()) {
       r.error = "client process " + std::to_string(k) +
                 (code == -1 ? " still running after " + std::to_string(limit.count()) + " s"
                             : " exited " + std::to_string(code)) +
-                " (log " + dir + "/part" + std::to_string(k) + ".log)";
+                " (its log's end is on stderr)";
     }
     ReadResults(outs[k], &r);
   }
