@@ -24,7 +24,6 @@ struct StepReport {
   // gradients (one coalesced collective carries both and counts once). Observed.
   int64_t replicated_allreduce_calls = 0;
   std::map<std::string, int64_t> collective_calls;  // "op/group" -> count (observed)
-  double collective_seconds = 0.0;                  // time in those collectives (observed)
   double step_seconds = 0.0;
   // Time this rank spent inside collectives during the step (observed; every op and group).
   double collective_seconds = 0.0;

@@ -211,6 +211,52 @@ TEST(Store, InMemoryWaitTimesOutNamingTheMissingKey) {
   EXPECT_EQ(*prefixed.Get("k", std::chrono::milliseconds(10)), std::vector<uint8_t>{7});
 }
 
+// The TCP store's Get blocks until another client sets the key, and a missing key is a deadline
+// after the timeout asked for: the store's own (c10d's get waits by itself) or another.
+TEST(Store, TcpGetWaitsForALaterSetAndTimesOutOnAMissingKey) {
+  using std::chrono::milliseconds;
+  const int port = testing::FreePort();
+  const milliseconds timeout(1500);
+  auto host = ConnectTcpStore("127.0.0.1", port, true, 2, timeout);
+  ASSERT_TRUE(host.ok()) << host.status();
+  auto other = ConnectTcpStore("127.0.0.1", port, false, 2, timeout);
+  ASSERT_TRUE(other.ok()) << other.status();
+  std::thread setter([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    EXPECT_TRUE((*other)->Set("late", {4, 2}).ok());
+  });
+  auto late = (*host)->Get("late", timeout);
+  setter.join();
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(*late, (std::vector<uint8_t>{4, 2}));
+  auto sooner = (*host)->Get("late", milliseconds(300));
+  ASSERT_TRUE(sooner.ok()) << sooner.status();
+  EXPECT_EQ(*sooner, (std::vector<uint8_t>{4, 2}));
+  for (milliseconds t : {timeout, milliseconds(300)}) {
+    const auto start = std::chrono::steady_clock::now();
+    auto missing = (*other)->Get("never", t);
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded) << missing.status();
+    EXPECT_GE(took, t * 9 / 10) << t.count();
+    EXPECT_LT(took, t + std::chrono::seconds(5)) << t.count();
+  }
+}
+
+// A second host on a port the first holds is UNAVAILABLE naming the port; the first serves on.
+TEST(Store, TcpHostOnATakenPortIsUnavailable) {
+  using std::chrono::milliseconds;
+  const int port = testing::FreePort();
+  auto first = ConnectTcpStore("127.0.0.1", port, true, 1, milliseconds(2000));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = ConnectTcpStore("127.0.0.1", port, true, 1, milliseconds(2000));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  EXPECT_NE(second.status().message().find(std::to_string(port)), std::string::npos)
+      << second.status();
+  ASSERT_TRUE((*first)->Set("k", {9}).ok());
+  EXPECT_EQ(*(*first)->Get("k", milliseconds(1000)), std::vector<uint8_t>{9});
+}
+
 TEST(GlooGroups, UnreachableStoreIsUnavailable) {
   RendezvousConfig c;
   c.port = testing::FreePort();  // nobody hosts it

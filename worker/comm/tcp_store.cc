@@ -1,10 +1,12 @@
-// The TCP store over libtorch's c10d::TCPStore: the only use of c10d in latchkey (its API
-// changed after libtorch 1.13, so it stays inside this file).
+// The TCP store: every rank's client is libtorch's c10d::TCPStore, the only use of c10d in
+// latchkey (its API changed after libtorch 1.13, so it stays inside this file); rank 0 hosts
+// the keys with TcpStoreHost (tcp_store_host.h), which speaks the same wire.
 #include <optional>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "worker/comm/comm.h"
 #include "worker/comm/store.h"
+#include "worker/comm/tcp_store_host.h"
 
 namespace latchkey::comm {
 namespace {
@@ -31,8 +33,9 @@ absl::Status Guard(const std::string& what, std::optional<std::chrono::milliseco
 
 class TcpStore final : public Store {
  public:
-  TcpStore(c10::intrusive_ptr<c10d::TCPStore> store, std::string address)
-      : store_(std::move(store)), address_(std::move(address)) {}
+  TcpStore(std::unique_ptr<TcpStoreHost> host, c10::intrusive_ptr<c10d::TCPStore> store,
+           std::string address)
+      : host_(std::move(host)), store_(std::move(store)), address_(std::move(address)) {}
 
   absl::Status Set(const std::string& key, const std::vector<uint8_t>& value) override {
     return Guard("store " + address_ + " set '" + key + "'", std::nullopt,
@@ -42,7 +45,10 @@ class TcpStore final : public Store {
                                            std::chrono::milliseconds timeout) override {
     std::vector<uint8_t> out;
     absl::Status st = Guard("store " + address_ + " get '" + key + "'", timeout, [&] {
-      store_->wait({key}, timeout);
+      // c10d's get waits for the key itself, as long as the store's timeout: a WAIT of our own
+      // first only for another timeout (it is one round trip more of the store's host, which
+      // serves every rank: a third of a Get's requests).
+      if (timeout != store_->getTimeout()) store_->wait({key}, timeout);
       out = store_->get(key);
     });
     if (!st.ok()) return st;
@@ -54,6 +60,7 @@ class TcpStore final : public Store {
   }
 
  private:
+  std::unique_ptr<TcpStoreHost> host_;  // rank 0's; outlives store_, its client
   c10::intrusive_ptr<c10d::TCPStore> store_;
   std::string address_;
 };
@@ -68,18 +75,30 @@ absl::StatusOr<std::shared_ptr<Store>> ConnectTcpStore(const std::string& host, 
                                       " outside [1, 65535]");
   }
   const std::string address = host + ":" + std::to_string(port);
+  // Rank 0 hosts the keys (TcpStoreHost: c10d's wire, not its host, which does not scale past
+  // ~1,000 ranks) and reaches them through a c10d client like every other rank.
+  std::unique_ptr<TcpStoreHost> keys_host;
+  if (is_host) {
+    auto started = TcpStoreHost::Start(port);
+    if (!started.ok()) {
+      return absl::Status(started.status().code(), "rendezvous store at " + address + ": " +
+                                                       std::string(started.status().message()));
+    }
+    keys_host = *std::move(started);
+  }
   c10::intrusive_ptr<c10d::TCPStore> tcp;
   absl::Status st = Guard("rendezvous store at " + address, timeout, [&] {
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(port);
-    opts.isServer = is_host;
+    opts.isServer = false;
     opts.numWorkers = static_cast<size_t>(world_size);
     opts.waitWorkers = false;
     opts.timeout = timeout;
     tcp = c10::make_intrusive<c10d::TCPStore>(host, opts);
   });
   if (!st.ok()) return st;
-  return std::shared_ptr<Store>(std::make_shared<TcpStore>(std::move(tcp), address));
+  return std::shared_ptr<Store>(
+      std::make_shared<TcpStore>(std::move(keys_host), std::move(tcp), address));
 }
 
 }  // namespace latchkey::comm

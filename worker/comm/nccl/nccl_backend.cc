@@ -79,25 +79,42 @@ absl::StatusOr<std::string> ExchangeNcclUniqueId(Store& store, int rank, int siz
                                " bytes from the rendezvous store, not " +
                                std::to_string(kNcclUniqueIdBytes));
   }
+  // Every rank publishes the SHA-256 of what it got; rank 0 alone reads them all and publishes
+  // its verdict, which the others read: 3 store operations per rank and `size` reads for rank
+  // 0, where every rank reading every digest was size^2 reads at the one store (minutes at
+  // 4096 ranks, docs/performance.md "Rendezvous at scale").
   const std::string mine = Sha256Hex(id);
   if (absl::Status st = store.Set("nccl/digest/" + std::to_string(rank),
                                   std::vector<uint8_t>(mine.begin(), mine.end()));
       !st.ok()) {
     return st;
   }
+  if (rank != 0) {
+    absl::StatusOr<std::vector<uint8_t>> verdict = store.Get("nccl/verdict", timeout);
+    if (!verdict.ok()) return verdict.status();
+    const std::string v(verdict->begin(), verdict->end());
+    if (v != "ok") return absl::InternalError(v + " (rank 0's check)");
+    return id;
+  }
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back("nccl/digest/" + std::to_string(r));
   if (absl::Status st = store.Wait(keys, timeout); !st.ok()) return st;
-  for (int r = 0; r < size; ++r) {
+  std::string verdict = "ok";
+  for (int r = 0; r < size && verdict == "ok"; ++r) {
     absl::StatusOr<std::vector<uint8_t>> d = store.Get(keys[r], timeout);
     if (!d.ok()) return d.status();
     const std::string theirs(d->begin(), d->end());
     if (theirs != mine) {
-      return absl::InternalError("nccl unique id: rank " + std::to_string(r) +
-                                 " got bytes with SHA-256 " + theirs + ", rank " +
-                                 std::to_string(rank) + " got " + mine);
+      verdict = "nccl unique id: rank " + std::to_string(r) + " got bytes with SHA-256 " + theirs +
+                ", rank 0 got " + mine;
     }
   }
+  if (absl::Status st =
+          store.Set("nccl/verdict", std::vector<uint8_t>(verdict.begin(), verdict.end()));
+      !st.ok()) {
+    return st;
+  }
+  if (verdict != "ok") return absl::InternalError(verdict);
   return id;
 }
 

@@ -7,8 +7,9 @@
 // id (ncclGetUniqueId, which needs no GPU) and publishes its 128 bytes through the rendezvous
 // store under the group's key prefix (standalone: the TCP store rank 0 hosts; under a
 // coordinator: the attempt's rendezvous, JOB/aN, that the coordinator hands out); every rank
-// reads it and publishes the SHA-256 of what it got, and checks that every rank's digest is its
-// own; rank 0, which hosts the TCP store, waits until every rank has. Only then is the CUDA
+// reads it and publishes the SHA-256 of what it got; rank 0 checks every digest against its own
+// and publishes its verdict, which the others read (store operations linear in the ranks);
+// rank 0, which hosts the TCP store, waits until every rank has its ids. Only then is the CUDA
 // device checked (FAILED_PRECONDITION naming it and the CUDA runtime's error, the ids' digests
 // included) and the communicators initialized (nonblocking, within the rendezvous timeout,
 // aborted past it).
@@ -32,9 +33,9 @@ absl::Status ConnectNcclGroups(const RendezvousConfig& config, std::shared_ptr<S
 inline constexpr size_t kNcclUniqueIdBytes = 128;
 
 // One group's id exchange through `store` (already namespaced for the group): rank 0 creates
-// and publishes the id, every rank returns the bytes it got after checking every rank's SHA-256
-// against its own (INTERNAL naming the rank that differs). DEADLINE_EXCEEDED / UNAVAILABLE from
-// the store. REQUIRES: 0 <= rank < size.
+// and publishes the id, every rank returns the bytes it got once rank 0 has checked every rank's
+// SHA-256 against its own (on every rank INTERNAL naming the rank that differs). DEADLINE_EXCEEDED
+// / UNAVAILABLE from the store. REQUIRES: 0 <= rank < size.
 absl::StatusOr<std::string> ExchangeNcclUniqueId(Store& store, int rank, int size,
                                                  std::chrono::milliseconds timeout);
 

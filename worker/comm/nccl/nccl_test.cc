@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -58,6 +59,70 @@ TEST(NcclUniqueId, ADifferingDigestIsNamed) {
   EXPECT_NE(got.status().message().find("rank 1 got bytes with SHA-256 " + bogus),
             std::string::npos)
       << got.status();
+}
+
+// Rank 0's verdict reaches the others: with rank 2's digest differing, ranks 0 and 1 both fail
+// naming rank 2 (rank 2 itself never runs; its bogus digest is planted).
+TEST(NcclUniqueId, RankZerosVerdictNamesTheDifferingRankOnEveryRank) {
+  InMemoryStore store;
+  const std::string bogus(64, 'e');
+  ASSERT_TRUE(store.Set("nccl/digest/2", std::vector<uint8_t>(bogus.begin(), bogus.end())).ok());
+  std::vector<absl::StatusOr<std::string>> got(2, absl::UnknownError("not run"));
+  std::thread one([&] { got[1] = ExchangeNcclUniqueId(store, 1, 3, milliseconds(5000)); });
+  got[0] = ExchangeNcclUniqueId(store, 0, 3, milliseconds(5000));
+  one.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(got[r].ok()) << r;
+    EXPECT_EQ(got[r].status().code(), absl::StatusCode::kInternal) << r;
+    EXPECT_NE(got[r].status().message().find("rank 2 got bytes with SHA-256 " + bogus),
+              std::string::npos)
+        << r << ": " << got[r].status();
+  }
+}
+
+// Counts the reads that reach the store beneath.
+class CountingStore final : public Store {
+ public:
+  absl::Status Set(const std::string& key, const std::vector<uint8_t>& value) override {
+    return base_.Set(key, value);
+  }
+  absl::StatusOr<std::vector<uint8_t>> Get(const std::string& key,
+                                           std::chrono::milliseconds timeout) override {
+    gets_++;
+    return base_.Get(key, timeout);
+  }
+  absl::Status Wait(const std::vector<std::string>& keys,
+                    std::chrono::milliseconds timeout) override {
+    waited_keys_ += static_cast<int64_t>(keys.size());
+    return base_.Wait(keys, timeout);
+  }
+  int64_t gets() const { return gets_; }
+  int64_t waited_keys() const { return waited_keys_; }
+
+ private:
+  InMemoryStore base_;
+  std::atomic<int64_t> gets_{0};
+  std::atomic<int64_t> waited_keys_{0};
+};
+
+// The exchange's reads grow linearly with the ranks (one store serves them all: every rank
+// reading every rank's digest was 64 * 64 reads here, 4096 * 4096 at 4096 ranks).
+TEST(NcclUniqueId, StoreReadsAreLinearInTheRanks) {
+  constexpr int kRanks = 64;
+  CountingStore store;
+  std::vector<absl::StatusOr<std::string>> got(kRanks, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back(
+        [&, r] { got[r] = ExchangeNcclUniqueId(store, r, kRanks, milliseconds(10000)); });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_TRUE(got[r].ok()) << r << ": " << got[r].status();
+    EXPECT_EQ(*got[r], *got[0]) << r;
+  }
+  EXPECT_LE(store.gets(), 3 * kRanks);
+  EXPECT_LE(store.waited_keys(), 2 * kRanks);
 }
 
 TEST(NcclUniqueId, AMissingRankZeroIsADeadline) {
