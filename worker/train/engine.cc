@@ -245,6 +245,7 @@ class EngineImpl final : public Engine {
     if (zero2_) {
       // The previous window's partition (it may be a view of the local gradient) goes now.
       store_->ReleaseGrads();
+      kv_->Release();  // its snapshot of the released local gradient's K/V rows
       grad_part_ = at::Tensor();
       part_ = at::Tensor();
       state_.grads_part = at::Tensor();
@@ -349,7 +350,10 @@ class EngineImpl final : public Engine {
     LK_RETURN_IF_ERROR(buckets_->Finish());
     kv_part_->NoteBackward();
     ++syncs_;
-    if (!part_in_local_) store_->ReleaseGrads();
+    if (!part_in_local_) {
+      store_->ReleaseGrads();
+      kv_->Release();
+    }
     return absl::OkStatus();
   }
 
@@ -366,11 +370,12 @@ class EngineImpl final : public Engine {
   }
 
   // The bytes of gradient this rank holds now: the full flat buffer (while attached), ZeRO-2's
-  // partition, and in bf16 mode the bf16 gradients the compute parameters keep. The bucket
-  // staging is GradBuckets'; the K/V reducer's snapshots are left out (the same in every stage).
+  // partition, the K/V reducers' snapshot and staging, and in bf16 mode the bf16 gradients the
+  // compute parameters keep. The bucket staging is GradBuckets'.
   int64_t HeldGradBytes() {
     int64_t n = store_->grads_attached() ? store_->padded_numel() * 4 : 0;
     if (grad_part_.defined()) n += grad_part_.numel() * 4;  // a view of the local counts there
+    n += kv_->buffer_bytes() + (kv_part_ ? kv_part_->buffer_bytes() : 0);
     if (store_->bf16()) {
       for (size_t i = 0; i < store_->layout().size(); ++i) {
         const at::Tensor& g = store_->compute_grad(i);
@@ -399,6 +404,10 @@ class EngineImpl final : public Engine {
         return st;
       }
       if (ReplicatedCalls(*g_->stats) != kv_calls) NoteBoundaryWait(kv_start);
+      NoteGradBytes();
+      // The partition's K/V rows are summed once per window: nothing of the reducer is needed
+      // until the next boundary.
+      if (zero2_) kv_part_->Release();
     }
     double norm_sq = 0.0;
     const bool count_replicated = g_->tp_rank == 0;

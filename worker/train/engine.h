@@ -107,7 +107,8 @@ class Engine {
   virtual TrainingState& state() = 0;
   // The high-water mark, over the last window, of the gradient bytes this rank held: the flat
   // gradient buffer while it exists, ZeRO-2's gradient partition, its bucket and K/V staging,
-  // and the bf16 gradients of the compute parameters (the K/V reducer's scratch left out).
+  // the K/V reducers' snapshot and staging while they exist, and the bf16 gradients of the
+  // compute parameters.
   virtual int64_t peak_gradient_bytes() const = 0;
   virtual BucketTrace last_bucket_trace() const = 0;
 };

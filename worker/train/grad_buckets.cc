@@ -189,12 +189,19 @@ void GradBuckets::Arm(const at::Tensor& part, bool replace, int64_t held_bytes) 
   next_ = 0;
   remaining_ = contributions_;
   issue_times_.clear();
-  if (has_kv_bucket()) {
+  Note();
+}
+
+const at::Tensor& GradBuckets::kv_stage() {
+  if (!kv_stage_.defined() && has_kv_bucket()) {
+    // First written by the backward's first K/V rows (the last layer's c_attn, after its MLP):
+    // not held through the forward and the start of the backward, where the peak is.
     kv_stage_ = at::zeros({kv_.slot * dp_size_},
                           at::TensorOptions().dtype(at::kFloat).device(store_->device()));
     live_ += kv_stage_.numel() * 4;
+    Note();
   }
-  Note();
+  return kv_stage_;
 }
 
 at::Tensor& GradBuckets::Staging(int b) {
@@ -234,7 +241,7 @@ void GradBuckets::OnGrad(size_t i) {
     }
     pending = p.bucket;
     if (p.bucket < 0) {
-      if (!attached) ops_->AddTo(kv_stage_.narrow(0, p.dst, p.len), src.narrow(0, p.src, p.len));
+      if (!attached) ops_->AddTo(kv_stage().narrow(0, p.dst, p.len), src.narrow(0, p.src, p.len));
       continue;
     }
     // The piece lies in one slot of the bucket (the bucket's pieces were cut by slot).
@@ -303,7 +310,7 @@ absl::Status GradBuckets::Finish() {
     // The K/V rows: from the local gradient where it is attached (the hooks left them there).
     if (store_->grads_attached()) {
       for (const Piece& p : kv_.pieces) {
-        ops_->Copy(kv_stage_.narrow(0, p.dst, p.len),
+        ops_->Copy(kv_stage().narrow(0, p.dst, p.len),
                    store_->flat_grads().narrow(0, p.flat, p.len));
       }
     }

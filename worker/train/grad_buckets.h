@@ -78,9 +78,10 @@ class GradBuckets {
   absl::Status Finish();
 
   // The K/V bucket's staging, which the hooks fill with the K/V rows when the local gradient is
-  // released (allocated zeroed by Arm, freed when Finish issues it), and the stretch of it each
-  // K/V tensor spans (segment order; one collective each for the per-micro-batch TP sum).
-  const at::Tensor& kv_stage() const { return kv_stage_; }
+  // released (allocated zeroed on first use, by the first K/V hook of the backward or by this
+  // call, and freed when Finish issues it), and the stretch of it each K/V tensor spans (segment
+  // order; one collective each for the per-micro-batch TP sum).
+  const at::Tensor& kv_stage();
   const std::vector<FlatRange>& kv_spans() const { return kv_spans_; }
   int num_buckets() const { return static_cast<int>(buckets_.size()); }  // without the K/V one
   bool has_kv_bucket() const { return kv_.slot > 0; }

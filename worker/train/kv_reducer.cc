@@ -53,23 +53,34 @@ KvReducer KvReducer::ForPartition(const std::vector<FlatSegment>& segments, int6
 void KvReducer::Allocate() {
   for (const FlatRange& r : kv_) total_ += r.length;
   active_ = !kv_.empty() && comm::is_parallel(tp_);
-  if (active_) {
-    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(ops_->device());
-    snapshot_ = at::zeros({total_}, f32);
-    stage_ = at::zeros({total_}, f32);
-    if (keep_count_) dummy_ = at::zeros({1}, f32);
+  if (active_ && keep_count_) {
+    dummy_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(ops_->device()));
   }
+}
+
+void KvReducer::EnsureBuffers() {
+  if (snapshot_.defined()) return;
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(ops_->device());
+  snapshot_ = at::zeros({total_}, f32);
+  stage_ = at::zeros({total_}, f32);
 }
 
 void KvReducer::BeginWindow() {
   pending_backwards_ = 0;
   reduced_in_window_ = false;
-  if (active_) snapshot_.zero_();
+  if (snapshot_.defined()) snapshot_.zero_();
+}
+
+void KvReducer::Release() {
+  BeginWindow();
+  snapshot_ = at::Tensor();
+  stage_ = at::Tensor();
 }
 
 absl::Status KvReducer::ReducePending(const at::Tensor& grads, bool coalesced) {
   if (!active_ || !enabled_ || pending_backwards_ == 0) return absl::OkStatus();
   // Stage what was added since the previous reduction.
+  EnsureBuffers();
   ops_->PackDelta(grads, kv_, snapshot_, stage_);
   comm::CollectiveOptions opts;
   const comm::Buffer stage = CommBuffer(stage_);

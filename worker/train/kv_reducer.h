@@ -75,8 +75,17 @@ class KvReducer {
   // parallel TP group).
   bool active() const { return active_; }
   int64_t kv_elements() const { return total_; }  // every reduced row, K/V and SP's
+  // The bytes of the snapshot and the staging while they exist (between the first reduction
+  // and Release).
+  int64_t buffer_bytes() const {
+    return snapshot_.defined() ? (snapshot_.numel() + stage_.numel()) * 4 : 0;
+  }
 
   void BeginWindow();
+  // The gradient buffer this reducer sums in is gone (ZeRO-2 released it): frees the snapshot
+  // and the staging, which the next reduction allocates again (zeroed), and starts over as
+  // BeginWindow does. Nothing is held between reductions that need no snapshot.
+  void Release();
   void NoteBackward() { ++pending_backwards_; }
   int pending_backwards() const { return pending_backwards_; }
 
@@ -105,6 +114,7 @@ class KvReducer {
   KvReducer(std::vector<FlatRange> kv, std::vector<bool> carries_kv, comm::Group* tp,
             const FlatOps* ops, bool keep_count);
   void Allocate();
+  void EnsureBuffers();  // the snapshot and the staging, zeroed, on first use
 
   // In flat order: the K/V rows, and SP's partial rows under SP; one per tensor; empty ranges
   // only when keep_count_.
@@ -118,6 +128,7 @@ class KvReducer {
   int64_t total_ = 0;
   int pending_backwards_ = 0;
   bool reduced_in_window_ = false;
+  // Allocated on the first reduction (EnsureBuffers), freed by Release.
   at::Tensor snapshot_;  // the K/V rows right after the previous reduction, back to back
   at::Tensor stage_;     // contiguous staging of (grad - snapshot)
   at::Tensor dummy_;     // keep_count_: the zero element an empty piece travels as
