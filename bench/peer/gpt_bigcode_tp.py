@@ -11,8 +11,18 @@ benchmark (bench/tokens_vs_peer.py) compares latchkey against a fair baseline:
 - MQA: every TP rank holds the whole K/V projection and only its own query heads; the K/V
   gradient of every layer is flattened into one buffer and all-reduced once per window
   (latchkey's "coalesced" K/V mode);
+- attention as latchkey computes it on the CPU: matmul, scale, the cached causal mask applied
+  in place (masked_fill_ on the fresh scores, which nothing saved for backward), softmax,
+  matmul (PyTorch 1.13 has no scaled_dot_product_attention);
 - gradient accumulation over GAS micro-batches (backward of loss / GAS), then the exact global
-  gradient norm (one scalar all-reduce), clipping, torch.optim.AdamW (foreach);
+  gradient norm: clip_grad_norm_'s per-tensor norms (torch._foreach_norm, on the fp32
+  gradients themselves, no copies) squared and summed in float64, one float64 scalar
+  all-reduce (latchkey sums fp32 squares into a float64 accumulator and all-reduces the same
+  scalar), clipping, torch.optim.AdamW (foreach);
+- latchkey's allocator settings: its worker calls mallopt (worker/train/threads.cc: blocks up
+  to 32 MiB from the heap, no trim, 16 MiB top pad) so freed activations are not returned to
+  the kernel between micro-batches; the ranks started here get the same through glibc's
+  tunables (MALLOC_TUNABLES, unless GLIBC_TUNABLES is already set);
 - the same initial weights (the full model drawn tensor by tensor from one generator seeded
   with --seed, sharded after) and the same synthetic samples (docs/data.md), so the loss
   trajectory can be compared with latchkey's.
@@ -22,7 +32,7 @@ Usage (Debian's interpreter: it sees python3-torch):
         --seq 128 --mb 1 --gas 32 --steps 3
 Without RANK in the environment it starts --tp ranks of itself (torchrun-style RANK,
 WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), each with cores / ranks threads
-(intra-op, OpenMP and OpenBLAS), as latchkey's worker does. Every rank-0 step prints one JSON
+(intra-op, OpenMP and OpenBLAS) and one inter-op thread, as latchkey's worker does. Every rank-0 step prints one JSON
 line: {"step", "loss", "grad_norm", "step_seconds", "cpu_seconds" (this process's user + system
 CPU time in the step, every thread), "tokens", "tokens_per_second"}.
 """
@@ -37,6 +47,11 @@ import sys
 import time
 
 from synthetic_data import synthetic_sample  # bench/peer/, the script's own folder
+
+# worker/train/threads.cc's mallopt calls as glibc tunables: M_MMAP_THRESHOLD 32 MiB,
+# M_TRIM_THRESHOLD 1 GiB, M_TOP_PAD 16 MiB.
+MALLOC_TUNABLES = ("glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824:"
+                   "glibc.malloc.top_pad=16777216")
 
 
 def parse_args(argv):
@@ -67,7 +82,9 @@ def launch(args):
     threads = args.threads or max(1, len(os.sched_getaffinity(0)) // args.tp)
     procs = []
     for r in range(args.tp):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.tp),
+        env = dict(os.environ)
+        env.setdefault("GLIBC_TUNABLES", MALLOC_TUNABLES)
+        env.update(RANK=str(r), WORLD_SIZE=str(args.tp),
                    LOCAL_WORLD_SIZE=str(args.tp), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), OMP_NUM_THREADS=str(threads),
                    OPENBLAS_NUM_THREADS=str(threads))
@@ -163,7 +180,7 @@ def run_rank(args):
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=args.weight_decay, foreach=True)
 
-    not_causal = ~torch.ones(S, S, dtype=torch.bool).tril()
+    future = torch.ones(S, S, dtype=torch.bool).triu(1)  # latchkey's cached mask
     pos = torch.arange(S)
     scale = 1.0 / math.sqrt(D)
 
@@ -172,7 +189,7 @@ def run_rank(args):
         k = qkv[..., Hl * D:Hl * D + D].unsqueeze(1)  # [B,1,S,D]: one K/V head for all
         v = qkv[..., Hl * D + D:].unsqueeze(1)
         scores = torch.matmul(q, k.transpose(-1, -2)) * scale
-        scores = scores.masked_fill(not_causal, float("-inf"))
+        scores.masked_fill_(future, float("-inf"))  # fresh, saved by nothing: in place
         probs = torch.softmax(scores, -1)
         return torch.matmul(probs, v).transpose(1, 2).reshape(B, S, Hl * D)
 
@@ -217,15 +234,15 @@ def run_rank(args):
         for g in kv_grads:
             g.copy_(flat[at:at + g.numel()].view_as(g))
             at += g.numel()
-        # Exact global norm: sharded tensors on every rank, replicated ones (K/V rows included)
-        # once, on rank 0.
-        sq = sum(float(p.grad.double().pow(2).sum()) for p in sharded)
-        sq += sum(float(c["c_attn.w"].grad[:Hl * D].double().pow(2).sum()) +
-                  float(c["c_attn.b"].grad[:Hl * D].double().pow(2).sum()) for c in layers)
+        # Exact global norm: sharded tensors (and this rank's query rows) on every rank,
+        # replicated ones (K/V rows included) once, on rank 0. Per-tensor norms of the fp32
+        # gradients (views, no copies), their squares summed in float64.
+        mine = [p.grad for p in sharded]
+        mine += [g for c in layers for g in (c["c_attn.w"].grad[:Hl * D],
+                                             c["c_attn.b"].grad[:Hl * D])]
         if r == 0:
-            sq += sum(float(p.grad.double().pow(2).sum()) for p in replicated)
-            sq += sum(float(g.double().pow(2).sum()) for g in kv_grads)
-        total = torch.tensor([sq], dtype=torch.float64)
+            mine += [p.grad for p in replicated] + kv_grads
+        total = torch.stack(torch._foreach_norm(mine)).double().square().sum().reshape(1)
         dist.all_reduce(total)
         norm = math.sqrt(float(total))
         coef = args.clip / (norm + 1e-6)
