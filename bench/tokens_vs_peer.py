@@ -2,17 +2,32 @@
 """End-to-end tokens/s: latchkey against the plain PyTorch peer, and latchkey's collective share.
 
     /usr/bin/python3 bench/tokens_vs_peer.py [--presets P1,P2] [--repeats 3] [--steps 3]
-        [--backends auto] [--worker build/worker/latchkey-worker] [--quick]
+        [--backends auto,gloo] [--worker build/worker/latchkey-worker] [--quick]
 
 For each preset (P1: 24 layers, n_embd 256, 8 heads, seq 128, MB 1, GAS 32; P2: 8 layers,
 n_embd 1024, 16 heads, seq 256, MB 2, GAS 4; both TP 2, MQA, vocab 256, AdamW, clipping 1.0,
 the synthetic data source, coalesced K/V), each repeat runs latchkey (`latchkey-worker
 --standalone`, one process per rank, torchrun-style env, once per --backends value) and the
 peer (bench/peer/gpt_bigcode_tp.py), in an order that alternates from repeat to repeat, so
-machine noise hits both sides. Each run does --steps windows; the first is warm-up and not
-counted. Step time is each side's own rank-0 measure: latchkey's JSONL `step_seconds`, the
-peer's `step_seconds` (the same span: every micro-batch's forward and backward, the K/V
-reduction, the norm, clipping and the optimizer step). Both use cores / ranks threads per rank.
+machine noise hits every side. latchkey runs once with `latchkey.backend: "auto"` (shm for
+these same-host groups) and once with "gloo", the peer's transport: gloo against the peer is
+the compute side of the difference, auto against gloo the transport side. Each run does
+--steps windows; the first is warm-up and not counted. Step time is each side's own rank-0
+measure: latchkey's JSONL `step_seconds`, the peer's `step_seconds` (the same span: every
+micro-batch's forward and backward, the K/V reduction, the norm, clipping and the optimizer
+step). Every side gets the same environment: cores / ranks threads per rank (OMP_NUM_THREADS,
+OPENBLAS_NUM_THREADS; both also set them in-process), and latchkey's malloc settings as
+GLIBC_TUNABLES (the worker also sets them with mallopt; the caller's GLIBC_TUNABLES, if set,
+is given to every side instead).
+
+Every step's loss of every latchkey run must agree with the peer's of the same repeat to
+LOSS_TOL (relative): both start from the same weights (one generator, seed 1, tensor by tensor
+in HF order, sharded after) and read the same synthetic samples (seed 1), and run the same
+fp32 ATen ops; what differs is summation order (latchkey accumulates the squared-gradient sum
+in float64 where the peer takes fp32 per-tensor norms, the order of the micro-batch loss sum),
+worth about 1e-7 relative in the loss after 3 steps, far below a real divergence (a wrong mask,
+a missed reduction, other data) which moves the loss at the first or second decimal. A
+disagreement stops the bench with the per-step losses (exit 1).
 
 Tables (medians over every measured step of every repeat, with the min-max spread):
   1. tokens/s per side, and the ratio latchkey / peer (per repeat: median (min-max));
@@ -20,8 +35,7 @@ Tables (medians over every measured step of every repeat, with the min-max sprea
      `latchkey_collective_seconds` histogram sums (every op and group) over its
      `latchkey_step_seconds` sum, from each rank's metrics endpoint, taken after the warm-up
      step and after the last one (the difference: measured steps only);
-  3. (sanity) the loss of each step on both sides: the peer starts from the same weights and
-     reads the same samples, so the trajectories agree closely.
+  3. the loss of each step on every side (first repeat; every repeat is checked, see above).
 --quick: a 2-layer model, 2 steps, 1 repeat (a smoke run of the whole path).
 """
 
@@ -41,6 +55,8 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PEER = os.path.join(HERE, "peer", "gpt_bigcode_tp.py")
+sys.path.insert(0, os.path.join(HERE, "peer"))
+from gpt_bigcode_tp import MALLOC_TUNABLES  # noqa: E402  (the peer's own folder)
 
 PRESETS = {
     "P1": dict(layers=24, embd=256, heads=8, seq=128, mb=1, gas=32),
@@ -48,22 +64,24 @@ PRESETS = {
     "quick": dict(layers=2, embd=64, heads=4, seq=32, mb=1, gas=4),
 }
 TP = 2
+SEED, DATA_SEED, LR, WEIGHT_DECAY, CLIP, VOCAB = 1, 1, 0.001, 0.01, 1.0, 256
+LOSS_TOL = 1e-5  # relative, per step: see the module's docstring
 
 
 def spec_json(p, steps, backend):
     return {
         "model": {"model_type": "gpt_bigcode", "n_layer": p["layers"], "n_embd": p["embd"],
-                  "n_head": p["heads"], "vocab_size": 256, "n_positions": p["seq"],
+                  "n_head": p["heads"], "vocab_size": VOCAB, "n_positions": p["seq"],
                   "multi_query": True},
         "train_micro_batch_size_per_gpu": p["mb"],
         "gradient_accumulation_steps": p["gas"],
-        "gradient_clipping": 1.0,
+        "gradient_clipping": CLIP,
         "zero_optimization": {"stage": 0},
-        "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.01}},
+        "optimizer": {"type": "AdamW", "params": {"lr": LR, "weight_decay": WEIGHT_DECAY}},
         "tensor_parallel": {"autotp_size": TP},
-        "latchkey": {"seq_len": p["seq"], "steps": steps, "seed": 1, "world_size": TP,
+        "latchkey": {"seq_len": p["seq"], "steps": steps, "seed": SEED, "world_size": TP,
                      "kv_reduce": "coalesced", "backend": backend,
-                     "data": {"synthetic": {"seed": 1}}},
+                     "data": {"synthetic": {"seed": DATA_SEED}}},
     }
 
 
@@ -112,6 +130,13 @@ def wait_all(procs, deadline, what):
             raise RuntimeError(f"{what}: timed out")
 
 
+def side_env():
+    """The environment every side runs in: the same threads and allocator settings."""
+    threads = max(1, len(os.sched_getaffinity(0)) // TP)
+    return dict(os.environ, GLIBC_TUNABLES=os.environ.get("GLIBC_TUNABLES", MALLOC_TUNABLES),
+                OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+
+
 def run_latchkey(worker, p, steps, backend, tmp, timeout):
     """Rank 0's per-step records and both ranks' collective/step sums over steps 1.."""
     d = tempfile.mkdtemp(dir=tmp)
@@ -121,7 +146,7 @@ def run_latchkey(worker, p, steps, backend, tmp, timeout):
     port = random.randint(30000, 49999)
     procs = []
     for r in range(TP):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(TP), LOCAL_WORLD_SIZE=str(TP),
+        env = dict(side_env(), RANK=str(r), WORLD_SIZE=str(TP), LOCAL_WORLD_SIZE=str(TP),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(subprocess.Popen(
             [worker, "--standalone", "--spec", spec, "--quiet",
@@ -166,16 +191,36 @@ def run_latchkey(worker, p, steps, backend, tmp, timeout):
     return recs, share, cpu
 
 
-def run_peer(p, steps, tmp, timeout):
+def run_peer(script, env, p, steps, tmp, timeout):
     out = os.path.join(tempfile.mkdtemp(dir=tmp), "peer.jsonl")
-    cmd = [sys.executable, PEER, "--tp", str(TP), "--steps", str(steps)]
+    cmd = [sys.executable, script, "--tp", str(TP), "--steps", str(steps)]
     for k in ("layers", "embd", "heads", "seq", "mb", "gas"):
         cmd += [f"--{k}", str(p[k])]
-    cmd += ["--jsonl", out]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    cmd += ["--vocab", str(VOCAB), "--lr", str(LR), "--weight-decay", str(WEIGHT_DECAY),
+            "--clip", str(CLIP), "--seed", str(SEED), "--data-seed", str(DATA_SEED),
+            "--jsonl", out]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env)
     wait_all([proc], time.monotonic() + timeout, "peer")
     recs = read_jsonl(out)
     return recs, statistics.mean(r["cpu_seconds"] for r in recs[1:steps])
+
+
+def check_losses(name, rep, losses):
+    """Exits (1) unless every side's per-step losses agree with the peer's to LOSS_TOL."""
+    ref = losses["peer"]
+    bad = []
+    for label, ls in losses.items():
+        if len(ls) != len(ref):
+            bad.append(f"{label}: {len(ls)} steps, the peer {len(ref)}")
+            continue
+        for step, (x, y) in enumerate(zip(ls, ref)):
+            if not abs(x - y) <= LOSS_TOL * abs(y):
+                bad.append(f"{label} step {step}: loss {x!r}, the peer {y!r} "
+                           f"(relative difference {abs(x - y) / abs(y):.2e} > {LOSS_TOL:.0e})")
+    if bad:
+        sys.exit(f"tokens_vs_peer: {name} repeat {rep}: the losses disagree, the sides do not "
+                 "train the same model:\n  " + "\n  ".join(bad))
+    return max(abs(x - y) / abs(y) for ls in losses.values() for x, y in zip(ls, ref))
 
 
 def fmt(values, spec="%.0f"):
@@ -188,10 +233,14 @@ def main(argv):
     ap.add_argument("--presets", default="P1,P2")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3, help="windows per run, the first is warm-up")
-    ap.add_argument("--backends", default="auto", help="latchkey.backend values, comma-separated")
+    ap.add_argument("--backends", default="auto,gloo",
+                    help="latchkey.backend values, comma-separated")
     ap.add_argument("--worker", default=os.path.join(ROOT, "build", "worker", "latchkey-worker"))
     ap.add_argument("--baseline-worker", default="",
                     help="another latchkey-worker build, run as one more side (before/after)")
+    ap.add_argument("--baseline-peer", default="",
+                    help="another peer script, run as one more side in the caller's own "
+                    "environment (before/after of the peer)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
@@ -204,43 +253,56 @@ def main(argv):
     cores = len(os.sched_getaffinity(0))
     print(f"# tokens/s: latchkey vs the PyTorch {__import__('torch').__version__} eager + Gloo "
           f"peer, TP {TP}, {cores} cores, {max(1, cores // TP)} thread(s) per rank, {repeats} "
-          f"repeat(s) x {steps - 1} measured step(s), order alternated per repeat\n", flush=True)
-    tok_rows, share_rows, loss_rows = [], [], []
+          f"repeat(s) x {steps - 1} measured step(s), order alternated per repeat, every side "
+          f"with GLIBC_TUNABLES={side_env()['GLIBC_TUNABLES']}"
+          f"{' (baseline peer: the caller environment)' if a.baseline_peer else ''}\n",
+          flush=True)
+    tok_rows, share_rows, loss_rows, agree = [], [], [], []
+    gloo = "latchkey gloo" if "gloo" in backends else None
     try:
         for name in presets:
             p = PRESETS[name]
-            sides = [("latchkey " + b, (a.worker, b)) for b in backends]
+            # (label, latchkey (worker, backend) or None, peer (script, env) or None)
+            sides = [("latchkey " + b, (a.worker, b), None) for b in backends]
             if a.baseline_worker:
-                sides += [("baseline " + b, (a.baseline_worker, b)) for b in backends]
-            sides += [("peer", None)]
-            tps = {s: [] for s, _ in sides}
-            ratios = {s: [] for s, _ in sides if s != "peer"}
-            shares = {s: [] for s, _ in sides if s != "peer"}
-            cpus = {s: [] for s, _ in sides}
-            losses = {}
+                sides += [("baseline " + b, (a.baseline_worker, b), None) for b in backends]
+            sides += [("peer", None, (PEER, side_env()))]
+            if a.baseline_peer:
+                sides += [("baseline peer", None, (a.baseline_peer, dict(os.environ)))]
+            labels = [s for s, _, _ in sides]
+            tps = {s: [] for s in labels}
+            ratios = {s: [] for s in labels}  # peer step time / this side's, per repeat
+            vs_gloo = {s: [] for s in labels}  # latchkey gloo step time / this side's
+            shares = {s: [] for s, lk, _ in sides if lk}
+            cpus = {s: [] for s in labels}
+            first_losses, worst = {}, 0.0
             for rep in range(repeats):
                 order = sides if rep % 2 == 0 else list(reversed(sides))
-                step_s = {}
-                for label, backend in order:
-                    if backend is None:
-                        recs, cpu = run_peer(p, steps, tmp, a.timeout)
+                step_s, losses = {}, {}
+                for label, lk, peer in order:
+                    if peer:
+                        recs, cpu = run_peer(peer[0], peer[1], p, steps, tmp, a.timeout)
                     else:
-                        recs, share, cpu = run_latchkey(backend[0], p, steps, backend[1], tmp,
-                                                   a.timeout)
+                        recs, share, cpu = run_latchkey(lk[0], p, steps, lk[1], tmp, a.timeout)
                         shares[label].append(share)
                     measured = [r["step_seconds"] for r in recs[1:steps]]
                     step_s[label] = statistics.median(measured)
                     tps[label] += [r["tokens"] / s for r, s in zip(recs[1:steps], measured)]
                     cpus[label].append(cpu)
-                    losses.setdefault(label, [r["loss"] for r in recs[:steps]])
+                    losses[label] = [r["loss"] for r in recs[:steps]]
                     print(f"  {name} repeat {rep}: {label}: step s "
                           f"{', '.join('%.3f' % s for s in measured)}", flush=True)
-                for label in ratios:
+                worst = max(worst, check_losses(name, rep, losses))
+                first_losses = first_losses or losses
+                for label in labels:
                     ratios[label].append(step_s["peer"] / step_s[label])
-            for label, _ in sides:
-                tok_rows.append(f"| {name} | {label} | {fmt(tps[label])} | " + (
-                    fmt(ratios[label], "%.2f") if label in ratios else "1") +
-                    f" | {fmt(cpus[label], '%.2f')} |")
+                    if gloo:
+                        vs_gloo[label].append(step_s[gloo] / step_s[label])
+            for label in labels:
+                tok_rows.append(f"| {name} | {label} | {fmt(tps[label])} | "
+                                f"{fmt(ratios[label], '%.2f')} | " +
+                                (f"{fmt(vs_gloo[label], '%.2f')} | " if gloo else "") +
+                                f"{fmt(cpus[label], '%.2f')} |")
             for label, runs in shares.items():
                 coll = [c for run in runs for c, _, _ in run]
                 calls = [n for run in runs for _, n, _ in run]
@@ -252,13 +314,16 @@ def main(argv):
                     f"{fmt([c / (steps - 1) for c in coll], '%.3f')} | "
                     f"{statistics.median(calls) / (steps - 1):.0f} | {fmt(per_call, '%.1f')} | "
                     f"{fmt(pct, '%.1f')} |")
-            for label, ls in losses.items():
-                loss_rows.append(f"| {name} | {label} | " + ", ".join("%.4f" % x for x in ls) +
-                                 " |")
+            for label in labels:
+                loss_rows.append(f"| {name} | {label} | " +
+                                 ", ".join("%.6f" % x for x in first_losses[label]) + " |")
+            agree.append(f"{name}: {worst:.1e}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("\n| preset | side | tokens/s median (min-max) | vs peer, per repeat: median "
-          "(min-max) | rank-0 CPU s/step, per repeat (min-max) |\n|---|---|---|---|---|")
+          "(min-max) | " + ("vs latchkey gloo, per repeat (min-max) | " if gloo else "") +
+          "rank-0 CPU s/step, per repeat (min-max) |\n|---|---|---|---|---|" +
+          ("---|" if gloo else ""))
     print("\n".join(tok_rows))
     print("\n| preset | latchkey | step s (min-max) | collective s/step (min-max) | "
           "collectives/step | us per collective (min-max) | collective share % (min-max) |\n"
@@ -268,6 +333,8 @@ def main(argv):
           "latchkey_step_seconds sum, measured steps; spread over ranks and repeats)")
     print("\n| preset | side | loss per step (first repeat) |\n|---|---|---|")
     print("\n".join(loss_rows))
+    print(f"(every step of every repeat checked against the peer's: largest relative loss "
+          f"difference {', '.join(agree)}; tolerance {LOSS_TOL:.0e})")
     return 0
 
 
