@@ -42,9 +42,9 @@ Tables (medians over every measured step of every repeat, with the min-max sprea
 import argparse
 import json
 import os
-import random
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -118,23 +118,56 @@ def read_jsonl(path):
         return []
 
 
+def free_port():
+    """A TCP port nothing listens on now (the kernel's pick; the ranks bind it right after)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_env(env, r, port):
+    return dict(env, RANK=str(r), WORLD_SIZE=str(TP), LOCAL_WORLD_SIZE=str(TP),
+                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
 def wait_all(procs, deadline, what):
-    for p in procs:
-        left = max(1.0, deadline - time.monotonic())
+    """Waits for every rank; the first that fails or the deadline kills them all."""
+    try:
+        while any(p.poll() is None for p in procs):
+            if any(p.returncode not in (None, 0) for p in procs):
+                raise RuntimeError(f"{what}: a rank exited with "
+                                   f"{[p.returncode for p in procs]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what}: timed out")
+            time.sleep(0.05)
+        if any(p.returncode != 0 for p in procs):
+            raise RuntimeError(f"{what}: a rank exited with {[p.returncode for p in procs]}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def retried(what, run, tries=3):
+    """run(), again (a fresh port) when a rank fails, e.g. on a port another program took."""
+    for attempt in range(tries):
         try:
-            if p.wait(timeout=left) != 0:
-                raise RuntimeError(f"{what}: a rank exited with {p.returncode}")
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise RuntimeError(f"{what}: timed out")
+            return run()
+        except RuntimeError as e:
+            if attempt + 1 == tries:
+                raise
+            print(f"  {what}: {e}; again", flush=True)
 
 
-def side_env():
-    """The environment every side runs in: the same threads and allocator settings."""
+def side_env(malloc=True):
+    """The environment every side runs in: the same threads and allocator settings (without
+    the latter, the caller's environment as it is: --baseline-peer)."""
     threads = max(1, len(os.sched_getaffinity(0)) // TP)
-    return dict(os.environ, GLIBC_TUNABLES=os.environ.get("GLIBC_TUNABLES", MALLOC_TUNABLES),
-                OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    if malloc:
+        env["GLIBC_TUNABLES"] = os.environ.get("GLIBC_TUNABLES", MALLOC_TUNABLES)
+    return env
 
 
 def run_latchkey(worker, p, steps, backend, tmp, timeout):
@@ -143,11 +176,10 @@ def run_latchkey(worker, p, steps, backend, tmp, timeout):
     spec = os.path.join(d, "spec.json")
     with open(spec, "w") as f:
         json.dump(spec_json(p, steps, backend), f)
-    port = random.randint(30000, 49999)
+    port = free_port()
     procs = []
     for r in range(TP):
-        env = dict(side_env(), RANK=str(r), WORLD_SIZE=str(TP), LOCAL_WORLD_SIZE=str(TP),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env = rank_env(side_env(), r, port)
         procs.append(subprocess.Popen(
             [worker, "--standalone", "--spec", spec, "--quiet",
              "--metrics-jsonl", os.path.join(d, "steps-{rank}.jsonl"),
@@ -192,6 +224,7 @@ def run_latchkey(worker, p, steps, backend, tmp, timeout):
 
 
 def run_peer(script, env, p, steps, tmp, timeout):
+    """Starts the peer's ranks as latchkey's are (torchrun-style env), and reads rank 0's lines."""
     out = os.path.join(tempfile.mkdtemp(dir=tmp), "peer.jsonl")
     cmd = [sys.executable, script, "--tp", str(TP), "--steps", str(steps)]
     for k in ("layers", "embd", "heads", "seq", "mb", "gas"):
@@ -199,8 +232,10 @@ def run_peer(script, env, p, steps, tmp, timeout):
     cmd += ["--vocab", str(VOCAB), "--lr", str(LR), "--weight-decay", str(WEIGHT_DECAY),
             "--clip", str(CLIP), "--seed", str(SEED), "--data-seed", str(DATA_SEED),
             "--jsonl", out]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env)
-    wait_all([proc], time.monotonic() + timeout, "peer")
+    port = free_port()
+    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=rank_env(env, r, port))
+             for r in range(TP)]
+    wait_all(procs, time.monotonic() + timeout, "peer")
     recs = read_jsonl(out)
     return recs, statistics.mean(r["cpu_seconds"] for r in recs[1:steps])
 
@@ -239,8 +274,8 @@ def main(argv):
     ap.add_argument("--baseline-worker", default="",
                     help="another latchkey-worker build, run as one more side (before/after)")
     ap.add_argument("--baseline-peer", default="",
-                    help="another peer script, run as one more side in the caller's own "
-                    "environment (before/after of the peer)")
+                    help="another peer script, run as one more side without the malloc "
+                    "settings (the caller's GLIBC_TUNABLES, if any): before/after of the peer")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
@@ -255,7 +290,7 @@ def main(argv):
           f"peer, TP {TP}, {cores} cores, {max(1, cores // TP)} thread(s) per rank, {repeats} "
           f"repeat(s) x {steps - 1} measured step(s), order alternated per repeat, every side "
           f"with GLIBC_TUNABLES={side_env()['GLIBC_TUNABLES']}"
-          f"{' (baseline peer: the caller environment)' if a.baseline_peer else ''}\n",
+          f"{' (baseline peer: the caller environment as it is)' if a.baseline_peer else ''}\n",
           flush=True)
     tok_rows, share_rows, loss_rows, agree = [], [], [], []
     gloo = "latchkey gloo" if "gloo" in backends else None
@@ -268,7 +303,7 @@ def main(argv):
                 sides += [("baseline " + b, (a.baseline_worker, b), None) for b in backends]
             sides += [("peer", None, (PEER, side_env()))]
             if a.baseline_peer:
-                sides += [("baseline peer", None, (a.baseline_peer, dict(os.environ)))]
+                sides += [("baseline peer", None, (a.baseline_peer, side_env(malloc=False)))]
             labels = [s for s, _, _ in sides]
             tps = {s: [] for s in labels}
             ratios = {s: [] for s in labels}  # peer step time / this side's, per repeat
@@ -281,9 +316,11 @@ def main(argv):
                 step_s, losses = {}, {}
                 for label, lk, peer in order:
                     if peer:
-                        recs, cpu = run_peer(peer[0], peer[1], p, steps, tmp, a.timeout)
+                        recs, cpu = retried(label, lambda: run_peer(peer[0], peer[1], p, steps,
+                                                                    tmp, a.timeout))
                     else:
-                        recs, share, cpu = run_latchkey(lk[0], p, steps, lk[1], tmp, a.timeout)
+                        recs, share, cpu = retried(label, lambda: run_latchkey(
+                            lk[0], p, steps, lk[1], tmp, a.timeout))
                         shares[label].append(share)
                     measured = [r["step_seconds"] for r in recs[1:steps]]
                     step_s[label] = statistics.median(measured)

@@ -32,7 +32,7 @@ Usage (Debian's interpreter: it sees python3-torch):
         --seq 128 --mb 1 --gas 32 --steps 3
 Without RANK in the environment it starts --tp ranks of itself (torchrun-style RANK,
 WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), each with cores / ranks threads
-(intra-op, OpenMP and OpenBLAS) and one inter-op thread, as latchkey's worker does. Every rank-0 step prints one JSON
+(intra-op, OpenMP and OpenBLAS), as latchkey's worker does. Every rank-0 step prints one JSON
 line: {"step", "loss", "grad_norm", "step_seconds", "cpu_seconds" (this process's user + system
 CPU time in the step, every thread), "tokens", "tokens_per_second"}.
 """
@@ -41,7 +41,7 @@ import argparse
 import json
 import math
 import os
-import random
+import socket
 import subprocess
 import sys
 import time
@@ -78,7 +78,9 @@ def parse_args(argv):
 
 def launch(args):
     """Starts args.tp ranks of this script on this machine and waits for them."""
-    port = random.Random(os.getpid()).randint(30000, 49999)
+    with socket.socket() as s:  # a port nothing listens on now; rank 0's store binds it next
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     threads = args.threads or max(1, len(os.sched_getaffinity(0)) // args.tp)
     procs = []
     for r in range(args.tp):
@@ -90,10 +92,14 @@ def launch(args):
                    OPENBLAS_NUM_THREADS=str(threads))
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sys.argv[1:],
                                       env=env))
-    rc = 0
-    for p in procs:
-        rc |= p.wait()
-    return 1 if rc else 0
+    while any(p.poll() is None for p in procs):
+        if any(p.returncode not in (None, 0) for p in procs):  # the others would wait for it
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            break
+        time.sleep(0.05)
+    return 1 if any(p.wait() != 0 for p in procs) else 0
 
 
 def run_rank(args):
