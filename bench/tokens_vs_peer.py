@@ -28,8 +28,10 @@ in float64 where the peer takes fp32 per-tensor norms, the order of the micro-ba
 measured at 1e-7 relative or less in the loss after 3 steps; other weights or samples move it
 by about 1e-3 at the first step. Clipping hardly shows in AdamW's loss (its update is invariant
 to the gradient's scale but for eps), so the gradient norm of every step is checked too, to
-NORM_TOL: it sees a tensor the norm missed or counted twice. A disagreement stops the bench
-with the per-step values (exit 1).
+NORM_TOL: the peer's fp32 per-tensor norms (up to 2 M squares each at P2) differ from
+latchkey's float64 sum by about 3e-5 relative at P2, and a tensor the norm missed or counted
+twice moves it by more than 3e-4 unless its share of the squared norm is under 0.06%. A
+disagreement stops the bench with the per-step values (exit 1).
 
 Tables (medians over every measured step of every repeat, with the min-max spread):
   1. tokens/s per side, and the ratio latchkey / peer (per repeat: median (min-max));
@@ -68,7 +70,7 @@ PRESETS = {
 TP = 2
 SEED, DATA_SEED, LR, WEIGHT_DECAY, CLIP, VOCAB = 1, 1, 0.001, 0.01, 1.0, 256
 LOSS_TOL = 1e-5  # relative, per step: see the module's docstring
-NORM_TOL = 1e-4  # the same for the gradient norm
+NORM_TOL = 3e-4  # the same for the gradient norm (fp32 per-tensor norms in the peer)
 
 
 def spec_json(p, steps, backend):
@@ -252,7 +254,7 @@ def check_losses(name, rep, losses, what="loss", tol=LOSS_TOL):
             bad.append(f"{label}: {len(ls)} steps, the peer {len(ref)}")
             continue
         for step, (x, y) in enumerate(zip(ls, ref)):
-            if not abs(x - y) <= LOSS_TOL * abs(y):
+            if not abs(x - y) <= tol * abs(y):
                 bad.append(f"{label} step {step}: {what} {x!r}, the peer {y!r} "
                            f"(relative difference {abs(x - y) / abs(y):.2e} > {tol:.0e})")
     if bad:
