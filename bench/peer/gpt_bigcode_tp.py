@@ -18,7 +18,8 @@ benchmark (bench/tokens_vs_peer.py) compares latchkey against a fair baseline:
   gradient norm: clip_grad_norm_'s per-tensor norms (torch._foreach_norm, on the fp32
   gradients themselves, no copies) squared and summed in float64, one float64 scalar
   all-reduce (latchkey sums fp32 squares into a float64 accumulator and all-reduces the same
-  scalar), clipping, torch.optim.AdamW (foreach);
+  scalar; the fp32 per-tensor norms put the peer's about 3e-5 relative from it at the larger
+  shapes), clipping, torch.optim.AdamW (foreach);
 - latchkey's allocator settings: its worker calls mallopt (worker/train/threads.cc: blocks up
   to 32 MiB from the heap, no trim, 16 MiB top pad) so freed activations are not returned to
   the kernel between micro-batches; the ranks started here get the same through glibc's
@@ -86,10 +87,9 @@ def launch(args):
     for r in range(args.tp):
         env = dict(os.environ)
         env.setdefault("GLIBC_TUNABLES", MALLOC_TUNABLES)
-        env.update(RANK=str(r), WORLD_SIZE=str(args.tp),
-                   LOCAL_WORLD_SIZE=str(args.tp), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), OMP_NUM_THREADS=str(threads),
-                   OPENBLAS_NUM_THREADS=str(threads))
+        env.update(RANK=str(r), WORLD_SIZE=str(args.tp), LOCAL_WORLD_SIZE=str(args.tp),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sys.argv[1:],
                                       env=env))
     while any(p.poll() is None for p in procs):
