@@ -11,8 +11,19 @@ benchmark (bench/tokens_vs_peer.py) compares latchkey against a fair baseline:
 - MQA: every TP rank holds the whole K/V projection and only its own query heads; the K/V
   gradient of every layer is flattened into one buffer and all-reduced once per window
   (latchkey's "coalesced" K/V mode);
+- attention as latchkey computes it on the CPU: matmul, scale, the cached causal mask applied
+  in place (masked_fill_ on the fresh scores, which nothing saved for backward), softmax,
+  matmul (PyTorch 1.13 has no scaled_dot_product_attention);
 - gradient accumulation over GAS micro-batches (backward of loss / GAS), then the exact global
-  gradient norm (one scalar all-reduce), clipping, torch.optim.AdamW (foreach);
+  gradient norm: clip_grad_norm_'s per-tensor norms (torch._foreach_norm, on the fp32
+  gradients themselves, no copies) squared and summed in float64, one float64 scalar
+  all-reduce (latchkey sums fp32 squares into a float64 accumulator and all-reduces the same
+  scalar; the fp32 per-tensor norms put the peer's about 3e-5 relative from it at the larger
+  shapes), clipping, torch.optim.AdamW (foreach);
+- latchkey's allocator settings: its worker calls mallopt (worker/train/threads.cc: blocks up
+  to 32 MiB from the heap, no trim, 16 MiB top pad) so freed activations are not returned to
+  the kernel between micro-batches; the ranks started here get the same through glibc's
+  tunables (MALLOC_TUNABLES, unless GLIBC_TUNABLES is already set);
 - the same initial weights (the full model drawn tensor by tensor from one generator seeded
   with --seed, sharded after) and the same synthetic samples (docs/data.md), so the loss
   trajectory can be compared with latchkey's.
@@ -31,12 +42,17 @@ import argparse
 import json
 import math
 import os
-import random
+import socket
 import subprocess
 import sys
 import time
 
 from synthetic_data import synthetic_sample  # bench/peer/, the script's own folder
+
+# worker/train/threads.cc's mallopt calls as glibc tunables: M_MMAP_THRESHOLD 32 MiB,
+# M_TRIM_THRESHOLD 1 GiB, M_TOP_PAD 16 MiB.
+MALLOC_TUNABLES = ("glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824:"
+                   "glibc.malloc.top_pad=16777216")
 
 
 def parse_args(argv):
@@ -63,20 +79,27 @@ def parse_args(argv):
 
 def launch(args):
     """Starts args.tp ranks of this script on this machine and waits for them."""
-    port = random.Random(os.getpid()).randint(30000, 49999)
+    with socket.socket() as s:  # a port nothing listens on now; rank 0's store binds it next
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     threads = args.threads or max(1, len(os.sched_getaffinity(0)) // args.tp)
     procs = []
     for r in range(args.tp):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.tp),
-                   LOCAL_WORLD_SIZE=str(args.tp), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), OMP_NUM_THREADS=str(threads),
-                   OPENBLAS_NUM_THREADS=str(threads))
+        env = dict(os.environ)
+        env.setdefault("GLIBC_TUNABLES", MALLOC_TUNABLES)
+        env.update(RANK=str(r), WORLD_SIZE=str(args.tp), LOCAL_WORLD_SIZE=str(args.tp),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sys.argv[1:],
                                       env=env))
-    rc = 0
-    for p in procs:
-        rc |= p.wait()
-    return 1 if rc else 0
+    while any(p.poll() is None for p in procs):
+        if any(p.returncode not in (None, 0) for p in procs):  # the others would wait for it
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            break
+        time.sleep(0.05)
+    return 1 if any(p.wait() != 0 for p in procs) else 0
 
 
 def run_rank(args):
@@ -163,7 +186,7 @@ def run_rank(args):
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=args.weight_decay, foreach=True)
 
-    not_causal = ~torch.ones(S, S, dtype=torch.bool).tril()
+    future = torch.ones(S, S, dtype=torch.bool).triu(1)  # latchkey's cached mask
     pos = torch.arange(S)
     scale = 1.0 / math.sqrt(D)
 
@@ -172,7 +195,7 @@ def run_rank(args):
         k = qkv[..., Hl * D:Hl * D + D].unsqueeze(1)  # [B,1,S,D]: one K/V head for all
         v = qkv[..., Hl * D + D:].unsqueeze(1)
         scores = torch.matmul(q, k.transpose(-1, -2)) * scale
-        scores = scores.masked_fill(not_causal, float("-inf"))
+        scores.masked_fill_(future, float("-inf"))  # fresh, saved by nothing: in place
         probs = torch.softmax(scores, -1)
         return torch.matmul(probs, v).transpose(1, 2).reshape(B, S, Hl * D)
 
@@ -217,15 +240,15 @@ def run_rank(args):
         for g in kv_grads:
             g.copy_(flat[at:at + g.numel()].view_as(g))
             at += g.numel()
-        # Exact global norm: sharded tensors on every rank, replicated ones (K/V rows included)
-        # once, on rank 0.
-        sq = sum(float(p.grad.double().pow(2).sum()) for p in sharded)
-        sq += sum(float(c["c_attn.w"].grad[:Hl * D].double().pow(2).sum()) +
-                  float(c["c_attn.b"].grad[:Hl * D].double().pow(2).sum()) for c in layers)
+        # Exact global norm: sharded tensors (and this rank's query rows) on every rank,
+        # replicated ones (K/V rows included) once, on rank 0. Per-tensor norms of the fp32
+        # gradients (views, no copies), their squares summed in float64.
+        mine = [p.grad for p in sharded]
+        mine += [g for c in layers for g in (c["c_attn.w"].grad[:Hl * D],
+                                             c["c_attn.b"].grad[:Hl * D])]
         if r == 0:
-            sq += sum(float(p.grad.double().pow(2).sum()) for p in replicated)
-            sq += sum(float(g.double().pow(2).sum()) for g in kv_grads)
-        total = torch.tensor([sq], dtype=torch.float64)
+            mine += [p.grad for p in replicated] + kv_grads
+        total = torch.stack(torch._foreach_norm(mine)).double().square().sum().reshape(1)
         dist.all_reduce(total)
         norm = math.sqrt(float(total))
         coef = args.clip / (norm + 1e-6)
