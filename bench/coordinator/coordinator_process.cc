@@ -18,7 +18,7 @@
 namespace latchkey::bench {
 
 CoordinatorProcess StartCoordinator(const std::string& bin, const std::string& dir,
-                                    const std::vector<std::string>& extra) {
+                                    const std::vector<std::string>& extra, const std::string& log) {
   CoordinatorProcess c;
   c.db = dir + "/coord.db";
   const std::string port_file = dir + "/ports.json";
@@ -26,7 +26,7 @@ CoordinatorProcess StartCoordinator(const std::string& bin, const std::string& d
                                    "--db", c.db,          "--metrics-port",
                                    "-1",   "--port-file", port_file};
   args.insert(args.end(), extra.begin(), extra.end());
-  auto pid = Spawn({args, {}, ""});  // output inherited
+  auto pid = Spawn({args, {}, log});
   if (!pid.ok()) {
     std::cerr << pid.status() << "\n";
     return c;
@@ -40,6 +40,13 @@ CoordinatorProcess StartCoordinator(const std::string& bin, const std::string& d
     if (c.port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return c;
+}
+
+void RaiseOpenFileLimit() {
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  lim.rlim_cur = lim.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &lim);
 }
 
 bool StopCoordinator(const CoordinatorProcess& c) {

@@ -19,9 +19,11 @@ struct CoordinatorProcess {
 };
 
 // Starts `bin` listening on 127.0.0.1 (any free port) with its database in `dir`, the metrics
-// port off, and `extra` flags after the others; waits up to 30 s for its port file.
+// port off, and `extra` flags after the others; waits up to 30 s for its port file. Its output
+// goes to `log` ("": inherited).
 CoordinatorProcess StartCoordinator(const std::string& bin, const std::string& dir,
-                                    const std::vector<std::string>& extra);
+                                    const std::vector<std::string>& extra,
+                                    const std::string& log = "");
 // SIGTERM, then SIGKILL if it has not exited within 30 s. Returns whether it exited with 0.
 bool StopCoordinator(const CoordinatorProcess& c);
 
@@ -30,6 +32,9 @@ double ProcessCpuSeconds(pid_t pid);
 // The process's resident set now (VmRSS) and its peak (VmHWM), in bytes (/proc/PID/status).
 int64_t ProcessRssBytes(pid_t pid);
 int64_t ProcessPeakRssBytes(pid_t pid);
+// Raises this process's open-file limit to its hard limit: a benchmark holds one socket per
+// simulated rank or stream, plus gRPC's own descriptors.
+void RaiseOpenFileLimit();
 // CPU of this process (getrusage), in seconds.
 double SelfCpuSeconds();
 

@@ -17,7 +17,6 @@
 // checkpointed both times); and the job's final state. Both processes share this machine's
 // cores: the simulated ranks' CPU is printed beside the coordinator's.
 #include <grpcpp/grpcpp.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -547,10 +546,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // see server/main.cc
 
-  rlimit lim{};
-  getrlimit(RLIMIT_NOFILE, &lim);
-  lim.rlim_cur = lim.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &lim);
+  latchkey::bench::RaiseOpenFileLimit();
 
   std::vector<Row> rows;
   for (absl::string_view s : absl::StrSplit(ranks_list, ',')) {

@@ -9,7 +9,6 @@
 // clocks are this machine's) p50/p99/max; how long a rank sat in AwaitLatch (what training would
 // stall; with --lookahead > 0 the latch is usually there already); windows per second; and CPU:
 // the coordinator's (from /proc/PID/stat) and the simulated workers' (this process), in cores.
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -188,10 +187,7 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // see server/main.cc
 
   // 1 socket per stream plus gRPC's own descriptors, in both processes.
-  rlimit lim{};
-  getrlimit(RLIMIT_NOFILE, &lim);
-  lim.rlim_cur = lim.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &lim);
+  latchkey::bench::RaiseOpenFileLimit();
 
   std::vector<Row> rows;
   for (absl::string_view s : absl::StrSplit(streams_list, ',')) {

@@ -32,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "bench/coordinator/coordinator_process.h"
 #include "bench/coordinator/rendezvous_roles.h"
 #include "client/job_client.h"
 #include "common/subprocess.h"
@@ -42,22 +43,8 @@
 namespace {
 
 using latchkey::bench::LatencyHist;
+using latchkey::bench::ProcessCpuSeconds;
 using latchkey::bench::RankTimes;
-
-double ProcessCpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  if (line.empty()) return 0;
-  // Fields after the ")" of comm: state is field 3; utime 14, stime 15.
-  std::istringstream rest(line.substr(line.rfind(')') + 2));
-  std::vector<std::string> f;
-  std::string x;
-  while (rest >> x) f.push_back(x);
-  if (f.size() < 13) return 0;
-  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  return (std::stod(f[11]) + std::stod(f[12])) / ticks;
-}
 
 std::string SelfExe() {
   char buf[4096];
@@ -255,33 +242,19 @@ bool StoreRow(const Options& o, int n, const std::string& grouping, const std::s
 
 bool UniqueIdRow(const Options& o, int ranks) {
   const latchkey::testing::ScopedTempDir dir("rendezvous-bench-id");
-  const std::string port_file = dir.path() + "/ports.json";
-  auto coord = latchkey::Spawn(
-      {{o.coordinator_bin, "--listen", "127.0.0.1:0", "--db", dir.path() + "/coord.db",
-        "--metrics-port", "-1", "--port-file", port_file, "--liveness-timeout", "600"},
-       {},
-       dir.path() + "/coordinator.log"});
+  const latchkey::bench::CoordinatorProcess coord = latchkey::bench::StartCoordinator(
+      o.coordinator_bin, dir.path(), {"--liveness-timeout", "600"},
+      dir.path() + "/coordinator.log");
   auto fail = [&](const std::string& why) {
     std::printf("| %d | FAILED: %s |\n", ranks, why.c_str());
     return false;
   };
-  if (!coord.ok()) return fail(coord.status().ToString());
-  int grpc_port = 0;
-  for (int i = 0; i < 300 && grpc_port == 0; ++i) {
-    std::ifstream in(port_file);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t at = text.find("\"grpc_port\": ");
-    if (at != std::string::npos) grpc_port = std::atoi(text.c_str() + at + 13);
-    if (grpc_port == 0) absl::SleepFor(absl::Milliseconds(100));
-  }
-  auto stop = [&] {
-    kill(*coord, SIGTERM);
-    latchkey::WaitOrKill(*coord, std::chrono::seconds(30));
-  };
-  if (grpc_port == 0) {
+  auto stop = [&] { latchkey::bench::StopCoordinator(coord); };
+  if (coord.port == 0) {
     stop();
     return fail("coordinator did not start (" + dir.path() + "/coordinator.log)");
   }
+  const int grpc_port = coord.port;
   const std::string address = "127.0.0.1:" + std::to_string(grpc_port);
   latchkey::JobClient client({address, absl::Seconds(30)});
   latchkey::testing::SpecParams p;
@@ -296,12 +269,12 @@ bool UniqueIdRow(const Options& o, int ranks) {
     stop();
     return fail(job.status().ToString());
   }
-  const double cpu0 = ProcessCpuSeconds(*coord);
+  const double cpu0 = ProcessCpuSeconds(coord.pid);
   Results r =
       RunChildren({SelfExe(), "--role", "ranks", "--coordinator", address, "--job", job->job_id,
                    "--token", job->join_token, "--timeout-s", std::to_string(o.timeout_s)},
                   ranks, o.per_process, dir.path(), std::chrono::seconds(o.timeout_s + 60));
-  const double coord_cpu = ProcessCpuSeconds(*coord) - cpu0;
+  const double coord_cpu = ProcessCpuSeconds(coord.pid) - cpu0;
   stop();
   const Summary s = Summarize(r);
   std::set<std::string> distinct(r.ids.begin(), r.ids.end());
@@ -356,6 +329,8 @@ int main(int argc, char** argv) {
     opt->group("");
   }
   CLI11_PARSE(app, argc, argv);
+  // Every store client holds two sockets: 2,048 descriptors per 1,024 clients of a child.
+  latchkey::bench::RaiseOpenFileLimit();
   if (role == "host") return latchkey::bench::RunStoreHost(sc.port, sc.world, o.timeout_s);
   if (role == "clients") {
     sc.read = o.read;
