@@ -60,6 +60,8 @@ RUN site=$(/opt/torch/bin/python -c 'import sysconfig; print(sysconfig.get_paths
       -DLATCHKEY_NCCL_INCLUDE_DIR="$site/nvidia/nccl/include" \
       -DLATCHKEY_NCCL_LIBRARY="$site/nvidia/nccl/lib/libnccl.so.2"
 RUN cmake --build /build -j"${JOBS}" --target latchkey-coordinator latchkey-worker latchkey_cli
+# The NCCL self-test (docs/gpu.md), in its own layer so the compile above stays cached.
+RUN cmake --build /build -j"${JOBS}" --target latchkey-nccl-check
 COPY docker/list-runtime-packages.sh /usr/local/bin/
 # /opt/bundle: what the runtime stage takes, at the same paths: the binaries and their package
 # list, the wheels' shared libraries (no stub, no static library) and the loader's search path.
@@ -68,6 +70,7 @@ RUN site=$(/opt/torch/bin/python -c 'import sysconfig; print(sysconfig.get_paths
  && cp /build/server/latchkey-coordinator /build/worker/latchkey-worker \
       /opt/bundle/opt/latchkey/bin/ \
  && cp /build/client/latchkey /opt/bundle/opt/latchkey/bin/latchkey \
+ && cp /build/worker/comm/nccl/latchkey-nccl-check /opt/bundle/opt/latchkey/bin/ \
  && strip --strip-debug /opt/bundle/opt/latchkey/bin/* \
  && (cd / && find "${site#/}/torch/lib" "${site#/}/nvidia" \( -name '*.so' -o -name '*.so.*' \) \
         ! -path '*/stubs/*' -print | tar -cf - -T - | tar -xf - -C /opt/bundle) \
@@ -77,6 +80,9 @@ RUN site=$(/opt/torch/bin/python -c 'import sysconfig; print(sysconfig.get_paths
       list-runtime-packages.sh /opt/bundle/opt/latchkey/bin/* \
       > /opt/bundle/opt/latchkey/runtime-packages.txt \
  && du -sh /opt/bundle
+# The GPU check runs in this stage on a GPU machine, against the bundle's binaries: the same
+# files the runtime stage ships (docs/deploy.md "The GPU check in the image").
+COPY scripts/gpu-check.sh scripts/gpu_check_report.py scripts/
 
 # The runtime: the same layout as docker/Dockerfile's runtime stages.
 FROM debian:bookworm-slim AS runtime

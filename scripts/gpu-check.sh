@@ -148,7 +148,11 @@ else
   fi
 fi
 nccl_check=""
-[ -n "$worker" ] && nccl_check="$(dirname "$worker")/comm/nccl/latchkey-nccl-check"
+# Beside the worker in a build folder, or in the same bin/ folder (the CUDA image's bundle).
+if [ -n "$worker" ]; then
+  nccl_check="$(dirname "$worker")/comm/nccl/latchkey-nccl-check"
+  [ -x "$nccl_check" ] || nccl_check="$(dirname "$worker")/latchkey-nccl-check"
+fi
 
 # --- nccl self-test -------------------------------------------------------------------------
 if [ "$have_gpu" = 0 ]; then

@@ -270,5 +270,28 @@ kill \$coord; wait \$coord || true
 echo 'smoke: job smoke succeeded inside the image'
 " || { say "smoke test failed"; buildah run --isolation chroot "$ctr" -- /bin/bash -c \
         'tail -n 30 /var/lib/latchkey/*.log' || true; exit 1; }
+if [ "$cuda" = 1 ]; then
+  # The GPU check runs in the build stage against the bundle the runtime stage ships: the same
+  # worker, byte for byte; here, without a GPU, its CPU dry run (docs/deploy.md).
+  shipped=$(buildah run --isolation chroot "$ctr" -- sha256sum /opt/latchkey/bin/latchkey-worker)
+  bctr=$(buildah from --pull=never "$tag-build-stage")
+  bundled=$(buildah run --isolation chroot "$bctr" -- \
+    sha256sum /opt/bundle/opt/latchkey/bin/latchkey-worker)
+  if [ "${shipped%% *}" != "${bundled%% *}" ]; then
+    say "smoke test failed: the build stage's bundle and the image hold different workers"
+    buildah rm "$bctr" >/dev/null; exit 1
+  fi
+  echo "smoke: the build stage's bundle holds the image's worker (sha256 ${shipped:0:16}...)"
+  if ! buildah run --isolation chroot "$bctr" -- /bin/bash -c '
+      cd /src && PYTHON=/opt/torch/bin/python3 OUT=/tmp/gpu-check \
+        bash scripts/gpu-check.sh --cpu-dry-run --worker /opt/bundle/opt/latchkey/bin/latchkey-worker \
+        > /tmp/gpu-check.log 2>&1 || { tail -n 40 /tmp/gpu-check.log; exit 1; }
+      tail -n 12 /tmp/gpu-check.log'; then
+    say "smoke test failed: gpu-check.sh --cpu-dry-run in the build stage"
+    buildah rm "$bctr" >/dev/null; exit 1
+  fi
+  buildah rm "$bctr" >/dev/null
+  echo "smoke: gpu-check.sh --cpu-dry-run passes in the build stage ($tag-build-stage)"
+fi
 say "smoke test passed in $(( $(now) - t0 )) s"
 say "summary: $tag target $target: build ${build_s} s, size $(( size / 1000000 )) MB"
