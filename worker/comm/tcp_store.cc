@@ -1,6 +1,9 @@
 // The TCP store: every rank's client is libtorch's c10d::TCPStore, the only use of c10d in
 // latchkey (its API changed after libtorch 1.13, so it stays inside this file); rank 0 hosts
-// the keys with TcpStoreHost (tcp_store_host.h), which speaks the same wire.
+// the keys with TcpStoreHost (tcp_store_host.h), which speaks the same wire, against
+// libtorch 1.x; against libtorch 2.x c10d's own host (see kOwnHost).
+#include <torch/version.h>
+
 #include <optional>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -67,6 +70,16 @@ class TcpStore final : public Store {
 
 }  // namespace
 
+// libtorch 1.13's c10d host does not scale past ~1,000 ranks (docs/performance.md, "Rendezvous
+// at scale"): there rank 0 hosts the keys with TcpStoreHost, which serves 1.13's wire. The
+// clients of libtorch 2.x speak a newer wire (a validation handshake first) that TcpStoreHost
+// does not serve, and their own host (libuv-based since 2.4) scales: there c10d hosts.
+#if TORCH_VERSION_MAJOR < 2
+constexpr bool kOwnHost = true;
+#else
+constexpr bool kOwnHost = false;
+#endif
+
 absl::StatusOr<std::shared_ptr<Store>> ConnectTcpStore(const std::string& host, int port,
                                                        bool is_host, int world_size,
                                                        std::chrono::milliseconds timeout) {
@@ -75,10 +88,10 @@ absl::StatusOr<std::shared_ptr<Store>> ConnectTcpStore(const std::string& host, 
                                       " outside [1, 65535]");
   }
   const std::string address = host + ":" + std::to_string(port);
-  // Rank 0 hosts the keys (TcpStoreHost: c10d's wire, not its host, which does not scale past
-  // ~1,000 ranks) and reaches them through a c10d client like every other rank.
+  // Rank 0 hosts the keys (kOwnHost: TcpStoreHost, reached through a c10d client like every
+  // other rank; else c10d's host inside rank 0's client).
   std::unique_ptr<TcpStoreHost> keys_host;
-  if (is_host) {
+  if (is_host && kOwnHost) {
     auto started = TcpStoreHost::Start(port);
     if (!started.ok()) {
       return absl::Status(started.status().code(), "rendezvous store at " + address + ": " +
@@ -90,7 +103,7 @@ absl::StatusOr<std::shared_ptr<Store>> ConnectTcpStore(const std::string& host, 
   absl::Status st = Guard("rendezvous store at " + address, timeout, [&] {
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(port);
-    opts.isServer = false;
+    opts.isServer = is_host && !kOwnHost;
     opts.numWorkers = static_cast<size_t>(world_size);
     opts.waitWorkers = false;
     opts.timeout = timeout;
