@@ -83,6 +83,7 @@ RUN site=$(/opt/torch/bin/python -c 'import sysconfig; print(sysconfig.get_paths
 # The GPU check runs in this stage on a GPU machine, against the bundle's binaries: the same
 # files the runtime stage ships (docs/deploy.md "The GPU check in the image").
 COPY scripts/gpu-check.sh scripts/gpu_check_report.py scripts/
+COPY testdata testdata
 
 # The runtime: the same layout as docker/Dockerfile's runtime stages.
 FROM debian:bookworm-slim AS runtime
