@@ -2,7 +2,7 @@
 // reads its group's) with N clients against one real TCP store, and the NCCL unique-id exchange
 // of a job of R ranks that join a real latchkey-coordinator.
 //
-//   bench_rendezvous [--clients 1024,4096] [--groups dp,tp8] [--read each,gathered]
+//   bench_rendezvous [--clients 1024,4096] [--groups dp,tp8] [--read each,gathered,mesh]
 //                    [--unique-id-ranks 4096] [--per-process 1024] [--timeout-s 60]
 //                    [--max-wall-s 0] [--coordinator-bin PATH]
 //
@@ -186,7 +186,7 @@ std::string Ms(const std::map<std::string, LatencyHist>& h, const std::string& o
 struct Options {
   std::string clients = "1024,4096";
   std::string groups = "dp,tp8";
-  std::string read = "each,gathered";
+  std::string read = "each,gathered,mesh";
   int unique_id_ranks = 4096;
   int per_process = 1024;
   int timeout_s = 60;
@@ -308,7 +308,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--groups", o.groups, "groupings: dp (one group of all), tpK (groups of K)")
       ->capture_default_str();
-  app.add_option("--read", o.read, "read patterns: each, gathered")->capture_default_str();
+  app.add_option("--read", o.read, "read patterns: each, gathered, mesh")->capture_default_str();
   app.add_option("--unique-id-ranks", o.unique_id_ranks, "ranks of the unique-id row (0: none)")
       ->capture_default_str();
   app.add_option("--per-process", o.per_process, "simulated ranks per child process")

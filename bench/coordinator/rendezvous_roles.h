@@ -3,8 +3,10 @@
 //    SIGTERM, so its CPU is its own;
 //  - store clients: `count` simulated ranks (one thread each) from `first` connect, set their
 //    address under their group's prefix and read every member's (`read` "each": Wait for all,
-//    then one Get per member, what gloo's full mesh and the shm backend do; "gathered": the
-//    group's first rank reads them all and publishes them as one value the others Get);
+//    then one Get per member, what gloo's own full mesh did and the shm backend does;
+//    "gathered": the group's first rank reads them all and publishes them as one value the
+//    others Get; "mesh": the gloo backend's exchange itself, ExchangeMeshAddresses, each
+//    rank's endpoints for its peers checked);
 //  - unique-id ranks: `count` ranks join a job at the coordinator (WorkerSession::Join, the
 //    worker's RPC), connect to the store it names and run ExchangeNcclUniqueId on the world
 //    group, as ConnectNcclGroups does.
@@ -25,7 +27,7 @@ struct StoreClientArgs {
   int first = 0;
   int count = 0;
   int group = 0;              // group size: world (one DP group) or e.g. 8 (TP groups)
-  std::string read = "each";  // "each" or "gathered"
+  std::string read = "each";  // "each", "gathered" or "mesh"
   std::string out;
   int timeout_s = 60;
 };

@@ -43,10 +43,11 @@ class ThreadRendezvous {
 
 // Every rank's fn starts only once all ranks have formed their groups, and no rank tears its
 // groups down before every fn has returned: a rank finishing early must not close connections
-// a slower peer is still completing.
+// a slower peer is still completing. `store` null: a fresh InMemoryStore.
 inline void RunRankThreads(int world, int tp, const std::function<void(comm::ProcessGroups&)>& fn,
-                           CommBackend backend = CommBackend::kAuto) {
-  auto store = std::make_shared<comm::InMemoryStore>();
+                           CommBackend backend = CommBackend::kAuto,
+                           std::shared_ptr<comm::Store> store = nullptr) {
+  if (store == nullptr) store = std::make_shared<comm::InMemoryStore>();
   ThreadRendezvous meet(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {

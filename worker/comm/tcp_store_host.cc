@@ -34,8 +34,11 @@ constexpr uint8_t kReady = 0, kNotReady = 1;  // CHECK
 constexpr uint8_t kStopWaiting = 0;           // WAIT
 // The largest backlog asked for; the kernel caps it at net.core.somaxconn.
 constexpr int kListenBacklog = 65535;
-// A length past this is a malformed query (c10d would try to allocate it).
-constexpr uint64_t kMaxLength = uint64_t{1} << 32;
+// A key or value longer than this, or a CHECK/WAIT of more keys, is a malformed query: the
+// connection is closed before anything is allocated for it. The largest value latchkey sets is
+// a mesh exchange's transposed value, 6 bytes a rank (100 KB at 16,384 ranks).
+constexpr uint64_t kMaxLength = uint64_t{64} << 20;
+constexpr uint64_t kMaxKeys = uint64_t{1} << 20;
 
 using Bytes = std::vector<uint8_t>;
 
@@ -66,6 +69,7 @@ class Reader {
     return true;
   }
   size_t at() const { return at_; }
+  size_t left() const { return in_.size() - at_; }
   bool malformed() const { return malformed_; }
 
  private:
@@ -224,7 +228,9 @@ class Server {
       case kWait: {
         uint64_t n = 0;
         if (!r->U64(&n)) return 0;
-        if (n > kMaxLength) return -1;
+        if (n > kMaxKeys) return -1;
+        // Each key is at least its 8-byte length: not all here yet, nothing is allocated.
+        if (r->left() < 8 * n) return 0;
         std::vector<std::string> keys(n);
         for (std::string& k : keys) {
           if (!r->Str(&k)) return incomplete();

@@ -10,7 +10,9 @@
 //
 // Queries served (c10d 1.13): SET, COMPARE_SET, GET, ADD, CHECK, WAIT, GETNUMKEYS, DELETE_KEY.
 // WATCH_KEY (c10d's watchKey, which latchkey does not use) closes that connection, as does a
-// malformed query or a GET of a missing key (c10d's host drops such a connection too).
+// malformed query or a GET of a missing key (c10d's host drops such a connection too). A query
+// naming a key or value over 64 MiB, or more than 2^20 keys, is malformed: a lying length
+// closes its connection before anything is allocated, and the host serves the others on.
 // Thread-safety: Start and the destructor from one thread; the serving thread is internal.
 #ifndef LATCHKEY_WORKER_COMM_TCP_STORE_HOST_H_
 #define LATCHKEY_WORKER_COMM_TCP_STORE_HOST_H_

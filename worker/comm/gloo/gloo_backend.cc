@@ -1,12 +1,17 @@
 #include "worker/comm/gloo/gloo_backend.h"
 
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/prefix_store.h>
-#include <gloo/rendezvous/store.h>
+#include <arpa/inet.h>
+#include <gloo/context.h>
+#include <gloo/transport/context.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "worker/comm/gloo/gloo_group.h"
+#include "worker/comm/mesh_exchange.h"
 
 namespace latchkey::comm {
 namespace {
@@ -18,33 +23,77 @@ struct StoreError : std::runtime_error {
   absl::Status status;
 };
 
-// gloo::rendezvous::Store over comm::Store.
-class GlooStoreAdapter final : public gloo::rendezvous::Store {
+// The port of a socket address, in host order, and the address's bytes with the port zeroed
+// (as long as its family's sockaddr: the pair's host, the same for all of a rank's pairs).
+uint16_t PortOf(const sockaddr_storage& ss) {
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(ss).sin_port);
+  return ntohs(reinterpret_cast<const sockaddr_in6&>(ss).sin6_port);
+}
+size_t FamilySize(sa_family_t family) {
+  if (family == AF_INET) return sizeof(sockaddr_in);
+  if (family == AF_INET6) return sizeof(sockaddr_in6);
+  return 0;
+}
+void SetPort(sockaddr_storage* ss, uint16_t port) {
+  if (ss->ss_family == AF_INET) {
+    reinterpret_cast<sockaddr_in*>(ss)->sin_port = htons(port);
+  } else {
+    reinterpret_cast<sockaddr_in6*>(ss)->sin6_port = htons(port);
+  }
+}
+
+// A gloo context whose pairs are connected as a full mesh through the O(1)-requests-per-rank
+// exchange of mesh_exchange.h, in place of gloo's connectFullMesh (N^2 store requests, N^3
+// bytes: minutes past ~1,000 ranks). The pairs connect in peer order, as gloo's do.
+class MeshContext final : public gloo::Context {
  public:
-  GlooStoreAdapter(std::shared_ptr<comm::Store> store, std::chrono::milliseconds timeout)
-      : store_(std::move(store)), timeout_(timeout) {}
+  MeshContext(int rank, int size) : gloo::Context(rank, size) {}
 
-  void set(const std::string& key, const std::vector<char>& data) override {
-    Check(store_->Set(key, std::vector<uint8_t>(data.begin(), data.end())));
+  void Connect(comm::Store& store, const std::shared_ptr<gloo::transport::Device>& dev) {
+    auto tctx = dev->createContext(rank, size);
+    tctx->setTimeout(getTimeout());
+    if (size > 1) {
+      std::vector<uint16_t> ports(size, 0);
+      std::vector<uint8_t> host;
+      for (int j = 0; j < size; ++j) {
+        if (j == rank) continue;
+        const gloo::transport::tcp::Address self(tctx->createPair(j)->address().bytes());
+        sockaddr_storage ss = self.getSockaddr();
+        const size_t len = FamilySize(ss.ss_family);
+        if (len == 0) throw std::runtime_error("gloo pair address of an unknown family");
+        ports[j] = PortOf(ss);
+        SetPort(&ss, 0);
+        const auto* b = reinterpret_cast<const uint8_t*>(&ss);
+        std::vector<uint8_t> h(b, b + len);
+        if (host.empty()) {
+          host = std::move(h);
+        } else if (h != host) {
+          throw std::runtime_error("gloo pairs of rank " + std::to_string(rank) +
+                                   " listen on different addresses");
+        }
+      }
+      auto peers = ExchangeMeshAddresses(store, rank, size, host, ports, getTimeout());
+      if (!peers.ok()) throw StoreError(peers.status());
+      for (int j = 0; j < size; ++j) {
+        if (j == rank) continue;
+        const std::vector<uint8_t>& h = peers->hosts[peers->host[j]];
+        sockaddr_storage ss{};
+        if (h.size() < sizeof(sa_family_t) || h.size() > sizeof(ss)) {
+          throw StoreError(absl::DataLossError("rank " + std::to_string(j) + "'s gloo address is " +
+                                               std::to_string(h.size()) + " bytes"));
+        }
+        std::memcpy(&ss, h.data(), h.size());
+        if (FamilySize(ss.ss_family) != h.size()) {
+          throw StoreError(absl::DataLossError("rank " + std::to_string(j) +
+                                               "'s gloo address has a bad family"));
+        }
+        SetPort(&ss, peers->port[j]);
+        tctx->getPair(j)->connect(gloo::transport::tcp::Address(ss).bytes());
+      }
+    }
+    device_ = dev;
+    transportContext_ = std::move(tctx);
   }
-  std::vector<char> get(const std::string& key) override {
-    auto v = store_->Get(key, timeout_);
-    Check(v.status());
-    return std::vector<char>(v->begin(), v->end());
-  }
-  void wait(const std::vector<std::string>& keys) override { Check(store_->Wait(keys, timeout_)); }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    Check(store_->Wait(keys, timeout));
-  }
-
- private:
-  static void Check(const absl::Status& st) {
-    if (!st.ok()) throw StoreError(st);
-  }
-
-  std::shared_ptr<comm::Store> store_;
-  std::chrono::milliseconds timeout_;
 };
 
 bool IsLoopback(const std::string& host) {
@@ -67,15 +116,14 @@ bool GlooBuiltIn() { return true; }
 absl::Status ConnectGlooGroups(const RendezvousConfig& config, std::shared_ptr<Store> store,
                                ProcessGroups* g, GlooGroupMask mask) {
   try {
-    GlooStoreAdapter adapter(store, config.rendezvous_timeout);
     gloo::transport::tcp::attr attr;
     attr.hostname = LocalAddress(config);
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto connect = [&](const std::string& key, int rank_in_group, int group_size) {
-      gloo::rendezvous::PrefixStore prefixed(config.prefix + "/" + key, adapter);
-      auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_in_group, group_size);
+      PrefixStore prefixed(config.prefix + "/" + key, store);
+      auto ctx = std::make_shared<MeshContext>(rank_in_group, group_size);
       ctx->setTimeout(config.rendezvous_timeout);
-      ctx->connectFullMesh(prefixed, device);
+      ctx->Connect(prefixed, device);
       return ctx;
     };
     if (mask.world) {
