@@ -85,8 +85,15 @@ struct CoordinatorOptions {
   // coordinator. The Wait* deadlines are real time (absl::Now()) whatever the clock.
   const Clock* clock = nullptr;
   // Told to workers at Join; well under the liveness timeout. Two intervals without a heartbeat
-  // make a rank silent for the hang detector.
+  // make a rank silent for the hang detector. A large job is told a longer one (see
+  // job_heartbeats_per_second).
   absl::Duration heartbeat_interval = absl::FromChrono(kDefaultHeartbeatInterval);
+  // The most heartbeats a second the ranks of one job send together: a job of more ranks than
+  // heartbeat_interval x this is asked to heartbeat every world_size / this seconds instead (at
+  // most liveness_timeout / 3), so the coordinator's heartbeat load stays bounded whatever the
+  // job's size (16,384 ranks: every 4 s). Liveness does not depend on it: an open latch stream
+  // counts as alive, and every report refreshes the rank.
+  int job_heartbeats_per_second = 4096;
   // Rendezvous ports handed out at submit when the submitter names none (inclusive range).
   int rendezvous_port_first = 29500;
   int rendezvous_port_last = 29999;
@@ -323,6 +330,8 @@ class Coordinator {
   static constexpr absl::Duration kPauseThreshold = absl::Seconds(2);
 
   const CoordinatorOptions& options() const { return options_; }
+  // The heartbeat interval a job of `world_size` ranks is told (job_heartbeats_per_second).
+  absl::Duration HeartbeatInterval(int world_size) const;
 
  private:
   struct Job;  // coordinator_internal.h

@@ -106,6 +106,11 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags* f) {
   app.add_option("--heartbeat-interval", f->heartbeat_s,
                  "seconds between worker heartbeats (default: 1, at most liveness timeout / 3)")
       ->check(cli::NonNegative());
+  app.add_option("--job-heartbeats-per-second", f->job_heartbeats_per_second,
+                 "the most heartbeats a second one job's ranks send together: a larger job is "
+                 "told a longer interval, at most liveness timeout / 3 (0: no bound)")
+      ->check(cli::NonNegative())
+      ->capture_default_str();
   app.add_option("--rendezvous-ports", f->rendezvous_ports,
                  "FIRST-LAST: ports handed to jobs whose submitter names none")
       ->capture_default_str();
@@ -158,6 +163,7 @@ absl::StatusOr<CoordinatorProcessOptions> FromFlags(const CoordinatorFlags& f) {
     o.core.log("warning: no --data-root: the paths specs name are unconfined");
   }
   o.core.liveness_timeout = absl::Seconds(f.liveness_s);
+  o.core.job_heartbeats_per_second = f.job_heartbeats_per_second;
   o.core.heartbeat_interval =
       f.heartbeat_s > 0
           ? absl::Seconds(f.heartbeat_s)

@@ -50,6 +50,7 @@ struct CoordinatorFlags {
   bool cancel_on_shutdown = false;
   std::string tls_cert, tls_key, tls_client_ca, auth_tokens;
   bool allow_unauthenticated = false;
+  int job_heartbeats_per_second = 4096;
   int max_calls_per_peer = 0;
   int max_message_mib = 1;
 };

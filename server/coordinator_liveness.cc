@@ -149,6 +149,14 @@ bool Coordinator::CheckRejoin(Job& job, absl::Time now) {
   return true;
 }
 
+absl::Duration Coordinator::HeartbeatInterval(int world_size) const {
+  const absl::Duration base = options_.heartbeat_interval;
+  if (options_.job_heartbeats_per_second <= 0) return base;
+  const absl::Duration spread = absl::Seconds(1) * world_size / options_.job_heartbeats_per_second;
+  if (spread <= base) return base;
+  return std::max(base, std::min(spread, options_.liveness_timeout / 3));
+}
+
 bool Coordinator::CheckHang(Job& job, absl::Time now) {
   if (job.rec.state != JobState::kRunning || !job.ranks.all_joined()) return false;
   if (now < job.hang_grace_until) return false;  // GraceAfterPause
@@ -162,7 +170,7 @@ bool Coordinator::CheckHang(Job& job, absl::Time now) {
   }
   if (watch.empty()) return false;
   std::optional<StallVerdict> v = FindStall(watch, absl::Seconds(job.spec.hang_timeout_seconds),
-                                            2 * options_.heartbeat_interval);
+                                            2 * HeartbeatInterval(job.world_size()));
   if (!v) return false;
   v->stalled.attempt = attempt;
   JobRecord next = job.rec;

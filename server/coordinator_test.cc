@@ -475,5 +475,32 @@ TEST(CoordinatorTest, RestartOnSameFileServesSameLatchesAndState) {
   EXPECT_EQ(c->SubmitJob({SpecJson(), "", "", 0})->job.record.seq, 2);
 }
 
+// A job's heartbeat interval: the configured one up to job_heartbeats_per_second x it ranks,
+// then world_size / job_heartbeats_per_second, never past a third of the liveness timeout; the
+// interval Join tells a 16,384-rank job's workers.
+TEST(CoordinatorTest, LargeJobsAreToldALongerHeartbeatInterval) {
+  CoordinatorOptions opt;  // 1 s, 4,096 a second, liveness 30 s
+  auto c = Make(opt);
+  EXPECT_EQ(c->HeartbeatInterval(2), absl::Seconds(1));
+  EXPECT_EQ(c->HeartbeatInterval(4096), absl::Seconds(1));
+  EXPECT_EQ(c->HeartbeatInterval(8192), absl::Seconds(2));
+  EXPECT_EQ(c->HeartbeatInterval(16384), absl::Seconds(4));
+  EXPECT_EQ(c->HeartbeatInterval(65536), absl::Seconds(10));  // liveness 30 s / 3
+  opt.job_heartbeats_per_second = 0;
+  EXPECT_EQ(Make(opt)->HeartbeatInterval(65536), absl::Seconds(1));
+
+  SpecParams p;
+  p.world_size = 16384;
+  auto job = c->SubmitJob({SpecJson(p), "", "", 0});
+  ASSERT_TRUE(job.ok()) << job.status();
+  JoinArgs a;
+  a.call = Call(*job, "w0");
+  a.requested_rank = 0;
+  a.peer_host = "127.0.0.1";
+  auto joined = c->Join(a);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->heartbeat_interval, absl::Seconds(4));
+}
+
 }  // namespace
 }  // namespace latchkey

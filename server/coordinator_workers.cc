@@ -164,7 +164,7 @@ JoinResult Coordinator::JoinResultFor(const Job& j, int rank) const {
   if (attempt.number > 1 && j.ranks.at(0).worker_id.empty()) out.rendezvous_host.clear();
   out.rendezvous_port = j.rec.rendezvous_port;
   out.state = j.rec.state;
-  out.heartbeat_interval = options_.heartbeat_interval;
+  out.heartbeat_interval = HeartbeatInterval(attempt.layout.world_size);
   out.liveness_timeout = options_.liveness_timeout;
   out.steps = j.spec.steps;
   out.attempt = attempt.number;

@@ -46,6 +46,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(s->workers_.get());
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   builder.SetMaxSendMessageSize(options.max_send_message_bytes);
+  // gRPC's default on Linux is SO_REUSEPORT, with which a second coordinator given the same
+  // port binds it too and the kernel splits the workers' connections between the two (and
+  // their databases). Without it, a port in use is refused.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Workers keep long streams open and ping to notice a dead peer; allow it.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
@@ -64,6 +68,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 }
 
 CoordinatorServer::~CoordinatorServer() {
+  if (!server_) return;  // Start failed: nothing was served
   Shutdown(absl::ZeroDuration());
   Wait();
 }

@@ -2,11 +2,13 @@
 // SQLite database, stopped at the end) and N simulated ranks of one job in this process. Each
 // rank speaks WorkerService as latchkey-worker does, over gRPC's callback API (a few channels,
 // one latch stream per rank): Join with its rank and the job's join token, WatchLatches from
-// window 0, a Heartbeat every second with its position, and per window: hold latch(s), "compute"
+// window 0, a heartbeat with its position at the interval the coordinator said at Join (1 s up
+// to 4,096 ranks; --heartbeat-seconds overrides), and per window: hold latch(s), "compute"
 // T s +-10% (uniform jitter, as real ranks finish apart), then ReportStep(s) without waiting for
 // the answer (the worker's sender thread does the same) and go on with latch(s+1).
 //
 //   bench_fleet [--ranks 1024,4096] [--step-seconds 2] [--steps 10] [--channels 16]
+//               [--heartbeat-seconds S]
 //               [--lookahead L] [--coordinator-bin PATH] [--expect-success]
 //
 // Per run: join-all seconds (first Join sent -> every rank joined); latch wait p50/p99/max (a
@@ -101,6 +103,8 @@ struct Options {
   int steps = 10;
   int channels = 16;
   int join_window = 1024;  // Joins in flight at once
+  // Heartbeat period; zero: the interval the coordinator said at Join (as latchkey-worker).
+  absl::Duration heartbeat_every = absl::ZeroDuration();
 };
 
 struct Fleet;
@@ -111,6 +115,7 @@ struct Rank {
   Fleet* fleet = nullptr;
   absl::Mutex mu;
   int64_t attempt = 0;
+  absl::Duration heartbeat_every = absl::Seconds(1);
   std::vector<v1::Latch> latches;  // by window; window w present when latches.size() > w
   int64_t next_step = 0;           // the step it computes next
   bool computing = false;
@@ -167,6 +172,7 @@ struct Fleet {
   void ComputeDone(Rank& r);
   void Report(Rank& r, const v1::Latch& latch);
   void Heartbeat(Rank& r);
+  bool Position(Rank& r, v1::HeartbeatRequest* req);
   void StreamEnded(Rank& r, const grpc::Status& s, const std::string& state);
 };
 
@@ -242,10 +248,19 @@ void Fleet::Joined(Rank& r, const v1::JoinResponse& resp) {
     absl::MutexLock lock(&r.mu);
     r.attempt = resp.attempt();
     r.phase_start = absl::Now();
+    r.heartbeat_every = o.heartbeat_every > absl::ZeroDuration()
+                            ? o.heartbeat_every
+                            : absl::Seconds(resp.heartbeat_interval().seconds()) +
+                                  absl::Nanoseconds(resp.heartbeat_interval().nanos());
   }
   new LatchReader(this, &r);
-  // The first heartbeat within a second, spread so the fleet does not beat in step.
-  std::uniform_int_distribution<int> spread(0, 999);
+  // The first heartbeat within one interval, spread so the fleet does not beat in step.
+  int every_ms = 1000;
+  {
+    absl::MutexLock lock(&r.mu);
+    every_ms = std::max(1, static_cast<int>(absl::ToInt64Milliseconds(r.heartbeat_every)));
+  }
+  std::uniform_int_distribution<int> spread(0, every_ms - 1);
   int next = -1;
   int ms = 0;
   {
@@ -323,28 +338,37 @@ void Fleet::Report(Rank& r, const v1::Latch& latch) {
   });
 }
 
+// The rank's position into `req`; false once its job ended.
+bool Fleet::Position(Rank& r, v1::HeartbeatRequest* req) {
+  Identity(r, req->mutable_identity());
+  req->set_rank(r.id);
+  absl::MutexLock lock(&r.mu);
+  if (r.done) return false;
+  v1::RankPosition* p = req->mutable_position();
+  p->set_attempt(r.attempt);
+  p->set_window(r.next_step);
+  p->set_phase(r.computing ? "compute" : "latch");
+  const absl::Duration in = absl::Now() - r.phase_start;
+  p->mutable_in_position()->set_seconds(absl::ToInt64Seconds(in));
+  p->mutable_in_position()->set_nanos(
+      static_cast<int32_t>(absl::ToInt64Nanoseconds(in - absl::Trunc(in, absl::Seconds(1)))));
+  return true;
+}
+
 void Fleet::Heartbeat(Rank& r) {
   auto* c = new Call<v1::HeartbeatRequest, v1::HeartbeatResponse>(this);
-  Identity(r, c->req.mutable_identity());
-  c->req.set_rank(r.id);
-  {
-    absl::MutexLock lock(&r.mu);
-    if (r.done) {
-      delete c;
-      return;
-    }
-    v1::RankPosition* p = c->req.mutable_position();
-    p->set_attempt(r.attempt);
-    p->set_window(r.next_step);
-    p->set_phase(r.computing ? "compute" : "latch");
-    const absl::Duration in = absl::Now() - r.phase_start;
-    p->mutable_in_position()->set_seconds(absl::ToInt64Seconds(in));
-    p->mutable_in_position()->set_nanos(
-        static_cast<int32_t>(absl::ToInt64Nanoseconds(in - absl::Trunc(in, absl::Seconds(1)))));
+  if (!Position(r, &c->req)) {
+    delete c;
+    return;
   }
   c->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
   c->sent = absl::Now();
-  timers.At(c->sent + absl::Seconds(1), [this, &r] { Heartbeat(r); });
+  absl::Duration every;
+  {
+    absl::MutexLock lock(&r.mu);
+    every = r.heartbeat_every;
+  }
+  timers.At(c->sent + every, [this, &r] { Heartbeat(r); });
   Stub(r.id)->async()->Heartbeat(&c->ctx, &c->req, &c->resp, [this, &r, c](grpc::Status s) {
     std::unique_ptr<Call<v1::HeartbeatRequest, v1::HeartbeatResponse>> own(c);
     const double ms = absl::ToDoubleMilliseconds(absl::Now() - c->sent);
@@ -378,6 +402,7 @@ struct Row {
   double join_all_s = 0;
   double wait_p50 = 0, wait_p99 = 0, wait_max = 0;
   double report_p50 = 0, report_p99 = 0, hb_p50 = 0, hb_p99 = 0;
+  double heartbeat_s = 0;  // the ranks' heartbeat period (rank 0's)
   double cpu_ms_per_rank_step = 0, fleet_cpu_ms_per_rank_step = 0;
   double rss_mib = 0, peak_rss_mib = 0;
   double sqlite_bytes_per_rank_step = 0;
@@ -491,6 +516,10 @@ Row Run(const std::string& bin, const Options& o, int lookahead) {
   row.wait_max = wait.empty() ? 0 : wait.back();
   row.report_p50 = Pct(report, 0.5);
   row.report_p99 = Pct(report, 0.99);
+  {
+    absl::MutexLock lock(&fleet->ranks[0]->mu);
+    row.heartbeat_s = absl::ToDoubleSeconds(fleet->ranks[0]->heartbeat_every);
+  }
   row.hb_p50 = Pct(hb, 0.5);
   row.hb_p99 = Pct(hb, 0.99);
   {
@@ -535,6 +564,11 @@ int main(int argc, char** argv) {
   app.add_option("--channels", o.channels, "gRPC channels (connections) the ranks share")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  double heartbeat_s = 0;
+  app.add_option("--heartbeat-seconds", heartbeat_s,
+                 "heartbeat period (0: the interval the coordinator said at Join)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--join-window", o.join_window, "Join calls in flight at once")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -544,6 +578,7 @@ int main(int argc, char** argv) {
   app.add_flag("--expect-success", expect_success,
                "exit 1 unless every run's job SUCCEEDED with every step acknowledged");
   CLI11_PARSE(app, argc, argv);
+  o.heartbeat_every = absl::Seconds(heartbeat_s);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // see server/main.cc
 
   latchkey::bench::RaiseOpenFileLimit();
@@ -559,16 +594,17 @@ int main(int argc, char** argv) {
               std::thread::hardware_concurrency(), o.channels);
   std::printf(
       "| ranks | step s | steps | join-all s | latch wait p50 / p99 / max ms | ReportStep p50 / "
-      "p99 ms | Heartbeat p50 / p99 ms | coordinator CPU ms/rank-step | ranks' CPU "
+      "p99 ms | heartbeat every s | Heartbeat p50 / p99 ms | coordinator CPU ms/rank-step | ranks' "
+      "CPU "
       "ms/rank-step | coordinator RSS MiB (peak) | SQLite B/rank-step | wall s | job |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int rc = 0;
   for (const Row& r : rows) {
     std::printf(
-        "| %d | %.1f | %d | %.2f | %.1f / %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.4f | %.4f "
-        "| %.0f (%.0f) | %.1f | %.1f | %s |\n",
+        "| %d | %.1f | %d | %.2f | %.1f / %.1f / %.1f | %.1f / %.1f | %.1f | %.1f / %.1f | %.4f "
+        "| %.4f | %.0f (%.0f) | %.1f | %.1f | %s |\n",
         r.ranks, r.step_seconds, r.steps, r.join_all_s, r.wait_p50, r.wait_p99, r.wait_max,
-        r.report_p50, r.report_p99, r.hb_p50, r.hb_p99, r.cpu_ms_per_rank_step,
+        r.report_p50, r.report_p99, r.heartbeat_s, r.hb_p50, r.hb_p99, r.cpu_ms_per_rank_step,
         r.fleet_cpu_ms_per_rank_step, r.rss_mib, r.peak_rss_mib, r.sqlite_bytes_per_rank_step,
         r.wall_s, r.state.c_str());
     if (!r.error.empty()) std::printf("  ranks %d: error: %s\n", r.ranks, r.error.c_str());

@@ -1,6 +1,10 @@
 // Every RPC of JobService and WorkerService over a real gRPC server on loopback, including each
 // error code of the table in docs/protocol.md.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <optional>
 #include <string>
@@ -11,6 +15,8 @@
 #include "absl/time/clock.h"
 #include "client/job_client.h"
 #include "gtest/gtest.h"
+#include "server/server.h"
+#include "server/sqlite_store.h"
 #include "tests/coordinator/grpc_fixture.h"
 
 namespace latchkey::testing {
@@ -117,6 +123,40 @@ TEST_F(GrpcServiceTest, SubmitRefusesBadSpecsNamingTheField) {
   grpc::Status st = jobs_->SubmitJob(Ctx().get(), req, &resp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("latchkey.seq_len"), std::string::npos) << st.error_message();
+}
+
+// A second coordinator given a port the first serves on is refused, whether that socket was
+// bound the way gRPC binds by default (SO_REUSEPORT, as older coordinators did: the kernel would
+// have split the workers between the two) or as latchkey-coordinator binds now.
+TEST(ServerPortTest, APortInUseIsRefused) {
+  InProcessCoordinator first;
+  auto store = SqliteStore::Open(":memory:");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto core = Coordinator::Create(*std::move(store), {}, nullptr);
+  ASSERT_TRUE(core.ok()) << core.status();
+  ServerOptions so;
+  so.listen = first.address();
+  auto second = CoordinatorServer::Start(core->get(), so);
+  EXPECT_FALSE(second.ok()) << "both serve " << so.listen;
+  if (!second.ok()) {
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  }
+
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  so.listen = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  auto third = CoordinatorServer::Start(core->get(), so);
+  EXPECT_FALSE(third.ok()) << "shares " << so.listen << " with a SO_REUSEPORT socket";
+  close(fd);
 }
 
 TEST_F(GrpcServiceTest, ServerBoundsMessageSize) {
