@@ -105,6 +105,13 @@ struct CoordinatorOptions {
   // One line per job event (state change, join, policy change); null: silent. Called with the
   // coordinator's lock held: must be quick and must not call back.
   std::function<void(const std::string&)> log;
+  // Called when acknowledged progress can no longer be made durable: staged step reports were
+  // lost (the store's DATA_LOSS), so the coordinator's progress is ahead of its store. Null:
+  // the reason goes to stderr and the process aborts (crash-only: a restart reloads the store's
+  // consistent state and the workers send their unacknowledged reports again). A replacement
+  // that returns lets the coordinator go on failing those reports' calls with the error.
+  // Called on the group committer's thread with the coordinator's lock held: must not call back.
+  std::function<void(const absl::Status&)> on_fatal;
 };
 
 // Receives counts for metrics. Called with the coordinator's lock held: must not call back.
@@ -296,7 +303,9 @@ class Coordinator {
   // violation (event and JobRecord::determinism_violations, once per step and attempt).
   // Returns once the report is durable: reports are group-committed (the store's
   // StageStepReport), one commit for every report that arrived within kGroupCommitWindow (or
-  // sooner, when another write commits the group); the job's progress moves at once.
+  // sooner, when another write commits the group); the job's progress moves at once. While
+  // the commit fails the call keeps waiting (a repeat of the report waits for the same commit)
+  // and ends with the commit's error only if the coordinator shuts down meanwhile.
   absl::StatusOr<WorkerStatus> ReportStep(const WorkerCall& call, StepReportRecord report);
   // The same without blocking: `done` runs once the report is durable (or with the error), on
   // the caller's thread for an answer known at once, else on the group committer's thread,
@@ -304,6 +313,11 @@ class Coordinator {
   void ReportStep(const WorkerCall& call, StepReportRecord report,
                   std::function<void(absl::StatusOr<WorkerStatus>)> done);
   static constexpr absl::Duration kGroupCommitWindow = absl::Milliseconds(2);
+  // A failed group commit keeps its reports staged and unacknowledged and is retried after
+  // kCommitRetryFirst, doubling up to kCommitRetryMax, until it succeeds (or the coordinator
+  // stops: the calls fail with the commit's error).
+  static constexpr absl::Duration kCommitRetryFirst = absl::Milliseconds(50);
+  static constexpr absl::Duration kCommitRetryMax = absl::Seconds(2);
   // `position`: where the rank is (the hang detector's input); none from an older client.
   absl::StatusOr<WorkerStatus> Heartbeat(const WorkerCall& call,
                                          const std::optional<RankPosition>& position = {});
@@ -394,6 +408,9 @@ class Coordinator {
   void WhenDurable(uint64_t ticket, std::function<void(absl::Status)> done)
       ABSL_LOCKS_EXCLUDED(mu_);
   void CommitterLoop();
+  // The store lost staged step reports (`why`): logs it and hands it to options_.on_fatal, by
+  // default ending the process.
+  void TerminateOnLostReports(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A re-run's report against the stored first one.
   absl::Status CheckDeterminism(Job& job, const StepReportRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -3,6 +3,8 @@
 // check), each report's boundary wait (BoundaryArrivals), and committed checkpoints, the resume
 // points of later attempts.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -65,9 +67,13 @@ void Coordinator::WhenDurable(uint64_t ticket, std::function<void(absl::Status)>
 
 void Coordinator::CommitterLoop() {
   absl::MutexLock lock(&mu_);
+  // A streak of failed commits: logged when it begins and when it ends.
+  int failures = 0;
+  absl::Time failing_since;
+  absl::Duration backoff = kCommitRetryFirst;
   while (true) {
     while (durable_waiters_.empty() && !committer_stop_) commit_cv_.Wait(&mu_);
-    if (!committer_stop_) {
+    if (!committer_stop_ && failures == 0) {
       // The reports that arrive meanwhile share the commit.
       mu_.Unlock();
       absl::SleepFor(kGroupCommitWindow);
@@ -77,18 +83,60 @@ void Coordinator::CommitterLoop() {
     absl::Status s = store_->CommitGroup();
     if (s.ok()) {
       durable_ = staged;
+      if (failures > 0) {
+        Log(absl::StrCat("group commit of step reports succeeded again after ", failures,
+                         " failed attempts over ",
+                         absl::FormatDuration(absl::Now() - failing_since),
+                         "; the waiting reports are acknowledged"));
+        failures = 0;
+        backoff = kCommitRetryFirst;
+      }
+    } else if (s.code() != absl::StatusCode::kDataLoss && store_->HasStaged()) {
+      // Nothing is lost: the reports stay staged and their calls wait for a commit that works.
+      if (failures++ == 0) {
+        failing_since = absl::Now();
+        Log(absl::StrCat("group commit of step reports failed: ", s.message(), "; ",
+                         durable_waiters_.size(), " reports wait unacknowledged, retrying every ",
+                         absl::FormatDuration(kCommitRetryFirst), " to ",
+                         absl::FormatDuration(kCommitRetryMax)));
+      }
+      if (!committer_stop_) {
+        // Only a stop cuts the wait short: new reports join the waiting group.
+        const absl::Time retry = absl::Now() + backoff;
+        while (!committer_stop_ && absl::Now() < retry) commit_cv_.WaitWithDeadline(&mu_, retry);
+        backoff = std::min(backoff * 2, kCommitRetryMax);
+        continue;
+      }
+      // Stopping: the calls end with the error; the store's own close tries once more.
     } else {
-      Log(absl::StrCat("group commit of step reports failed: ", s.message()));
+      // The staged reports are gone (DATA_LOSS; or the store closed its group on a failed
+      // commit): the progress already counted for them is not in the store.
+      if (s.code() != absl::StatusCode::kDataLoss) {
+        s = absl::DataLossError(
+            absl::StrCat("group commit of step reports failed and the store kept nothing staged: ",
+                         s.message()));
+      }
+      TerminateOnLostReports(s);
     }
     std::vector<std::pair<uint64_t, std::function<void(absl::Status)>>> ready;
     ready.swap(durable_waiters_);
-    const bool stop = committer_stop_ && durable_waiters_.empty();
+    const bool stop = committer_stop_;
     mu_.Unlock();
-    // A failed commit fails every waiter: their reports were rolled back; they send again.
     for (auto& [ticket, fn] : ready) fn(s);
     mu_.Lock();
     if (stop && durable_waiters_.empty()) return;
   }
+}
+
+void Coordinator::TerminateOnLostReports(const absl::Status& why) {
+  const std::string line = absl::StrCat(
+      "fatal: acknowledged progress is not in the store, the coordinator stops serving (a "
+      "restart reloads the store; workers send their unacknowledged reports again): ",
+      why.ToString());
+  Log(line);
+  if (options_.on_fatal) return options_.on_fatal(why);
+  std::fprintf(stderr, "latchkey-coordinator: %s\n", line.c_str());
+  std::abort();
 }
 
 absl::StatusOr<WorkerStatus> Coordinator::StageReport(const WorkerCall& call,

@@ -17,7 +17,7 @@
 
 namespace latchkey {
 absl::StatusOr<bool> SqliteStore::InsertStepReport(const StepReportRecord& record) {
-  LK_RETURN_IF_ERROR(CommitGroup());
+  LK_RETURN_IF_ERROR(CommitOpenGroup());
   return WriteStepReport(record);
 }
 
@@ -26,7 +26,18 @@ absl::StatusOr<bool> SqliteStore::StageStepReport(const StepReportRecord& record
     LK_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     group_open_ = true;
   }
-  return WriteStepReport(record);  // a failure leaves the group's earlier reports staged
+  absl::StatusOr<bool> inserted = WriteStepReport(record);
+  if (inserted.ok()) {
+    if (*inserted) staged_.push_back(record);
+    return inserted;
+  }
+  // An I/O error or a full disk makes SQLite roll back the whole transaction, the group's earlier
+  // reports with it: they are staged again (or lost: DATA_LOSS).
+  if (group_open_ && sqlite3_get_autocommit(db_)) {
+    absl::Status restaged = Restage(inserted.status());
+    if (restaged.code() == absl::StatusCode::kDataLoss) return restaged;
+  }
+  return inserted.status();
 }
 
 absl::StatusOr<bool> SqliteStore::WriteStepReport(const StepReportRecord& record) {

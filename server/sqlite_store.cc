@@ -144,7 +144,7 @@ absl::StatusOr<SqliteStore::Stmt*> SqliteStore::Prepared(const char* sql, bool i
   auto it = cache_->by_sql.find(sql);
   if (it != cache_->by_sql.end()) {
     if (group_open_ && !in_group && !it->second->read_only()) {
-      LK_RETURN_IF_ERROR(CommitGroup());
+      LK_RETURN_IF_ERROR(CommitOpenGroup());
     }
     it->second->Reset();
     return it->second.get();
@@ -156,20 +156,57 @@ absl::StatusOr<SqliteStore::Stmt*> SqliteStore::Prepared(const char* sql, bool i
   auto owned = std::make_unique<Stmt>(db_, stmt);
   Stmt* raw = owned.get();
   cache_->by_sql.emplace(sql, std::move(owned));
-  if (group_open_ && !in_group && !raw->read_only()) LK_RETURN_IF_ERROR(CommitGroup());
+  if (group_open_ && !in_group && !raw->read_only()) LK_RETURN_IF_ERROR(CommitOpenGroup());
   return raw;
 }
 
 absl::Status SqliteStore::CommitGroup() {
+  if (!lost_.ok()) return lost_;
+  return CommitOpenGroup();
+}
+
+absl::Status SqliteStore::CommitOpenGroup() {
   if (!group_open_) return absl::OkStatus();
-  group_open_ = false;
   absl::Status s = Exec("COMMIT");
-  if (!s.ok()) Exec("ROLLBACK").IgnoreError();
-  return s;
+  if (s.ok()) {
+    group_open_ = false;
+    staged_.clear();
+    return s;
+  }
+  return Restage(s);
+}
+
+absl::Status SqliteStore::Restage(const absl::Status& cause) {
+  // SQLite rolls a transaction back by itself after some failures (an I/O error in COMMIT, a
+  // full disk); otherwise the group's transaction is still open and is rolled back here, so the
+  // group starts again from the records alone.
+  if (!sqlite3_get_autocommit(db_)) Exec("ROLLBACK").IgnoreError();
+  group_open_ = false;
+  // Only INSERT OR IGNOREs that found their row stored were in the group: nothing to lose.
+  if (staged_.empty()) return absl::OkStatus();
+  absl::Status again = Exec("BEGIN IMMEDIATE");
+  if (again.ok()) {
+    group_open_ = true;
+    for (const StepReportRecord& record : staged_) {
+      absl::StatusOr<bool> inserted = WriteStepReport(record);
+      if (!inserted.ok()) {
+        again = inserted.status();
+        break;
+      }
+    }
+  }
+  if (again.ok()) return cause;  // staged again: the next CommitGroup retries them
+  if (!sqlite3_get_autocommit(db_)) Exec("ROLLBACK").IgnoreError();
+  group_open_ = false;
+  lost_ = absl::DataLossError(
+      absl::StrCat(staged_.size(), " staged step reports lost: their group failed (",
+                   cause.message(), ") and staging them again failed (", again.message(), ")"));
+  staged_.clear();
+  return lost_;
 }
 
 absl::Status SqliteStore::InTransaction(const std::function<absl::Status()>& body) {
-  LK_RETURN_IF_ERROR(CommitGroup());
+  LK_RETURN_IF_ERROR(CommitOpenGroup());
   LK_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   absl::Status s = body();
   if (!s.ok()) {

@@ -29,7 +29,9 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/store.h"
 
@@ -73,6 +75,15 @@ class SqliteStore : public JobStore {
   absl::Status AppendPolicyChange(const PolicyChangeRecord& change) override;
   absl::StatusOr<bool> InsertStepReport(const StepReportRecord& report) override;
   // One transaction holds the staged reports until CommitGroup (or another write) commits it.
+  // The store also keeps in memory the records the group inserted: when the group's COMMIT
+  // fails, whichever call commits it, the transaction is rolled back and begun again with them
+  // (BEGIN IMMEDIATE, one INSERT each), so the group stays open and the next commit retries
+  // it; the call returns the COMMIT's error. When SQLite rolls the group back because a staged
+  // INSERT failed (an I/O error, a full disk), the group's earlier records are staged again the
+  // same way and the INSERT's error is returned. Only when staging them again fails too are
+  // they lost: the call returns DATA_LOSS naming how many, the group is closed, and every later
+  // CommitGroup returns that DATA_LOSS (whoever staged them must not take them for durable;
+  // other writes go on).
   absl::StatusOr<bool> StageStepReport(const StepReportRecord& report) override;
   absl::Status CommitGroup() override;
   bool HasStaged() const override { return group_open_; }
@@ -133,9 +144,21 @@ class SqliteStore : public JobStore {
 
   // The step reports' INSERT, with the group open or not.
   absl::StatusOr<bool> WriteStepReport(const StepReportRecord& record);
+  // Commits the open group (CommitGroup without the earlier loss): what every other write does
+  // first.
+  absl::Status CommitOpenGroup();
+  // After the group's COMMIT or one of its INSERTs failed (`cause`): rolls the group back and
+  // stages staged_ again. Returns `cause` with the group open again; OK with the group closed
+  // when staged_ is empty (the group held only reports already stored); DATA_LOSS (lost_) with
+  // the group closed when staging them again failed.
+  absl::Status Restage(const absl::Status& cause);
 
   sqlite3* db_;
   bool group_open_ = false;  // a transaction of staged step reports is open
+  // The reports the open group inserted (not those it found stored), in staging order.
+  std::vector<StepReportRecord> staged_;
+  // Not OK once staged reports were lost (Restage): CommitGroup returns it from then on.
+  absl::Status lost_;
   struct StmtCache;
   std::unique_ptr<StmtCache> cache_;
   std::unique_ptr<Reader> reader_;  // null: no audit reader

@@ -214,11 +214,21 @@ class JobStore {
   // CommitGroup returned OK. Reads see staged reports; every other mutating call commits the
   // group first, so nothing written later is durable before them. A store without groups
   // (the default) stores at once, and CommitGroup has nothing to do.
+  //
+  // A failed commit of the group, by CommitGroup or by another mutating call, loses nothing:
+  // the group stays open with every staged report (HasStaged() true), the call returns the
+  // commit's error, and the next commit retries them. Likewise a StageStepReport that fails
+  // leaves the group's earlier reports staged. Only when the store cannot keep them staged
+  // are they lost: that call returns DATA_LOSS naming how many, the group is closed, and every
+  // later CommitGroup returns DATA_LOSS too, so a caller never takes them for durable. A repeat
+  // of a staged report answers false (stored) and is durable with the group's commit.
   virtual absl::StatusOr<bool> StageStepReport(const StepReportRecord& report) {
     return InsertStepReport(report);
   }
+  // OK: every report staged so far is durable (nothing staged: at once). Otherwise: the
+  // commit's error with the group still staged, or DATA_LOSS (see above).
   virtual absl::Status CommitGroup() { return absl::OkStatus(); }
-  // Whether a group is open (staged reports not yet durable).
+  // Whether a group is open (staged reports not yet durable), also after a failed commit.
   virtual bool HasStaged() const { return false; }
 
   virtual absl::StatusOr<std::vector<JobRecord>> LoadJobs() = 0;  // seq order
