@@ -1,17 +1,20 @@
 #include "client/credentials.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 namespace latchkey {
 namespace {
@@ -28,6 +31,42 @@ std::string Hex(const unsigned char* p, size_t n) {
   }
   return out;
 }
+
+// Holds `path`.lock exclusively (flock) while an entry is read, changed and written back:
+// two `latchkey up` saving or removing their entries at once would otherwise each write back
+// the file as it read it, and one entry would be lost. Waits at most kLockWait.
+class FileLock {
+ public:
+  static constexpr std::chrono::seconds kLockWait{10};
+  static absl::StatusOr<FileLock> Take(const std::string& path) {
+    const std::string lock_path = path + ".lock";
+    const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      return absl::PermissionDeniedError("credentials file: cannot open " + lock_path + ": " +
+                                         std::strerror(errno));
+    }
+    const auto until = std::chrono::steady_clock::now() + kLockWait;
+    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() > until) {
+        const std::string why =
+            errno == EWOULDBLOCK ? "held by another process for 10 s" : std::strerror(errno);
+        ::close(fd);
+        return absl::UnavailableError("credentials file: cannot lock " + lock_path + ": " + why);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return FileLock(fd);
+  }
+  FileLock(FileLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  FileLock& operator=(FileLock&&) = delete;
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+
+ private:
+  explicit FileLock(int fd) : fd_(fd) {}
+  int fd_;
+};
 
 absl::StatusOr<nlohmann::json> ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -108,6 +147,9 @@ std::vector<std::string> CredentialsEntries(const std::string& path) {
 absl::Status RemoveCredentials(const std::string& path, const std::string& address,
                                const std::string& token) {
   if (path.empty()) return absl::OkStatus();
+  if (!fs::exists(path)) return absl::OkStatus();
+  auto lock = FileLock::Take(path);
+  if (!lock.ok()) return lock.status();
   auto j = ReadFile(path);
   if (!j.ok()) return j.status();
   auto it = j->find(address);
@@ -141,6 +183,8 @@ absl::Status SaveCredentials(const std::string& path, const std::string& address
     }
     ::chmod(dir.c_str(), 0700);
   }
+  auto lock = FileLock::Take(path);
+  if (!lock.ok()) return lock.status();
   auto j = ReadFile(path);
   if (!j.ok()) return j.status();
   nlohmann::json entry = nlohmann::json::object();

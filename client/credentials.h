@@ -38,7 +38,9 @@ absl::StatusOr<std::optional<StoredCredentials>> LookupCredentials(const std::st
                                                                    const std::string& address);
 
 // Sets the entry for `address`, keeping the others; creates the folder (0700) and writes the
-// file (0600) by rename, so a reader never sees half of it.
+// file (0600) by rename, so a reader never sees half of it. Writers (Save, Remove) take
+// `path`.lock (flock) around their read and write, so entries saved at once by several
+// processes are all kept; UNAVAILABLE when the lock stays held for 10 s.
 absl::Status SaveCredentials(const std::string& path, const std::string& address,
                              const StoredCredentials& credentials);
 

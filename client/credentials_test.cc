@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -55,6 +57,48 @@ TEST(Credentials, SaveThenLookupMergesEntriesWithPrivateModes) {
   auto missing = LookupCredentials(dir + "/nope", "127.0.0.1:1");
   ASSERT_TRUE(missing.ok());
   EXPECT_FALSE(missing->has_value());
+  fs::remove_all(dir);
+}
+
+// Processes that save and remove entries at once (several `latchkey up` on one machine) lose
+// none: each read-change-write holds the file's lock. Without it, one process wrote back the
+// file as it had read it and another's entry was gone.
+TEST(Credentials, ProcessesSavingAtOnceKeepEveryEntry) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/credentials";
+  constexpr int kProcesses = 6, kEach = 15;
+  std::vector<pid_t> pids;
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      bool ok = true;
+      for (int i = 0; i < kEach; ++i) {
+        const std::string me = "127.0.0.1:" + std::to_string(1000 + p * 100 + i);
+        ok = ok && SaveCredentials(path, me, {"t" + std::to_string(p), ""}).ok();
+        // A transient entry, saved and removed again (as an `up` that ends).
+        const std::string gone = "127.0.0.1:" + std::to_string(9000 + p * 100 + i);
+        ok = ok && SaveCredentials(path, gone, {"x", ""}).ok();
+        ok = ok && RemoveCredentials(path, gone, "x").ok();
+      }
+      _exit(ok ? 0 : 1);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  const std::vector<std::string> entries = CredentialsEntries(path);
+  EXPECT_EQ(entries.size(), static_cast<size_t>(kProcesses * kEach));
+  for (int p = 0; p < kProcesses; ++p) {
+    for (int i = 0; i < kEach; ++i) {
+      auto got = LookupCredentials(path, "127.0.0.1:" + std::to_string(1000 + p * 100 + i));
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_TRUE(got->has_value() && (*got)->token == "t" + std::to_string(p)) << p << " " << i;
+    }
+  }
   fs::remove_all(dir);
 }
 

@@ -46,8 +46,9 @@ std::string WorkerRun::Describe() const {
 }
 
 WorkerRun RunWorkers(const nlohmann::json& spec, int world,
-                     const std::vector<std::string>& extra_args, std::chrono::seconds deadline) {
-  return WaitWorkers(StartWorkers(spec, world, extra_args), deadline);
+                     const std::vector<std::string>& extra_args, std::chrono::seconds deadline,
+                     int local_world_size) {
+  return WaitWorkers(StartWorkers(spec, world, extra_args, local_world_size), deadline);
 }
 
 std::string RankStderr(const WorkerGroup& group, int rank) {
@@ -55,7 +56,7 @@ std::string RankStderr(const WorkerGroup& group, int rank) {
 }
 
 WorkerGroup StartWorkers(const nlohmann::json& spec, int world,
-                         const std::vector<std::string>& extra_args) {
+                         const std::vector<std::string>& extra_args, int local_world_size) {
   WorkerGroup group;
   WorkerRun& run = group.run;
   run.dir = MakeTempDir("workers");
@@ -72,8 +73,8 @@ WorkerGroup StartWorkers(const nlohmann::json& spec, int world,
     // Our entries come first in the environment, so they win over inherited ones.
     const std::vector<std::string> env = {
         "RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world),
-        "LOCAL_WORLD_SIZE=" + std::to_string(world), "MASTER_ADDR=127.0.0.1",
-        "MASTER_PORT=" + std::to_string(port)};
+        "LOCAL_WORLD_SIZE=" + std::to_string(local_world_size > 0 ? local_world_size : world),
+        "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
     pids[r] = StartProcess(args, env, run.dir + "/stderr-" + std::to_string(r) + ".txt");
   }
   group.pids.assign(pids.begin(), pids.end());

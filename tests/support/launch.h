@@ -24,10 +24,13 @@ struct WorkerRun {
 
 // Writes `spec` to <dir>/spec.json and runs `world` ranks of
 //   latchkey-worker --standalone --spec spec.json --metrics-jsonl steps-{rank}.jsonl --quiet ARGS
-// `extra_args` may contain "{dir}" (replaced by the run folder).
+// `extra_args` may contain "{dir}" (replaced by the run folder). `local_world_size` (0: world)
+// is the LOCAL_WORLD_SIZE the ranks are given: it sets their compute threads (the usable cores
+// / it), on which ATen's and OpenBLAS's float32 rounding depends.
 WorkerRun RunWorkers(const nlohmann::json& spec, int world,
                      const std::vector<std::string>& extra_args = {},
-                     std::chrono::seconds deadline = std::chrono::seconds(300));
+                     std::chrono::seconds deadline = std::chrono::seconds(300),
+                     int local_world_size = 0);
 
 // The same in two halves, for tests that talk to the ranks while they run.
 struct WorkerGroup {
@@ -35,7 +38,7 @@ struct WorkerGroup {
   std::vector<int> pids;
 };
 WorkerGroup StartWorkers(const nlohmann::json& spec, int world,
-                         const std::vector<std::string>& extra_args = {});
+                         const std::vector<std::string>& extra_args = {}, int local_world_size = 0);
 // Waits for every rank (killing stragglers at the deadline) and collects the outputs.
 WorkerRun WaitWorkers(WorkerGroup group, std::chrono::seconds deadline = std::chrono::seconds(300));
 // The stderr a rank has written so far.
