@@ -129,15 +129,23 @@ std::vector<double> TensorValues(const StTensor& t) {
   return out;
 }
 
-std::map<std::string, double> TensorNorms(const std::string& path) {
-  std::map<std::string, double> out;
+std::map<std::string, std::vector<double>> TensorsOf(const std::string& path) {
+  std::map<std::string, std::vector<double>> out;
   auto file = ReadSafetensorsFile(path);
   if (!file.ok()) return out;
-  for (const StTensor& t : file->tensors) {
-    double sq = 0.0;
-    for (double v : TensorValues(t)) sq += v * v;
-    out[t.name] = std::sqrt(sq);
-  }
+  for (const StTensor& t : file->tensors) out[t.name] = TensorValues(t);
+  return out;
+}
+
+double L2(const std::vector<double>& values) {
+  double sq = 0.0;
+  for (double v : values) sq += v * v;
+  return std::sqrt(sq);
+}
+
+std::map<std::string, double> TensorNorms(const std::string& path) {
+  std::map<std::string, double> out;
+  for (const auto& [name, values] : TensorsOf(path)) out[name] = L2(values);
   return out;
 }
 

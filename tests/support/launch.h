@@ -44,8 +44,11 @@ WorkerRun WaitWorkers(WorkerGroup group, std::chrono::seconds deadline = std::ch
 // The stderr a rank has written so far.
 std::string RankStderr(const WorkerGroup& group, int rank);
 
-// L2 norm (fp64) of every tensor of a safetensors file of F32 tensors.
+// Every tensor of a safetensors file of F32 tensors, as doubles (empty if it does not read).
+std::map<std::string, std::vector<double>> TensorsOf(const std::string& safetensors_path);
+// L2 norm (fp64) of every tensor of such a file.
 std::map<std::string, double> TensorNorms(const std::string& safetensors_path);
+double L2(const std::vector<double>& values);
 // F32 tensor data as doubles.
 std::vector<double> TensorValues(const StTensor& t);
 

@@ -3,8 +3,9 @@
 // clipping, DP 2, evaluation loss) reproduced by real multi-process jobs at TP 1, 2 and 4:
 // loss and eval loss within 1e-5, grad norm within 1e-5 relative, lr within 1e-9 relative,
 // final parameter norms within 1e-6 relative after SGD and 1e-3 relative after AdamW, each
-// tensor's norm change from the initial weights within 0.5% (SGD) and 10% (AdamW), and
-// eval_loss in exactly the JSONL records of the steps where the fixture evaluated.
+// tensor's norm change from the initial weights within 0.5% (SGD) and 2% (AdamW; there the key
+// entries of c_attn.bias, whose gradient is zero, are checked apart), and eval_loss in exactly
+// the JSONL records of the steps where the fixture evaluated.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -101,6 +102,69 @@ TEST(ScheduleFixture, CoversEveryScheduleBothOptimizersAndDp2) {
   EXPECT_TRUE(dp2);
 }
 
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The entries of c_attn.bias that add one vector b to every key: a query's scores q·(k_j + b)
+// all move by q·b, which softmax ignores, so their gradient is exactly zero. The float64
+// fixture keeps them at their initial values times AdamW's decay (its gradient there is ~1e-17:
+// transformers in float64 gives 7e-18). Float32 leaves ~3e-9 of rounding in them, which AdamW
+// divides by its own root (plus eps 1e-8) into steps of up to lr in no direction: with them,
+// h.0.attn.c_attn.bias's norm change differed from the fixture's by 7.2% on one CPU and by
+// 16.8% on another. Layout: multi-query [q n_embd | k head_dim | v head_dim]; multi-head, per
+// head [q | k | v] of head_dim each.
+std::vector<bool> KeyBiasEntries(const std::string& variant) {
+  std::ifstream in(FixtureDir() + "/" + variant + "/config.json");
+  const nlohmann::json config = nlohmann::json::parse(in);
+  const int n_embd = config["n_embd"], heads = config["n_head"], hd = n_embd / heads;
+  if (config["multi_query"].get<bool>()) {
+    std::vector<bool> key(n_embd + 2 * hd, false);
+    for (int i = 0; i < hd; ++i) key[n_embd + i] = true;
+    return key;
+  }
+  std::vector<bool> key(3 * n_embd, false);
+  for (int h = 0; h < heads; ++h) {
+    for (int i = 0; i < hd; ++i) key[h * 3 * hd + hd + i] = true;
+  }
+  return key;
+}
+
+// For an AdamW run's c_attn.bias: checks each key entry against the fixture's value (its
+// initial value decayed by (1 - lr_t * weight_decay) every step) within the most Adam can move
+// a coordinate, lr_t * (1 - beta1) / sqrt(1 - beta2) per step (Kingma & Ba, section 2.1), takes
+// the key entries out of `got` and `start`, and returns the fixture's norm of the rest.
+double CheckKeyBiasAndRemoveIt(const nlohmann::json& run, const std::string& name,
+                               std::vector<double>& got, std::vector<double>& start,
+                               double want_norm) {
+  const std::vector<bool> key = KeyBiasEntries(run["variant"]);
+  EXPECT_EQ(got.size(), key.size()) << name;
+  if (got.size() != key.size() || start.size() != key.size()) return want_norm;
+  const double wd = run["optimizer"].value("weight_decay", 0.0);
+  double decay = 1.0, bound = 0.0;
+  for (const auto& step : run["per_step"]) {
+    decay *= 1.0 - step["lr"].get<double>() * wd;
+    bound += step["lr"].get<double>() * (1.0 - 0.9) / std::sqrt(1.0 - 0.999);
+  }
+  std::vector<double> got_rest, start_rest;
+  double want_key_sq = 0.0;
+  for (size_t i = 0; i < key.size(); ++i) {
+    if (!key[i]) {
+      got_rest.push_back(got[i]);
+      start_rest.push_back(start[i]);
+      continue;
+    }
+    const double want = start[i] * decay;
+    want_key_sq += want * want;
+    EXPECT_LE(std::fabs(got[i] - want), bound) << name << "[" << i << "]: " << got[i] << " want "
+                                               << want << " (a key bias has no gradient)";
+  }
+  got = got_rest;
+  start = start_rest;
+  return std::sqrt(want_norm * want_norm - want_key_sq);
+}
+
 class ScheduleRun : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ScheduleRun, ReproducesLossGradNormLrEvalLossAndParams) {
@@ -148,7 +212,9 @@ TEST_P(ScheduleRun, ReproducesLossGradNormLrEvalLossAndParams) {
     }
   }
 
-  const auto norms = TensorNorms(w.dir + "/final/model.safetensors");
+  const auto final_tensors = TensorsOf(w.dir + "/final/model.safetensors");
+  const auto initial_tensors =
+      TensorsOf(FixtureDir() + "/" + run["variant"].get<std::string>() + "/model.safetensors");
   const auto& want_norms = run["final_param_l2"];
   const bool sgd = run["optimizer"]["type"] == "SGD";
   const double norm_tol = sgd ? 1e-6 : 1e-3;
@@ -156,25 +222,28 @@ TEST_P(ScheduleRun, ReproducesLossGradNormLrEvalLossAndParams) {
   // the final norm alone cannot tell a trained tensor from an untrained one where training
   // changes the norm by less than the norm tolerance (17 of 28 tensors after run 0's AdamW).
   // SGD's changes agree to 0.5% (measured: at most 0.11%, the smallest changes, ~1e-4 of the
-  // LayerNorm weights, at TP 4); AdamW's update of near-zero gradients is sensitive to float32
-  // rounding, so its changes agree to 10% (measured: at most 7.2%, h.0.attn.c_attn.bias at TP 4;
-  // every other tensor within 0.2%). An untrained tensor is off by 100%.
-  const auto initial =
-      TensorNorms(FixtureDir() + "/" + run["variant"].get<std::string>() + "/model.safetensors");
-  const double change_tol = sgd ? 5e-3 : 0.1;
+  // LayerNorm weights, at TP 4), AdamW's to 2% (measured: at most 0.2%, h.0.ln_1.bias of run 0,
+  // whose change is ~2e-5; c_attn.bias without its key entries, which are checked apart
+  // (CheckKeyBiasAndRemoveIt), within 0.02%). An untrained tensor is off by 100%.
+  const double change_tol = sgd ? 5e-3 : 2e-2;
   double max_change = 0.0;
-  ASSERT_EQ(norms.size(), want_norms.size());
+  ASSERT_EQ(final_tensors.size(), want_norms.size());
   for (auto it = want_norms.begin(); it != want_norms.end(); ++it) {
-    ASSERT_TRUE(norms.count(it.key())) << it.key();
-    const double d = RelDiff(norms.at(it.key()), it.value().get<double>());
-    EXPECT_LE(d, norm_tol) << it.key() << ": " << norms.at(it.key()) << " want " << it.value();
+    const std::string& name = it.key();
+    ASSERT_TRUE(final_tensors.count(name) && initial_tensors.count(name)) << name;
+    std::vector<double> got = final_tensors.at(name), start = initial_tensors.at(name);
+    const double d = RelDiff(L2(got), it.value().get<double>());
+    EXPECT_LE(d, norm_tol) << name << ": " << L2(got) << " want " << it.value();
     max_norm = std::max(max_norm, d);
-    ASSERT_TRUE(initial.count(it.key())) << it.key();
-    const double want_change = it.value().get<double>() - initial.at(it.key());
-    const double got_change = norms.at(it.key()) - initial.at(it.key());
-    ASSERT_NE(want_change, 0.0) << it.key() << ": the fixture did not train it";
+    double want_final = it.value().get<double>();
+    if (!sgd && EndsWith(name, ".attn.c_attn.bias")) {
+      want_final = CheckKeyBiasAndRemoveIt(run, name, got, start, want_final);
+    }
+    const double want_change = want_final - L2(start);
+    const double got_change = L2(got) - L2(start);
+    ASSERT_NE(want_change, 0.0) << name << ": the fixture did not train it";
     const double c = RelDiff(got_change, want_change);
-    EXPECT_LE(c, change_tol) << it.key() << ": norm changed by " << got_change << ", want "
+    EXPECT_LE(c, change_tol) << name << ": norm changed by " << got_change << ", want "
                              << want_change;
     max_change = std::max(max_change, c);
   }
