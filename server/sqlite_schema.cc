@@ -4,6 +4,7 @@
 // schema is a new migration at the end and a new SqliteStore::kSchemaVersion.
 #include <sqlite3.h>
 
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <utility>
@@ -167,6 +168,34 @@ ALTER TABLE step_reports ADD COLUMN activation_memory_bytes INTEGER NOT NULL DEF
 ALTER TABLE step_reports ADD COLUMN reserved_memory_bytes INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// v8 -> v9 (docs/performance.md, "The control plane at scale"): step_reports, the one table
+// that grows with every rank's every step, is keyed by (job_id, rank, step) WITHOUT ROWID, so
+// the key is the table: a rowid table kept a second B-tree, the key's index, with each row's
+// key again (about 20 of each report's 100 bytes). Same columns, same key, same rows; SQLite
+// cannot drop a rowid in place: the table is rebuilt (it has no triggers or other indexes).
+constexpr const char* kMigrateV8ToV9 = R"sql(
+CREATE TABLE step_reports_by_key (
+  job_id TEXT NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL,
+  micro_batches INTEGER NOT NULL, loss REAL NOT NULL, grad_norm REAL NOT NULL,
+  kv_mode TEXT NOT NULL, kv_allreduce_calls INTEGER NOT NULL, collective_calls_json TEXT NOT NULL,
+  step_seconds REAL NOT NULL, tokens INTEGER NOT NULL, latch_generation INTEGER NOT NULL,
+  report_us INTEGER NOT NULL, lr REAL NOT NULL DEFAULT 0, eval_loss REAL,
+  boundary_wait_seconds REAL, peak_memory_bytes INTEGER NOT NULL DEFAULT 0,
+  activation_memory_bytes INTEGER NOT NULL DEFAULT 0,
+  reserved_memory_bytes INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (job_id, rank, step)) WITHOUT ROWID;
+INSERT INTO step_reports_by_key (job_id, rank, step, micro_batches, loss, grad_norm, kv_mode,
+    kv_allreduce_calls, collective_calls_json, step_seconds, tokens, latch_generation, report_us,
+    lr, eval_loss, boundary_wait_seconds, peak_memory_bytes, activation_memory_bytes,
+    reserved_memory_bytes)
+  SELECT job_id, rank, step, micro_batches, loss, grad_norm, kv_mode, kv_allreduce_calls,
+         collective_calls_json, step_seconds, tokens, latch_generation, report_us, lr, eval_loss,
+         boundary_wait_seconds, peak_memory_bytes, activation_memory_bytes,
+         reserved_memory_bytes FROM step_reports;
+DROP TABLE step_reports;
+ALTER TABLE step_reports_by_key RENAME TO step_reports;
+)sql";
+
 }  // namespace
 
 absl::StatusOr<int> SqliteStore::SchemaVersion() {
@@ -189,7 +218,14 @@ absl::Status SqliteStore::Upgrade() {
     LK_RETURN_IF_ERROR(Exec(kSchemaV1));
     version = 1;
   }
+  // A file written by an older coordinator (a new one starts at 0) is told of: rebuilding a
+  // table (v7, v9) reads every row, minutes for a long job's reports.
+  const bool older_file = version > 1;
   while (version < kSchemaVersion) {
+    if (older_file) {
+      std::fprintf(stderr, "latchkey-coordinator: migrating the database from schema v%d to v%d\n",
+                   version, version + 1);
+    }
     LK_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     absl::Status s = Migrate(version);
     if (s.ok()) s = Exec(absl::StrCat("PRAGMA user_version = ", version + 1).c_str());
@@ -220,6 +256,8 @@ absl::Status SqliteStore::Migrate(int from) {
       return Exec(kMigrateV6ToV7);
     case 7:
       return Exec(kMigrateV7ToV8);
+    case 8:
+      return Exec(kMigrateV8ToV9);
   }
   return absl::InternalError(absl::StrCat("no migration from schema v", from));
 }

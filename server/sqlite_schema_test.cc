@@ -100,7 +100,32 @@ TEST(SqliteSchemaTest, NewFileIsAtTheCurrentVersion) {
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
   EXPECT_EQ(RawInt(path, "PRAGMA user_version"), SqliteStore::kSchemaVersion);
-  EXPECT_EQ(SqliteStore::kSchemaVersion, 8);
+  EXPECT_EQ(SqliteStore::kSchemaVersion, 9);
+}
+
+// v9: step_reports is its key's B-tree (WITHOUT ROWID): no second B-tree repeats every
+// report's key, and a report sent again is still ignored, kept once.
+TEST(SqliteSchemaTest, StepReportsAreOneBTreeKeyedByJobRankAndStep) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    StepReportRecord r;
+    r.job_id = "job-000001";
+    r.rank = 3;
+    r.report.step = 5;
+    r.report.loss = 2.5;
+    ASSERT_TRUE(*(*store)->InsertStepReport(r));
+    r.report.loss = 9.0;
+    EXPECT_FALSE(*(*store)->InsertStepReport(r));  // the same (job, rank, step): ignored
+    auto kept = (*store)->LoadStepReports("job-000001", 5);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    ASSERT_EQ(kept->size(), 1u);
+    EXPECT_EQ(kept->front().report.loss, 2.5);
+  }
+  EXPECT_EQ(RawInt(path, "SELECT wr FROM pragma_table_list WHERE name='step_reports'"), 1);
+  EXPECT_EQ(RawInt(path, "SELECT COUNT(*) FROM sqlite_master WHERE tbl_name='step_reports'"), 1);
 }
 
 // Latches stored before first_sample existed get M_s * DP * MB of their job's spec (every job
@@ -158,7 +183,7 @@ TEST(SqliteSchemaTest, MigratesAVersion1FileAndFillsTheMaskFromTheSpec) {
     ASSERT_EQ(latches->size(), 1u);
     EXPECT_EQ(latches->front().latch.no_sync, kMask);
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 8);  // v1 -> v2 -> ... -> v8
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 9);  // v1 -> v2 -> ... -> v9
   EXPECT_EQ(RawInt(path, "SELECT COUNT(*) FROM sqlite_master WHERE name='meta'"), 0);
   // The migration kept the audit append-only.
   EXPECT_NE(RawSql(path, "UPDATE policy_changes SET gas=7"), "");
@@ -227,7 +252,7 @@ TEST(SqliteSchemaTest, MigratesAVersion2FileFillingTheLrOfEarlierReportsFromTheS
     next.report.eval_loss = 2.25;
     ASSERT_TRUE(*(*store)->InsertStepReport(next));
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 8);
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 9);
   // Reopening finds nothing to migrate and overwrites nothing.
   auto again = SqliteStore::Open(path);
   ASSERT_TRUE(again.ok()) << again.status();
@@ -303,7 +328,7 @@ TEST(SqliteSchemaTest, MigratesAVersion3FileToAttemptOneWithNoCheckpointOrEvents
     JobEventRecord e{"job-000001", absl::FromUnixSeconds(9), 2, "checkpoint", "after step 3"};
     ASSERT_TRUE((*store)->PutCheckpoint(c, next, e).ok());
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 8);
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 9);
   // The events are append-only, and so are the rebuilt latches.
   EXPECT_NE(RawSql(path, "UPDATE latches SET n=9"), "");
   EXPECT_NE(RawSql(path, "DELETE FROM latches"), "");
@@ -356,14 +381,14 @@ TEST(SqliteSchemaTest, RefusesAFileFromANewerVersionNamingFileAndVersions) {
   ScopedTempDir dir;
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 9"), "");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 10"), "");
   auto store = SqliteStore::Open(path);
   ASSERT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
   const std::string msg(store.status().message());
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
-  EXPECT_NE(msg.find("schema version 9"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("(8)"), std::string::npos) << msg;
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 9);  // left as it was
+  EXPECT_NE(msg.find("schema version 10"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(9)"), std::string::npos) << msg;
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 10);  // left as it was
 }
 
 TEST(SqliteSchemaTest, PolicyMaskIsStoredWithTheJobAndEveryChange) {

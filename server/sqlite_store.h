@@ -48,8 +48,9 @@ class SqliteStore : public JobStore {
   // each worker's attempt), each step report's boundary wait, the checkpoints and job_events
   // tables. v5: each job's submitter; join tokens stored only as their SHA-256 (hex). v6: each
   // latch's first_sample and the job's next one. v7: the attempts table (each attempt's layout),
-  // latches keyed by the layout that decided them.
-  static constexpr int kSchemaVersion = 8;
+  // latches keyed by the layout that decided them. v8: each step report's memory. v9:
+  // step_reports WITHOUT ROWID (its key is the table).
+  static constexpr int kSchemaVersion = 9;
 
   // Opens (creating if needed) the database at `path`; ":memory:" for tests.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,
