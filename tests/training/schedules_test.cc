@@ -110,9 +110,9 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 // The entries of c_attn.bias that add one vector b to every key: a query's scores q·(k_j + b)
 // all move by q·b, which softmax ignores, so their gradient is exactly zero. The float64
 // fixture keeps them at their initial values times AdamW's decay (its gradient there is ~1e-17:
-// transformers in float64 gives 7e-18). Float32 leaves ~3e-9 of rounding in them, which AdamW
-// divides by its own root (plus eps 1e-8) into steps of up to lr in no direction: with them,
-// h.0.attn.c_attn.bias's norm change differed from the fixture's by 7.2% on one CPU and by
+// transformers in float64, softmax too, gives 7e-18). Float32 leaves ~3e-9 of rounding in them,
+// which AdamW divides by its own root (plus eps 1e-8) into steps of up to lr in no direction: with
+// them, h.0.attn.c_attn.bias's norm change differed from the fixture's by 7.2% on one CPU and by
 // 16.8% on another. Layout: multi-query [q n_embd | k head_dim | v head_dim]; multi-head, per
 // head [q | k | v] of head_dim each.
 std::vector<bool> KeyBiasEntries(const std::string& variant) {
