@@ -14,6 +14,7 @@
 #include <fstream>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "tests/support/launch.h"
 #include "tests/support/specs.h"
 
@@ -100,11 +101,6 @@ TEST(ScheduleFixture, CoversEveryScheduleBothOptimizersAndDp2) {
   EXPECT_EQ(schedules, (std::set<std::string>{"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}));
   EXPECT_EQ(optimizers, (std::set<std::string>{"SGD", "AdamW"}));
   EXPECT_TRUE(dp2);
-}
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // The entries of c_attn.bias that add one vector b to every key: a query's scores q·(k_j + b)
@@ -236,7 +232,7 @@ TEST_P(ScheduleRun, ReproducesLossGradNormLrEvalLossAndParams) {
     EXPECT_LE(d, norm_tol) << name << ": " << L2(got) << " want " << it.value();
     max_norm = std::max(max_norm, d);
     double want_final = it.value().get<double>();
-    if (!sgd && EndsWith(name, ".attn.c_attn.bias")) {
+    if (!sgd && absl::EndsWith(name, ".attn.c_attn.bias")) {
       want_final = CheckKeyBiasAndRemoveIt(run, name, got, start, want_final);
     }
     const double want_change = want_final - L2(start);
