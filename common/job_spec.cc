@@ -170,7 +170,10 @@ absl::Status ParseData(JsonObjectReader s, const std::string& base_dir, uint64_t
   LK_RETURN_IF_ERROR(s.Object("synthetic", &synthetic));
   const bool has_file = s.Get("tokens_file") != nullptr;
   if (has_file == (synthetic != nullptr)) {
-    return Err("latchkey.data", "exactly one of tokens_file or synthetic is required");
+    absl::Status refused =
+        Err("latchkey.data", "exactly one of tokens_file or synthetic is required");
+    if (has_file) return refused;
+    return s.WithMisspelling(std::move(refused), {"tokens_file", "synthetic", "format"});
   }
   if (has_file) {
     LK_RETURN_IF_ERROR(s.String("tokens_file", &d->tokens_file));
@@ -198,7 +201,10 @@ absl::Status ParseEval(JsonObjectReader s, const std::string& base_dir, EvalConf
       return s.Error("split", "exactly one of tokens_file or split is allowed");
     }
   } else {
-    LK_RETURN_IF_ERROR(s.Require("tokens_file"));
+    if (s.Get("tokens_file") == nullptr) {
+      return s.WithMisspelling(s.Error("tokens_file", "required (or split)"),
+                               {"tokens_file", "split"});
+    }
     LK_RETURN_IF_ERROR(s.String("tokens_file", &e->tokens_file));
     LK_RETURN_IF_ERROR(ResolvePath(s.Path("tokens_file"), base_dir, &e->tokens_file));
     LK_RETURN_IF_ERROR(ParseDtype(s, &e->dtype));

@@ -61,9 +61,11 @@ absl::Status ParseMegatronData(JsonObjectReader& s, const std::string& base_dir,
   const json* blend = s.Get("blend");
   const bool has_prefix = s.Get("path_prefix") != nullptr;
   if (has_prefix == (blend != nullptr)) {
-    return s.Error("path_prefix",
-                   "exactly one of path_prefix or blend is required with format "
-                   "\"megatron\"");
+    absl::Status refused = s.Error("path_prefix",
+                                   "exactly one of path_prefix or blend is required with format "
+                                   "\"megatron\"");
+    if (has_prefix) return refused;
+    return s.WithMisspelling(std::move(refused), {"path_prefix", "blend"});
   }
   if (has_prefix) {
     LK_RETURN_IF_ERROR(s.String("path_prefix", &d->path_prefix));

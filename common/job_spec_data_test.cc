@@ -172,5 +172,61 @@ TEST(JobSpecMegatron, RefusalsNameTheField) {
   }
 }
 
+// A misspelt key of latchkey.data, its blend or latchkey.eval: the refusal names the key meant,
+// also when the misspelt key is a required one (then with the key missing).
+TEST(JobSpecMegatron, MisspeltKeysSuggestTheKeyMeant) {
+  const struct {
+    std::function<void(json&)> edit;
+    std::string message;
+  } cases[] = {
+      {[](json& j) {
+         j["latchkey"]["data"] = {{"format", "megatron"}, {"path_prefx", "c"}};
+       },
+       "latchkey.data.path_prefix: exactly one of path_prefix or blend is required with format "
+       "\"megatron\"; latchkey.data.path_prefx: unknown key; did you mean "
+       "latchkey.data.path_prefix?"},
+      {[](json& j) { j["latchkey"]["data"]["spilt"] = "90,5,5"; },
+       "latchkey.data.spilt: unknown key; did you mean latchkey.data.split?"},
+      {[](json& j) { j["latchkey"]["data"]["splt"] = "90,5,5"; },
+       "latchkey.data.splt: unknown key; did you mean latchkey.data.split?"},
+      {[](json& j) {
+         j["latchkey"]["data"]["spilt"] = "90,5,5";
+         j["latchkey"]["data"]["cahce_dir"] = "c";
+       },
+       "latchkey.data.cahce_dir: unknown key; did you mean latchkey.data.cache_dir?; "
+       "latchkey.data.spilt: unknown key; did you mean latchkey.data.split?"},
+      {[](json& j) {
+         j["latchkey"]["data"].erase("path_prefix");
+         j["latchkey"]["data"]["blend"] = {{{"weight", 1}, {"path_prefx", "a"}}};
+       },
+       "latchkey.data.blend[0].path_prefix: required; latchkey.data.blend[0].path_prefx: unknown "
+       "key; did you mean latchkey.data.blend[0].path_prefix?"},
+      {[](json& j) {
+         j["latchkey"]["data"]["split"] = "90,5,5";
+         j["latchkey"]["eval"] = {{"spilt", "validation"}, {"every_steps", 1}, {"samples", 1}};
+       },
+       "latchkey.eval.tokens_file: required (or split); latchkey.eval.spilt: unknown key; did you "
+       "mean latchkey.eval.split?"},
+      {[](json& j) {
+         j["latchkey"]["data"] = {{"tokens_fiel", "t.bin"}};
+       },
+       "latchkey.data: exactly one of tokens_file or synthetic is required; "
+       "latchkey.data.tokens_fiel: unknown key; did you mean latchkey.data.tokens_file?"},
+      {[](json& j) {
+         j["latchkey"]["data"] = {{"fromat", "megatron"}, {"path_prefix", "c"}};
+       },
+       "latchkey.data: exactly one of tokens_file or synthetic is required; latchkey.data.fromat: "
+       "unknown key; did you mean latchkey.data.format?"},
+  };
+  for (const auto& c : cases) {
+    json j = Base();
+    c.edit(j);
+    auto spec = Parse(j);
+    ASSERT_FALSE(spec.ok()) << j.dump();
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(spec.status().message(), c.message) << j.dump();
+  }
+}
+
 }  // namespace
 }  // namespace latchkey

@@ -128,8 +128,9 @@ TEST(JobSpecTest, UnknownKeySuggestsTheNearestKnownOne) {
   json j = Example();
   j["latchkey"]["stpes"] = 20;
   j["latchkey"].erase("steps");
+  // A required key: the error names both the key missing and the misspelling.
   EXPECT_EQ(Parse(j).status().message(),
-            "latchkey.stpes: unknown key; did you mean latchkey.steps?");
+            "latchkey.steps: required; latchkey.stpes: unknown key; did you mean latchkey.steps?");
   j = Example();
   j["latchkey"]["max_restart"] = 2;  // an optional key
   EXPECT_EQ(Parse(j).status().message(),

@@ -125,14 +125,30 @@ size_t SuggestionLimit(absl::string_view key) {
 
 absl::Status JsonObjectReader::Require(absl::string_view key) {
   if (Get(key) != nullptr) return absl::OkStatus();
-  // A required key that is missing because it was misspelt: name the misspelling, as the
-  // refusal of the unknown key would.
+  return WithMisspelling(Error(key, "required"), {key});
+}
+
+absl::Status JsonObjectReader::WithMisspelling(
+    absl::Status error, std::initializer_list<absl::string_view> keys) const {
+  // A required key that is missing because it was misspelt: the refusal names both the key
+  // missing and the misspelling the user wrote in its place.
+  std::string nearest_unknown;
+  std::string meant;
+  size_t best = std::numeric_limits<size_t>::max();
   for (const std::string& present : UnknownKeys()) {
-    if (EditDistance(present, key) <= SuggestionLimit(present)) {
-      return Error(present, absl::StrCat("unknown key; did you mean ", FieldPath(key), "?"));
+    for (absl::string_view key : keys) {
+      const size_t d = EditDistance(present, key);
+      if (d <= SuggestionLimit(present) && d < best) {
+        best = d;
+        nearest_unknown = present;
+        meant = std::string(key);
+      }
     }
   }
-  return Error(key, "required");
+  if (nearest_unknown.empty()) return error;
+  return absl::Status(error.code(),
+                      absl::StrCat(error.message(), "; ", FieldPath(nearest_unknown),
+                                   ": unknown key; did you mean ", FieldPath(meant), "?"));
 }
 
 absl::Status JsonObjectReader::CheckInt(const std::string& path, const json& v, IntBounds b,
@@ -300,12 +316,24 @@ std::string JsonObjectReader::NearestKnownKey(absl::string_view key) const {
 }
 
 absl::Status JsonObjectReader::RefuseUnknown() const {
-  std::vector<std::string> keys = UnknownKeys();
+  const std::vector<std::string> keys = UnknownKeys();
   if (keys.empty()) return absl::OkStatus();
-  // The keys asked for are the ones this object knows: the nearest is the likely intent.
-  const std::string nearest = NearestKnownKey(keys.front());
-  if (nearest.empty()) return Error(keys.front(), "unknown key");
-  return Error(keys.front(), absl::StrCat("unknown key; did you mean ", FieldPath(nearest), "?"));
+  // Every unknown key is named, each with the known key nearest to it (the keys asked for are
+  // the ones this object knows, so the nearest is the likely intent).
+  std::string reasons;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string nearest = NearestKnownKey(keys[i]);
+    const std::string reason =
+        nearest.empty() ? std::string("unknown key")
+                        : absl::StrCat("unknown key; did you mean ", FieldPath(nearest), "?");
+    // The first key's path starts the message (Error below); the others name their own.
+    if (i == 0) {
+      reasons = reason;
+    } else {
+      absl::StrAppend(&reasons, "; ", FieldPath(keys[i]), ": ", reason);
+    }
+  }
+  return Error(keys.front(), reasons);
 }
 
 void JsonObjectReader::WarnUnknown(std::vector<std::string>* warnings) const {

@@ -81,9 +81,15 @@ class JsonObjectReader {
   // The first of `keys` present in the object (aliases), or the first of `keys` when none is.
   // Marks nothing. REQUIRES: `keys` not empty.
   const char* FirstPresent(std::initializer_list<const char*> keys) const;
-  // "required" when absent; when an unread key of the object is a misspelling of it (as
-  // NearestKnownKey measures), "<that key>: unknown key; did you mean <path.key>?" instead.
+  // "<path.key>: required" when absent; when an unread key of the object is a misspelling of it
+  // (as NearestKnownKey measures), "; <path.that key>: unknown key; did you mean <path.key>?"
+  // follows (WithMisspelling).
   absl::Status Require(absl::string_view key);
+  // `error` (the refusal of a required key, or of one of several, that is absent) with
+  // "; <path.typo>: unknown key; did you mean <path.key>?" appended when an unread key of the
+  // object is a misspelling of one of `keys` (the nearest such pair); else `error` unchanged.
+  absl::Status WithMisspelling(absl::Status error,
+                               std::initializer_list<absl::string_view> keys) const;
 
   // An integer within `bounds` (a float such as 2.0 is not an integer).
   absl::Status Int64(absl::string_view key, int64_t* out, IntBounds bounds = {});
@@ -112,8 +118,9 @@ class JsonObjectReader {
 
   // Keys present but never asked for, in key order.
   std::vector<std::string> UnknownKeys() const;
-  // "unknown key" naming the first unread key, if any; when a key this reader asked for (and
-  // the object lacks) is a few edits away, "unknown key; did you mean <path.known>?".
+  // "unknown key" naming every unread key, if any ("<path.k1>: unknown key; <path.k2>: unknown
+  // key"); each that a key this reader asked for (and the object lacks) is a few edits away from
+  // reads "unknown key; did you mean <path.known>?".
   absl::Status RefuseUnknown() const;
   // The key asked for but absent that is nearest to `key` (case-insensitive edit distance with
   // transpositions, at most a third of its length rounded up, 1..3), or "" when none is that near.

@@ -160,8 +160,40 @@ TEST(JsonReaderTest, UnknownKeySuggestion) {
   EXPECT_EQ(r.NearestKnownKey("n_layr"), "n_layer");
   EXPECT_EQ(r.NearestKnownKey("N_HEAD"), "n_head");  // case does not count
   EXPECT_EQ(r.NearestKnownKey("vocab"), "");
+  // Both misspellings are named, each with its suggestion.
   EXPECT_EQ(Msg(r.RefuseUnknown()),
-            "cfg.json: model.N_HEAD: unknown key; did you mean model.n_head?");
+            "cfg.json: model.N_HEAD: unknown key; did you mean model.n_head?; model.n_layr: "
+            "unknown key; did you mean model.n_layer?");
+}
+
+// A required key missing because it was misspelt: one error names the key missing and the
+// misspelling (transpositions count one edit); every unknown key gets its own suggestion.
+TEST(JsonReaderTest, MisspeltKeysAreNamedWithTheKeyMeant) {
+  const json root = json::parse(R"({"path_prefx": "c", "spilt": "1", "sed": 3, "zzzz": 1})");
+  JsonObjectReader r(root, "data", "spec.json");
+  std::string text;
+  uint64_t seed = 0;
+  ASSERT_TRUE(r.String("split", &text).ok());
+  ASSERT_TRUE(r.Uint64("seed", &seed).ok());
+  EXPECT_EQ(r.NearestKnownKey("spilt"), "split");  // "il" for "li": one transposition
+  EXPECT_EQ(r.NearestKnownKey("sed"), "seed");
+  const absl::Status missing = r.Require("path_prefix");
+  EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Msg(missing),
+            "spec.json: data.path_prefix: required; data.path_prefx: unknown key; did you mean "
+            "data.path_prefix?");
+  // Several keys may be meant: the nearest misspelling of any of them is named.
+  EXPECT_EQ(Msg(r.WithMisspelling(r.Error("path_prefix", "one of path_prefix or blend"),
+                                  {"path_prefix", "blend"})),
+            "spec.json: data.path_prefix: one of path_prefix or blend; data.path_prefx: unknown "
+            "key; did you mean data.path_prefix?");
+  // Nothing near: the error as it was.
+  EXPECT_EQ(Msg(r.WithMisspelling(r.Error("dtype", "required"), {"dtype"})),
+            "spec.json: data.dtype: required");
+  EXPECT_EQ(Msg(r.RefuseUnknown()),
+            "spec.json: data.path_prefx: unknown key; did you mean data.path_prefix?; data.sed: "
+            "unknown key; did you mean data.seed?; data.spilt: unknown key; did you mean "
+            "data.split?; data.zzzz: unknown key");
 }
 
 TEST(JsonReaderTest, AliasesAndUnknownKeys) {
@@ -176,7 +208,8 @@ TEST(JsonReaderTest, AliasesAndUnknownKeys) {
   EXPECT_EQ(e, 32);
   EXPECT_EQ(Msg(r.Require("absent")), "absent: required");
   EXPECT_THAT(r.UnknownKeys(), ElementsAre("extra", "more"));
-  EXPECT_EQ(Msg(r.RefuseUnknown()), "extra: unknown key");
+  // Every unknown key is named, not only the first.
+  EXPECT_EQ(Msg(r.RefuseUnknown()), "extra: unknown key; more: unknown key");
   std::vector<std::string> warnings;
   r.WarnUnknown(&warnings);
   EXPECT_THAT(warnings, ElementsAre("unknown top-level key 'extra' ignored",

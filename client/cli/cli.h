@@ -58,7 +58,8 @@ struct CliContext {
   ClientOptions client_options() const;
 };
 
-// Prints "latchkey: <message>" to stderr and returns the exit code for the status's code.
+// Prints "latchkey: <message>" to stderr and returns the exit code for the status's code (kUsage
+// for a status IsSpecUnreadable marks).
 int Fail(const absl::Status& status);
 
 // Subcommands. Each registers itself on `app`; when it runs it stores its exit code.
@@ -83,10 +84,19 @@ void AddCheckpointsCommand(CLI::App& app, const CliContext& ctx, int* exit_code)
 void AddCompletionCommand(CLI::App& app, int* exit_code);
 
 // The spec at `path` read, parsed and (when `check_files`) its files checked, as submit, up
-// and validate do: a folder, an unreadable file, a refused field or an unreadable file it names
-// is INVALID_ARGUMENT naming the path or field. `text` and `base_dir` receive what is submitted.
+// and validate do. The spec file itself: NOT_FOUND "PATH: cannot open the job spec: No such
+// file or directory" (PERMISSION_DENIED when it may not be read), INVALID_ARGUMENT "PATH: is a
+// folder, ..."; these carry kSpecUnreadablePayload (exit 2, usage). A refused field or an
+// unreadable file the spec names is INVALID_ARGUMENT naming the path and field (exit 3). `text`
+// and `base_dir` receive what is submitted.
 absl::StatusOr<JobSpec> LoadSpecForSubmit(const std::string& path, bool check_files,
                                           std::string* text, std::string* base_dir);
+// Marks LoadSpecForSubmit's errors about the spec file itself (not its content): Fail returns
+// kUsage for them whatever their code.
+inline constexpr char kSpecUnreadablePayload[] = "latchkey.cli/spec-unreadable";
+bool IsSpecUnreadable(const absl::Status& status);
+// `status` with `prefix` before its message, its code and payloads kept.
+absl::Status WithPrefix(absl::string_view prefix, const absl::Status& status);
 // The exit code for LoadSpecForSubmit's error, printed as Fail prints it: 2 (usage) when the spec
 // file itself cannot be read or is a folder, else Fail's code (3 for a refused field or file).
 int SpecExitCode(const absl::Status& status);

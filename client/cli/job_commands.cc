@@ -69,6 +69,7 @@ int Fail(const absl::Status& status) {
   if (absl::IsUnauthenticated(status) && !CredentialsNote().empty()) {
     std::cerr << "latchkey: " << CredentialsNote() << "\n";
   }
+  if (IsSpecUnreadable(status)) return kUsage;  // the spec file itself: a usage error
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:

@@ -1,6 +1,7 @@
 // latchkey: the command-line client of latchkey-coordinator.
 //
-//   latchkey [--coordinator HOST:PORT] [--timeout S] [--json] COMMAND ...
+//   latchkey [--coordinator HOST:PORT] [--timeout S] [--json] COMMAND ... (the global options
+//   also after the command: `latchkey validate SPEC --json`)
 //   submit SPEC.json [--watch] [--dry-run] | validate SPEC.json | list | status JOB | watch JOB |
 //   cancel JOB | resume JOB | update JOB --kv-reduce MODE | --gas N | latches (audit) JOB |
 //   up [--spec SPEC.json] | logs JOB | checkpoints JOB | checkpoint ... | completion bash|zsh
@@ -63,6 +64,10 @@ int main(int argc, char** argv) {
              "\nThe coordinator defaults to $LATCHKEY_COORDINATOR, else " +
              latchkey::kDefaultCoordinatorAddress + ".");
   app.require_subcommand(1);
+  // The global options are taken after the command too (`latchkey validate SPEC --json`): an
+  // option a command does not know falls through to these. Set before the commands are added,
+  // which inherit it.
+  app.fallthrough();
   app.set_version_flag("--version", LATCHKEY_VERSION_LINE("latchkey"),
                        "print the version, git commit, libtorch version and CUDA on/off, and exit");
   app.add_option("--coordinator", ctx.coordinator, "coordinator address HOST:PORT")

@@ -80,8 +80,7 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
     // What submit checks: the file (not a folder), its fields, and the files it names.
     absl::StatusOr<JobSpec> read =
         LoadSpecForSubmit(o.spec, /*check_files=*/false, &run.spec_text, &spec_dir);
-    if (!read.ok())
-      return absl::Status(read.status().code(), "--spec " + std::string(read.status().message()));
+    if (!read.ok()) return WithPrefix("--spec ", read.status());  // kept: a usage error's mark
   }
   if (o.max_restarts >= 0) run.spec_text = WithMaxRestarts(run.spec_text, o.max_restarts);
   // The built-in spec names no files; a spec file's relative paths resolve against its folder.

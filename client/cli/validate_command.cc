@@ -2,6 +2,7 @@
 // spec (the file, the fields, the files the spec names), plus what the job will hold per rank,
 // without a coordinator.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -23,9 +24,6 @@
 namespace latchkey::cli {
 namespace {
 
-// Marks the spec-file errors that are usage errors (exit 2): the file itself, not its content.
-constexpr char kSpecUnreadable[] = "latchkey.cli/spec-unreadable";
-
 std::string Bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -36,29 +34,80 @@ std::string Bytes(double b) {
   return absl::StrFormat(u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
 }
 
+const char* DtypeName(TokenDtype d) { return d == TokenDtype::kUint32 ? "uint32" : "uint16"; }
+
+// latchkey.data as the spec says it: a token file, the synthetic source, or a Megatron dataset
+// (one path_prefix or a blend with its weights) with its split, seed and sample count.
+std::string DescribeData(const JobSpec& spec) {
+  const DataConfig& d = spec.data;
+  if (d.format == DataFormat::kMegatron) {
+    std::string what = "megatron ";
+    if (d.blend.empty()) {
+      absl::StrAppend(&what, d.path_prefix);
+    } else {
+      absl::StrAppend(&what, "blend ");
+      for (size_t i = 0; i < d.blend.size(); ++i) {
+        absl::StrAppend(&what, i == 0 ? "" : ", ", absl::StrFormat("%g", d.blend[i].weight), " ",
+                        d.blend[i].path_prefix);
+      }
+    }
+    absl::StrAppend(&what, " (split ", d.split, ", seed ", d.megatron_seed, ", ", d.num_samples,
+                    " samples)");
+    return what;
+  }
+  if (d.synthetic_seed.has_value()) return absl::StrCat("synthetic (seed ", *d.synthetic_seed, ")");
+  return absl::StrCat(d.tokens_file, " (", DtypeName(d.dtype), ")");
+}
+
+// latchkey.eval: a token file or a split of the Megatron dataset, how often and how many samples.
+std::string DescribeEval(const EvalConfig& e) {
+  const std::string source = e.split.empty()
+                                 ? absl::StrCat(e.tokens_file, " (", DtypeName(e.dtype), ")")
+                                 : absl::StrCat("the ", e.split, " split of the data");
+  return absl::StrCat(source, ", every ", e.every_steps, e.every_steps == 1 ? " step" : " steps",
+                      ", ", e.samples, e.samples == 1 ? " sample" : " samples");
+}
+
 }  // namespace
 
-int SpecExitCode(const absl::Status& status) {
-  const int code = Fail(status);
-  return status.GetPayload(kSpecUnreadable).has_value() ? kUsage : code;
+int SpecExitCode(const absl::Status& status) { return Fail(status); }
+
+bool IsSpecUnreadable(const absl::Status& status) {
+  return status.GetPayload(kSpecUnreadablePayload).has_value();
+}
+
+absl::Status WithPrefix(absl::string_view prefix, const absl::Status& status) {
+  absl::Status out(status.code(), absl::StrCat(prefix, status.message()));
+  status.ForEachPayload(
+      [&out](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
 }
 
 absl::StatusOr<JobSpec> LoadSpecForSubmit(const std::string& path, bool check_files,
                                           std::string* text, std::string* base_dir) {
-  auto unreadable = [&](const std::string& why) {
-    absl::Status st = absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
-    st.SetPayload(kSpecUnreadable, absl::Cord("1"));
+  // The file itself, not its content: NOT_FOUND when it is not there, PERMISSION_DENIED when it
+  // may not be read, INVALID_ARGUMENT for a folder; all usage errors (exit 2).
+  auto unreadable = [&](absl::StatusCode code, const std::string& why) {
+    absl::Status st(code, absl::StrCat(path, ": ", why));
+    st.SetPayload(kSpecUnreadablePayload, absl::Cord("1"));
     return st;
   };
+  auto cannot_open = [&](int err) {
+    const absl::StatusCode code = err == EACCES || err == EPERM
+                                      ? absl::StatusCode::kPermissionDenied
+                                      : absl::StatusCode::kNotFound;
+    return unreadable(code, absl::StrCat("cannot open the job spec: ", std::strerror(err)));
+  };
   struct stat st {};
-  if (stat(path.c_str(), &st) != 0)
-    return unreadable(absl::StrCat("cannot read: ", std::strerror(errno)));
+  if (stat(path.c_str(), &st) != 0) return cannot_open(errno);
   // An ifstream opens a folder without complaint and reads nothing from it.
   if (S_ISDIR(st.st_mode)) {
-    return unreadable("is a folder, not a job spec file (give the .json file in it)");
+    return unreadable(absl::StatusCode::kInvalidArgument,
+                      "is a folder, not a job spec file (give the .json file in it)");
   }
+  if (access(path.c_str(), R_OK) != 0) return cannot_open(errno);
   std::ifstream in(path);
-  if (!in) return unreadable("cannot read");
+  if (!in) return cannot_open(EIO);
   std::stringstream ss;
   ss << in.rdbuf();
   *text = ss.str();
@@ -104,12 +153,11 @@ std::string DescribeValidSpec(const JobSpec& spec, bool files_checked) {
   absl::StrAppend(&out, "memory/rank:  ", Bytes(weights + grads + optimizer), " (weights ",
                   Bytes(weights), ", gradients ", Bytes(grads), ", optimizer ", Bytes(optimizer),
                   "; activations not counted)\n");
-  const std::string data =
-      spec.data.tokens_file.empty()
-          ? absl::StrCat("synthetic (seed ", spec.data.synthetic_seed.value_or(0), ")")
-          : spec.data.tokens_file;
-  absl::StrAppend(&out, "data:         ", data, "\n");
-  if (spec.eval.enabled()) absl::StrAppend(&out, "eval:         ", spec.eval.tokens_file, "\n");
+  absl::StrAppend(&out, "data:         ", DescribeData(spec), "\n");
+  if (spec.data.format == DataFormat::kMegatron) {
+    absl::StrAppend(&out, "index cache:  ", MegatronCacheDir(spec), "\n");
+  }
+  if (spec.eval.enabled()) absl::StrAppend(&out, "eval:         ", DescribeEval(spec.eval), "\n");
   if (!spec.init_from.empty()) absl::StrAppend(&out, "init_from:    ", spec.init_from, "\n");
   if (spec.checkpoint.enabled()) {
     absl::StrAppend(&out, "checkpoints:  ", spec.checkpoint.dir, "\n");

@@ -181,7 +181,7 @@ def flag_cases(a, tmp, addr):
          "--tls-key: required with --tls-cert"),
         ("cli submit of a missing spec",
          [a.cli, "--coordinator", addr, "submit", "/nonexistent/spec.json"], {}, 2,
-         "/nonexistent/spec.json: cannot read"),
+         "NOT_FOUND: /nonexistent/spec.json: cannot open the job spec"),
         ("cli unreachable coordinator",
          [a.cli, "--coordinator", "127.0.0.1:1", "--timeout", "3", "list"], {}, 6, "UNAVAILABLE"),
         ("cli up --workers 0", [a.cli, "up", "--workers", "0"], {}, 3, "--workers: must be > 0"),

@@ -1,10 +1,7 @@
 #include "worker/data/megatron_source.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <utility>
 #include <vector>
 
@@ -97,8 +94,6 @@ std::string IdxSha256(const MegatronIndexedDataset& d) {
   return Sha256Hex(absl::string_view(reinterpret_cast<const char*>(f.data()), f.size()));
 }
 
-bool WritableDir(const std::string& dir) { return ::access(dir.c_str(), W_OK | X_OK) == 0; }
-
 absl::StatusOr<GptSplit> BuildSplit(const JobSpec& spec, const MegatronIndexedDataset& data,
                                     const std::string& field, MegatronSplit split,
                                     int64_t num_samples, MegatronOpenInfo* info) {
@@ -145,19 +140,6 @@ absl::StatusOr<GptSplit> BuildSplit(const JobSpec& spec, const MegatronIndexedDa
 }
 
 }  // namespace
-
-std::string MegatronCacheDir(const JobSpec& spec) {
-  if (!spec.data.cache_dir.empty()) return spec.data.cache_dir;
-  const std::string& first =
-      spec.data.blend.empty() ? spec.data.path_prefix : spec.data.blend[0].path_prefix;
-  const std::string dir = std::filesystem::path(first).parent_path().string();
-  if (WritableDir(dir)) return (std::filesystem::path(dir) / "latchkey-index-cache").string();
-  if (spec.checkpoint.enabled()) {
-    return (std::filesystem::path(spec.checkpoint.dir) / "index-cache").string();
-  }
-  std::error_code ec;
-  return (std::filesystem::temp_directory_path(ec) / "latchkey-index-cache").string();
-}
 
 absl::StatusOr<std::unique_ptr<TokenSource>> OpenMegatronSource(const JobSpec& spec,
                                                                 MegatronSplit split,

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
+#include "common/spec_files.h"  // MegatronCacheDir: the cache folder
 #include "worker/data/token_source.h"
 
 namespace latchkey {
@@ -39,9 +40,6 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenMegatronSource(const JobSpec& s
                                                                 MegatronSplit split,
                                                                 int64_t num_samples,
                                                                 MegatronOpenInfo* info = nullptr);
-
-// The cache folder of the spec's dataset (see above).
-std::string MegatronCacheDir(const JobSpec& spec);
 
 }  // namespace latchkey
 

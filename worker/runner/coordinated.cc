@@ -36,6 +36,7 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   so.advertise_host = options.advertise_host;
   so.position = [recorder] { return recorder->Snapshot(); };
   so.stuck_exit_after = kStuckExitAfter;
+  so.join_timeout = absl::FromChrono(options.join_timeout);
   auto session_or = WorkerSession::Join(so);
   if (!session_or.ok()) {
     return absl::Status(session_or.status().code(), "join " + options.job_id + " at " +

@@ -26,6 +26,8 @@ struct CoordinatedOptions {
   std::string advertise_host;        // --advertise-host
   RunOptions run;
   std::chrono::milliseconds collective_timeout{kDefaultCollectiveTimeout};
+  // --join-timeout: how long the join waits for a coordinator that does not answer.
+  std::chrono::milliseconds join_timeout{kDefaultReconnectTimeout};
 };
 
 absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& env);

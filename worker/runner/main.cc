@@ -102,6 +102,7 @@ int Coordinated(const latchkey::WorkerFlags& flags, const latchkey::WorkerEnv& e
   if (env.rank) opts.requested_rank = *env.rank;
   opts.run = flags.run;
   opts.collective_timeout = flags.collective_timeout;
+  opts.join_timeout = flags.join_timeout;
   absl::Status st = latchkey::RunCoordinated(opts, env);
   return st.ok() ? 0 : RunFailed(st.message());
 }

@@ -21,6 +21,8 @@ const char kWorkerUsage[] =
     "         --log-steps (every rank logs its per-step line)\n"
     "         --metrics-port N (0 = any free port)  --metrics-host ADDR  --linger-seconds S\n"
     "         --collective-timeout-seconds S (default 120)  --advertise-host ADDR\n"
+    "         --join-timeout S (wait this long for the coordinator to answer the join;\n"
+    "           default 120)\n"
     "         --dump-grads DIR --dump-grads-step N  --dump-samples FILE N\n";
 
 namespace {
@@ -117,6 +119,16 @@ const std::vector<Flag>& FlagTable() {
                     "--collective-timeout-seconds needs whole seconds in [1, 86400]");
               }
               f.collective_timeout = std::chrono::seconds(*s);
+              return absl::OkStatus();
+            }),
+      Value("--join-timeout", "--join-timeout needs seconds > 0",
+            [](WorkerFlags& f, const std::string& v) {
+              absl::StatusOr<double> s = ParseNumber(v);
+              if (!s.ok() || !(*s > 0) || *s > 86400 * 365) {
+                return absl::InvalidArgumentError("--join-timeout needs seconds > 0, got '" + v +
+                                                  "'");
+              }
+              f.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(*s * 1000));
               return absl::OkStatus();
             }),
       Value("--dump-grads", "--dump-grads needs a directory",

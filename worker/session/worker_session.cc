@@ -12,13 +12,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/connection_hint.h"
 #include "common/error_info.h"
 #include "common/worker_protocol.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
 #include "proto/channel.h"
 #include "proto/grpc_status.h"
 #include "proto/wire.h"
+#include "worker/session/call_retry.h"
 #include "worker/session/report_outbox.h"
 
 namespace latchkey {
@@ -148,42 +148,36 @@ struct WorkerSession::Impl {
                               theirs, info.attempt);
   }
 
-  // Unary call with a deadline per attempt, retried with backoff while retryable.
+  // Unary call with a deadline per attempt, retried with backoff while retryable, for up to
+  // reconnect_timeout.
   absl::Status Retry(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
-    absl::Duration backoff = opt.retry_initial;
-    const absl::Time start = clock->Now();
-    while (true) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(GrpcDeadline(opt.rpc_timeout));
-      grpc::Status st = call(&ctx);
-      if (st.ok()) {
-        answered = true;
-        return absl::OkStatus();
-      }
-      if (st.error_code() == grpc::StatusCode::UNAVAILABLE && !answered) {
-        // TLS on one side only (or another CA): no retry helps; say what to do, as the CLI does.
-        const ConnectionProblem p = DiagnoseConnection(st.error_message(), opt.credentials.tls());
-        if (IsTlsMismatch(p)) {
-          return absl::UnavailableError(
-              ExplainUnavailable(st.error_message(), opt.coordinator, opt.credentials.tls()));
-        }
-      }
-      if (!IsRetryable(st.error_code()) || clock->Now() - start > opt.reconnect_timeout) {
-        return FromGrpcStatus(st);
-      }
-      if (!said_retrying.exchange(true)) {  // once per session: never silent, never noisy
-        std::cerr << "latchkey-worker: coordinator " << opt.coordinator
-                  << " not answering, retrying for up to "
-                  << absl::FormatDuration(opt.reconnect_timeout) << ": "
-                  << FromGrpcStatus(st).ToString() << std::endl;
-      }
-      if (!Sleep(backoff)) return SessionClosed();
-      backoff = std::min(backoff * 2, opt.retry_max);
-    }
+    return Retry(call, opt.reconnect_timeout, /*joining=*/false);
+  }
+  // As above for up to `limit` (call_retry.h); `joining`: a Join, whose wait is said every
+  // waiting_line_every.
+  absl::Status Retry(const std::function<grpc::Status(grpc::ClientContext*)>& call,
+                     absl::Duration limit, bool joining) {
+    CallRetry r;
+    r.clock = clock;
+    r.coordinator = opt.coordinator;
+    r.job_id = opt.job_id;
+    r.tls = opt.credentials.tls();
+    r.rpc_timeout = opt.rpc_timeout;
+    r.initial = opt.retry_initial;
+    r.max = opt.retry_max;
+    r.limit = limit;
+    r.joining = joining;
+    r.waiting_line_every = opt.waiting_line_every;
+    r.answered = &answered;
+    r.said_retrying = &said_retrying;
+    r.sleep = [this](absl::Duration d) { return Sleep(d); };
+    r.closed = SessionClosed();
+    return RetryCall(r, call);
   }
 
-  // Join (retrying while unreachable, and while the rendezvous host is unknown).
-  absl::StatusOr<JoinInfo> DoJoin() {
+  // Join (retrying while unreachable, for up to `limit`, and while the rendezvous host is
+  // unknown).
+  absl::StatusOr<JoinInfo> DoJoin(absl::Duration limit) {
     WorkerIdentity who = Identity();
     who.attempt = 0;  // Join names no attempt
     const v1::JoinRequest req = MakeJoinRequest(who, opt.requested_rank, opt.advertise_host);
@@ -191,7 +185,8 @@ struct WorkerSession::Impl {
     const absl::Time start = clock->Now();
     bool said_spare = false;
     while (true) {
-      absl::Status s = Retry([&](grpc::ClientContext* ctx) { return stub->Join(ctx, req, &resp); });
+      absl::Status s = Retry([&](grpc::ClientContext* ctx) { return stub->Join(ctx, req, &resp); },
+                             limit, /*joining=*/true);
       if (!s.ok()) return s;
       if (resp.spare()) {
         // latchkey.elastic: no rank for this worker now. It joins again (the coordinator counts
@@ -452,7 +447,7 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSession
   auto channel = MakeCoordinatorChannel(impl->opt.coordinator, impl->opt.credentials);
   if (!channel.ok()) return channel.status();
   impl->stub = v1::WorkerService::NewStub(*channel);
-  auto joined = impl->DoJoin();
+  auto joined = impl->DoJoin(impl->opt.join_timeout);
   if (!joined.ok()) return joined.status();
   impl->Adopt(*std::move(joined));
   std::unique_ptr<WorkerSession> session(new WorkerSession(std::move(impl)));
@@ -567,7 +562,7 @@ absl::Status WorkerSession::Rejoin() {
   }
   impl_->StopReader();
   impl_->outbox.Drop();  // what the old attempt queued is moot: the coordinator refuses it
-  auto joined = impl_->DoJoin();
+  auto joined = impl_->DoJoin(impl_->opt.reconnect_timeout);
   if (!joined.ok()) return joined.status();
   impl_->Adopt(*std::move(joined));
   return absl::OkStatus();

@@ -78,6 +78,12 @@ struct WorkerSessionOptions {
   absl::Duration retry_initial = absl::Milliseconds(100);
   absl::Duration retry_max = absl::Seconds(2);
   absl::Duration reconnect_timeout = absl::FromChrono(kDefaultReconnectTimeout);
+  // How long Join waits for a coordinator that does not answer (nothing listening, unreachable)
+  // before it fails with the last error (latchkey-worker --join-timeout).
+  absl::Duration join_timeout = absl::FromChrono(kDefaultReconnectTimeout);
+  // While Join (or Rejoin) waits for the coordinator, a line on stderr this often: the address,
+  // the time waited so far and the last error.
+  absl::Duration waiting_line_every = absl::Seconds(5);
   // Each WatchLatches call ends after this and is reopened transparently (a bounded deadline).
   absl::Duration stream_deadline = absl::Hours(1);
   // Join waits (re-joining) until the rendezvous host is known, at most this long.
@@ -112,8 +118,10 @@ struct JobEnd {
 
 class WorkerSession {
  public:
-  // Joins (retrying while the coordinator is unreachable). Errors: UNAUTHENTICATED (token),
-  // NOT_FOUND (job), ABORTED (rank conflict / job full), FAILED_PRECONDITION (job ended).
+  // Joins (retrying while the coordinator is unreachable, for up to join_timeout, saying so on
+  // stderr every waiting_line_every). Errors: UNAUTHENTICATED (token), NOT_FOUND (job), ABORTED
+  // (rank conflict / job full), FAILED_PRECONDITION (job ended), the last error (UNAVAILABLE,
+  // DEADLINE_EXCEEDED) when the coordinator did not answer within join_timeout.
   // info() (common/join_info.h) is what the coordinator answered.
   static absl::StatusOr<std::unique_ptr<WorkerSession>> Join(WorkerSessionOptions options);
   ~WorkerSession();
