@@ -237,14 +237,14 @@ TEST(SpecChecks, AWorkerGivesUpItsJoinAfterJoinTimeout) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(w.exit_code, 1) << w.output;
   EXPECT_GE(took, 6) << w.output;
-  EXPECT_LT(took, 20) << w.output;
+  EXPECT_LT(took, 30) << w.output;  // its start (libtorch) included; the default is 120 s
   EXPECT_TRUE(Has(w.output, "coordinator " + address + " not answering, retrying for up to 6s"))
       << w.output;
   EXPECT_TRUE(Has(w.output, "still waiting for coordinator " + address +
                                 " to answer the join of job job-000001: 5s so far"))
       << w.output;
   EXPECT_TRUE(Has(w.output, "join job-000001 at " + address +
-                                ": no answer within the join timeout of 6s; last error: "
+                                ": no answer within the join timeout of 6s; the last try: "
                                 "UNAVAILABLE"))
       << w.output;
   // A timeout that is not a positive number is a usage error.

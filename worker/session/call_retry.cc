@@ -38,7 +38,7 @@ absl::Status RetryCall(const CallRetry& r,
       if (!r.joining) return last;
       return absl::Status(last.code(), absl::StrCat("no answer within the join timeout of ",
                                                     absl::FormatDuration(r.limit),
-                                                    "; last error: ", last.ToString()));
+                                                    "; the last try: ", last.ToString()));
     }
     // Never silent, never noisy: a join says it waits, then how long so far every
     // waiting_line_every; the other calls say it once per session.
@@ -52,7 +52,7 @@ absl::Status RetryCall(const CallRetry& r,
                 << " to answer the join of job " << r.job_id << ": "
                 << absl::FormatDuration(absl::Trunc(now - start, absl::Seconds(1)))
                 << " so far, giving up after " << absl::FormatDuration(r.limit)
-                << "; last error: " << last.ToString() << std::endl;
+                << "; the last try: " << last.ToString() << std::endl;
       while (next_line <= now) next_line += r.waiting_line_every;
     }
     // No sleep past the limit: the last try is at it.
