@@ -178,8 +178,8 @@ void AddValidateCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
       "validate",
-      "Check a job spec as submit would (fields, the files it names) and print the model's size "
-      "and memory per rank; submits nothing");
+      "Check a job spec as submit would (fields, the files it names) and print the layout, the "
+      "data and evaluation, the model's size and memory per rank; submits nothing");
   sub->add_option("spec", args->spec_path, "job spec file (docs/job-spec.md)")->required();
   sub->add_flag("--no-file-check", args->no_file_check,
                 "do not check the files the spec names (they are on the workers' machines)");
