@@ -94,6 +94,12 @@ bool RunIsLive(const std::string& run_dir) {
   return held;
 }
 
+std::string AbsoluteFolder(const std::string& path) {
+  std::string folder = fs::absolute(path).lexically_normal().string();
+  while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
+  return folder;
+}
+
 std::string JobRecordsDir(const std::string& run_dir, const std::string& job_id) {
   return run_dir + "/jobs/" + job_id;
 }

@@ -66,6 +66,8 @@ absl::StatusOr<RunRecord> ResolveRun(const std::string& job_id, const std::strin
 // and spec.json (the spec as submitted). RUN/worker-R.log and RUN/steps-R.jsonl are relative
 // symbolic links to the newest job's files, replaced when a job starts (run_folder.cc).
 std::string JobRecordsDir(const std::string& run_dir, const std::string& job_id);
+// A run folder as it is recorded and compared: absolute, normalized, no trailing slash.
+std::string AbsoluteFolder(const std::string& path);
 // Before a job is submitted in the folder: removes the top-level links of the job before (its
 // files stay in RUN/jobs/), and moves the records a run folder of the older layout kept at the
 // top level (plain files) into RUN/jobs/<the newest job recorded for the folder>/, or
