@@ -105,9 +105,8 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
   }
   run.world = spec->world_size;
   run.checkpoint_dir = spec->checkpoint.dir;
-  run.dir =
-      fs::absolute(o.run_dir.empty() ? "runs/up-" + std::to_string(std::time(nullptr)) : o.run_dir)
-          .string();
+  run.dir = AbsoluteFolder(o.run_dir.empty() ? "runs/up-" + std::to_string(std::time(nullptr))
+                                             : o.run_dir);
   run.base_dir = run.built_in ? run.dir : spec_dir;
   DefaultIndexCacheDir(run.dir, &run.spec_text, &*spec);
   // latchkey.tensorboard defaults to RUN/tensorboard.
