@@ -43,6 +43,9 @@ inline constexpr char kExitCodeHelp[] =
 
 struct CliContext {
   std::string coordinator = kDefaultCoordinatorAddress;
+  // Whether the address was given (--coordinator or $LATCHKEY_COORDINATOR) rather than the
+  // default: `logs` and `checkpoints` then mean the job at that coordinator.
+  bool coordinator_given = false;
   double timeout_s = absl::ToDoubleSeconds(absl::FromChrono(kDefaultRpcTimeout));
   bool json = false;  // machine-readable output where a command supports it
   // How long a watch keeps reopening its stream while the coordinator is unreachable; 0: the

@@ -33,13 +33,19 @@ std::map<std::string, std::vector<std::string>> Table(const CLI::App& root) {
   std::map<std::string, std::vector<std::string>> table;
   std::vector<std::string>& top = table[""];
   for (const CLI::App* sub : Subcommands(root)) {
-    top.push_back(sub->get_name());
-    std::vector<std::string>& mine = table[sub->get_name()];
+    std::vector<std::string> words;
     for (const CLI::App* inner : Subcommands(*sub)) {
-      mine.push_back(inner->get_name());
+      words.push_back(inner->get_name());
       table[sub->get_name() + " " + inner->get_name()] = OptionWords(*inner);
     }
-    for (const std::string& w : OptionWords(*sub)) mine.push_back(w);
+    for (const std::string& w : OptionWords(*sub)) words.push_back(w);
+    // A command's aliases (`audit` for `latches`) complete as the command does.
+    std::vector<std::string> names = {sub->get_name()};
+    for (const std::string& alias : sub->get_aliases()) names.push_back(alias);
+    for (const std::string& name : names) {
+      top.push_back(name);
+      table[name] = words;
+    }
   }
   for (const std::string& w : OptionWords(root)) top.push_back(w);
   return table;

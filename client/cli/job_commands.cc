@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "client/cli/cli.h"
 #include "client/cli/format.h"
+#include "client/cli/up.h"
 #include "client/credentials.h"
 #include "common/job_spec.h"
 #include "common/states.h"
@@ -130,13 +131,22 @@ void AddListCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
 
 void AddStatusCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   auto job_id = std::make_shared<std::string>();
-  CLI::App* sub = app.add_subcommand("status", "Show a job: state, workers, policy, last step");
+  CLI::App* sub = app.add_subcommand(
+      "status",
+      "Show a job: state, workers, policy, last step (a job whose `latchkey up` ended: exit 5, "
+      "naming its run folder)");
   sub->add_option("job", *job_id, "job id")->required();
   sub->callback([job_id, &ctx, exit_code] {
     JobClient client(ctx.client_options());
     auto job = client.GetJob(*job_id);
     if (!job.ok()) {
-      *exit_code = Fail(job.status());
+      // No coordinator answers: a job `up` ran may have ended with its `up` (exit 5, saying
+      // where its records are), or run under one at another address.
+      *exit_code =
+          Fail(absl::IsUnavailable(job.status())
+                   ? ExplainUnreachableJob(*job_id, ctx.coordinator_given ? ctx.coordinator : "",
+                                           job.status())
+                   : job.status());
       return;
     }
     std::cout << (ctx.json ? StatusJson(*job) + "\n" : JobDetails(*job));

@@ -52,7 +52,10 @@ std::string CommandWord(int argc, char** argv) {
 int main(int argc, char** argv) {
   using namespace latchkey::cli;  // NOLINT: the CLI's own namespace
   CliContext ctx;
-  if (const char* env = std::getenv("LATCHKEY_COORDINATOR"); env && *env) ctx.coordinator = env;
+  if (const char* env = std::getenv("LATCHKEY_COORDINATOR"); env && *env) {
+    ctx.coordinator = env;
+    ctx.coordinator_given = true;
+  }
   for (auto [name, out] : {std::pair{"LATCHKEY_TOKEN", &ctx.credentials.token},
                            std::pair{"LATCHKEY_TLS_CA", &ctx.credentials.tls_ca},
                            std::pair{"LATCHKEY_TLS_CERT", &ctx.credentials.tls_cert},
@@ -70,9 +73,10 @@ int main(int argc, char** argv) {
   app.fallthrough();
   app.set_version_flag("--version", LATCHKEY_VERSION_LINE("latchkey"),
                        "print the version, git commit, libtorch version and CUDA on/off, and exit");
-  app.add_option("--coordinator", ctx.coordinator, "coordinator address HOST:PORT")
-      ->check(latchkey::cli::HostPort())
-      ->capture_default_str();
+  CLI::Option* coordinator =
+      app.add_option("--coordinator", ctx.coordinator, "coordinator address HOST:PORT")
+          ->check(latchkey::cli::HostPort())
+          ->capture_default_str();
   app.add_option("--timeout", ctx.timeout_s, "deadline of each call, seconds")
       ->check(latchkey::cli::Positive())
       ->capture_default_str();
@@ -113,7 +117,8 @@ int main(int argc, char** argv) {
 
   // An explicit --credentials-file must exist (a typo would silently mean "no token"); `up`
   // creates the file it is given.
-  app.parse_complete_callback([&app, &ctx] {
+  app.parse_complete_callback([&app, &ctx, coordinator] {
+    if (coordinator->count() > 0) ctx.coordinator_given = true;
     if (ctx.credentials_file.empty() || app.got_subcommand("up")) return;
     if (!std::filesystem::exists(ctx.credentials_file)) {
       throw CLI::FileError("--credentials-file: '" + ctx.credentials_file + "' does not exist");

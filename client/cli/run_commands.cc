@@ -1,16 +1,8 @@
 // `latchkey logs JOB [--rank R] [-f]` and `latchkey checkpoints JOB`: what a job run by `up` left
-// in its run folder (each rank's log RUN/worker-R.log) and in its checkpoint folder, found
-// through the run registry `up` writes (up.h); also the run registry and the run folder's lock.
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+// in its run folder (each rank's log RUN/jobs/JOB/worker-R.log) and in its checkpoint folder,
+// found through the run registry `up` writes (up.h, run_registry.cc).
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -23,7 +15,6 @@
 #include "client/cli/cli.h"
 #include "client/cli/format.h"
 #include "client/cli/up.h"
-#include "client/credentials.h"
 #include "worker/checkpoint/train_checkpoint.h"
 
 namespace latchkey::cli {
@@ -31,38 +22,26 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr size_t kRunsKept = 200;
-
-nlohmann::json ReadRegistry() {
-  const std::string path = RunRegistryPath();
-  if (path.empty()) return nlohmann::json::object();
-  nlohmann::json j = nlohmann::json::parse(ReadTextFile(path), nullptr, false);
-  return j.is_object() ? j : nlohmann::json::object();
+// Rank r's log of the job whose records are in `records` (RUN/jobs/JOB).
+std::string LogPath(const std::string& records, int r) {
+  return absl::StrCat(records, "/worker-", r, ".log");
 }
 
-// The run folder of `job_id`: --run-dir when given, else the registry's; NOT_FOUND otherwise.
-absl::StatusOr<RunRecord> RunOf(const std::string& job_id, const std::string& run_dir) {
-  if (!run_dir.empty()) {
-    RunRecord r;
-    r.job_id = job_id;
-    r.run_dir = fs::absolute(run_dir).string();
-    if (std::optional<RunRecord> known = FindRun(job_id); known && known->run_dir == r.run_dir) {
-      return *known;
-    }
-    return r;
-  }
-  std::optional<RunRecord> known = FindRun(job_id);
-  if (!known) {
-    return absl::NotFoundError(absl::StrCat(
-        "job ", job_id, ": no run folder known (latchkey up records the jobs it runs in ",
-        RunRegistryPath(), "); pass --run-dir RUN"));
-  }
-  return *known;
+// The address a command was pointed at explicitly (--coordinator, $LATCHKEY_COORDINATOR), else
+// "": the registry's runs of the job id are then all candidates.
+std::string ExplicitCoordinator(const CliContext& ctx) {
+  return ctx.coordinator_given ? ctx.coordinator : std::string();
 }
 
-// Rank r's log, RUN/worker-r.log.
-std::string LogPath(const std::string& run_dir, int r) {
-  return absl::StrCat(run_dir, "/worker-", r, ".log");
+// Whether the job's `up` still runs: its folder's `up` is live and the job is the folder's newest
+// (the top-level log links to it).
+bool JobIsLive(const RunRecord& run) {
+  if (!RunIsLive(run.run_dir)) return false;
+  const std::string top = run.run_dir + "/worker-0.log";
+  std::error_code ec;
+  if (fs::is_regular_file(fs::symlink_status(top, ec))) return true;  // the older layout
+  const std::string target = fs::read_symlink(top, ec).string();
+  return !ec && target.rfind("jobs/" + run.job_id + "/", 0) == 0;
 }
 
 // Prints what `in` has beyond what was read, each line prefixed; keeps a partial last line for
@@ -82,86 +61,6 @@ void PrintNew(std::ifstream& in, const std::string& prefix, std::string* partial
 
 }  // namespace
 
-std::string RunRegistryPath() {
-  const char* xdg = std::getenv("XDG_STATE_HOME");
-  if (xdg != nullptr && *xdg != 0) return std::string(xdg) + "/latchkey/runs.json";
-  const char* home = std::getenv("HOME");
-  if (home != nullptr && *home != 0) return std::string(home) + "/.local/state/latchkey/runs.json";
-  return "";
-}
-
-absl::Status RecordRun(const RunRecord& run) {
-  const std::string path = RunRegistryPath();
-  if (path.empty()) return absl::FailedPreconditionError("neither XDG_STATE_HOME nor HOME is set");
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  nlohmann::json j = ReadRegistry();
-  j[run.job_id] = {{"run_dir", run.run_dir},
-                   {"checkpoint_dir", run.checkpoint_dir},
-                   {"world", run.world},
-                   {"recorded_unix_seconds", static_cast<int64_t>(std::time(nullptr))}};
-  // The oldest entries go once there are too many.
-  while (j.size() > kRunsKept) {
-    auto oldest = j.begin();
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (it->value("recorded_unix_seconds", int64_t{0}) <
-          oldest->value("recorded_unix_seconds", int64_t{0})) {
-        oldest = it;
-      }
-    }
-    j.erase(oldest);
-  }
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  if (absl::Status st = WritePrivateFile(tmp, j.dump(2) + "\n"); !st.ok()) return st;
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
-std::optional<RunRecord> FindRun(const std::string& job_id) {
-  const nlohmann::json j = ReadRegistry();
-  auto it = j.find(job_id);
-  if (it == j.end() || !it->is_object()) return std::nullopt;
-  RunRecord r;
-  r.job_id = job_id;
-  r.run_dir = it->value("run_dir", std::string());
-  r.checkpoint_dir = it->value("checkpoint_dir", std::string());
-  r.world = it->value("world", 0);
-  if (r.run_dir.empty()) return std::nullopt;
-  return r;
-}
-
-absl::StatusOr<int> AcquireRunLock(const std::string& run_dir) {
-  const std::string path = run_dir + "/up.lock";
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("--run-dir: cannot open ", path, ": ", std::strerror(errno)));
-  }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const std::string holder = ReadTextFile(path);
-    close(fd);
-    return absl::FailedPreconditionError(
-        absl::StrCat("--run-dir ", run_dir, ": another latchkey up is running in it (pid ",
-                     holder.empty() ? std::string("?") : holder.substr(0, holder.find('\n')),
-                     "); give another --run-dir, or wait for it to end"));
-  }
-  if (ftruncate(fd, 0) == 0) {
-    const std::string pid = std::to_string(getpid()) + "\n";
-    (void)!write(fd, pid.data(), pid.size());
-  }
-  return fd;
-}
-
-bool RunIsLive(const std::string& run_dir) {
-  const int fd = open((run_dir + "/up.lock").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-  close(fd);
-  return held;
-}
-
 void AddLogsCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   struct Args {
     std::string job_id;
@@ -172,33 +71,40 @@ void AddLogsCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
       "logs",
-      "Print the workers' logs of a job run by `latchkey up` (RUN/worker-R.log: start, per-step "
-      "lines, recoveries, errors)");
+      "Print the workers' logs of a job run by `latchkey up` (RUN/jobs/JOB/worker-R.log: start, "
+      "per-step lines, recoveries, errors)");
   sub->add_option("job", args->job_id, "job id")->required();
   sub->add_option("--rank", args->rank, "only this rank's log (default: every rank's)")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("-f,--follow", args->follow,
                 "keep printing what the logs get until the run's `up` ends (or Ctrl-C)");
-  sub->add_option("--run-dir", args->run_dir, "the run folder (default: the one up recorded)");
+  sub->add_option("--run-dir", args->run_dir,
+                  "the run folder (default: the one up recorded for the job at --coordinator, or "
+                  "the only one recorded for the job id)");
   sub->callback([args, &ctx, exit_code] {
-    (void)ctx;
-    absl::StatusOr<RunRecord> run = RunOf(args->job_id, args->run_dir);
+    absl::StatusOr<RunRecord> run =
+        ResolveRun(args->job_id, ExplicitCoordinator(ctx), args->run_dir);
     if (!run.ok()) {
       *exit_code = Fail(run.status());
+      return;
+    }
+    const absl::StatusOr<std::string> records = FindJobRecords(*run);
+    if (!records.ok()) {
+      *exit_code = Fail(records.status());
       return;
     }
     std::vector<int> ranks;
     if (args->rank >= 0) {
       ranks.push_back(args->rank);
     } else {
-      for (int r = 0; fs::exists(LogPath(run->run_dir, r)) || r < run->world; ++r) {
+      for (int r = 0; fs::exists(LogPath(*records, r)) || r < run->world; ++r) {
         ranks.push_back(r);
       }
     }
     for (int r : ranks) {
-      if (!fs::exists(LogPath(run->run_dir, r))) {
-        *exit_code = Fail(absl::NotFoundError(absl::StrCat(
-            "job ", args->job_id, ": rank ", r, " has no log ", LogPath(run->run_dir, r))));
+      if (!fs::exists(LogPath(*records, r))) {
+        *exit_code = Fail(absl::NotFoundError(absl::StrCat("job ", args->job_id, ": rank ", r,
+                                                           " has no log ", LogPath(*records, r))));
         return;
       }
     }
@@ -209,13 +115,13 @@ void AddLogsCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
     };
     std::vector<Log> logs(ranks.size());
     for (size_t i = 0; i < ranks.size(); ++i) {
-      logs[i].in.open(LogPath(run->run_dir, ranks[i]));
+      logs[i].in.open(LogPath(*records, ranks[i]));
       logs[i].prefix = ranks.size() > 1 ? absl::StrCat("[rank ", ranks[i], "] ") : "";
     }
     while (true) {
       // Whether the run is still live is asked before the read: what it writes before ending
       // is then read once more.
-      const bool live = args->follow && RunIsLive(run->run_dir);
+      const bool live = args->follow && JobIsLive(*run);
       for (Log& l : logs) PrintNew(l.in, l.prefix, &l.partial);
       if (!live) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -238,14 +144,29 @@ void AddCheckpointsCommand(CLI::App& app, const CliContext& ctx, int* exit_code)
       "checkpoints",
       "List a job's committed checkpoints: step, size, when, the layout that wrote it");
   sub->add_option("job", args->job_id, "job id")->required();
-  sub->add_option("--run-dir", args->run_dir, "the run folder `up` used (default: recorded)");
+  sub->add_option("--run-dir", args->run_dir,
+                  "the run folder `up` used (default: the one up recorded for the job at "
+                  "--coordinator, or the only one recorded for the job id)");
   sub->add_option("--dir", args->dir,
                   "the checkpoint folder (default: the job's latchkey.checkpoint.dir, from the "
                   "run `up` recorded, else from the coordinator)");
   sub->callback([args, &ctx, exit_code] {
     std::string root = args->dir;
     if (root.empty()) {
-      if (absl::StatusOr<RunRecord> run = RunOf(args->job_id, args->run_dir); run.ok()) {
+      absl::StatusOr<RunRecord> run =
+          ResolveRun(args->job_id, ExplicitCoordinator(ctx), args->run_dir);
+      // A run folder named, or several runs of the id: that run or nothing.
+      if (run.ok() && !args->run_dir.empty()) {
+        if (absl::StatusOr<std::string> records = FindJobRecords(*run); !records.ok()) {
+          *exit_code = Fail(records.status());
+          return;
+        }
+      }
+      if (!run.ok() && (!args->run_dir.empty() || !absl::IsNotFound(run.status()))) {
+        *exit_code = Fail(run.status());
+        return;
+      }
+      if (run.ok()) {
         root = run->checkpoint_dir;
         if (root.empty()) {
           *exit_code = Fail(absl::NotFoundError(
@@ -253,7 +174,7 @@ void AddCheckpointsCommand(CLI::App& app, const CliContext& ctx, int* exit_code)
           return;
         }
       } else {
-        // Not a job `up` ran: its coordinator knows its spec.
+        // Not a job `up` ran (or not at this coordinator): its coordinator knows its spec.
         JobClient client(ctx.client_options());
         absl::StatusOr<JobInfo> job = client.GetJob(args->job_id);
         if (!job.ok()) {

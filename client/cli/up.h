@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -28,18 +29,69 @@ namespace latchkey::cli {
 std::string ReadTextFile(const std::string& path);  // "" when unreadable
 
 // The runs `latchkey up` started, so that `logs JOB` and `checkpoints JOB` find a job's run
-// folder (run_commands.cc): a JSON object keyed by job id in $XDG_STATE_HOME/latchkey/runs.json
-// (default ~/.local/state/latchkey/runs.json), written by rename (mode 0600). The newest 200
-// runs are kept. Not thread-safe across processes beyond the rename: the last writer wins.
+// folder (run_commands.cc): $XDG_STATE_HOME/latchkey/runs.json (default
+// ~/.local/state/latchkey/runs.json), {"version": 2, "runs": [record, ...]}, one record per
+// (coordinator address, job id): each coordinator numbers its jobs from job-000001, so a job id
+// alone names a job only together with its coordinator. Entries of the first format (an object
+// keyed by job id, no address) are read as records with an empty coordinator and kept. Written
+// by rename (mode 0600); the newest 200 runs are kept. Not thread-safe across processes beyond
+// the rename: the last writer wins. run_registry.cc.
 struct RunRecord {
   std::string job_id;
   std::string run_dir;         // absolute
   std::string checkpoint_dir;  // the spec's latchkey.checkpoint.dir; "" when none
   int world = 0;
+  std::string coordinator;  // the address of the coordinator `up` ran it on; "" when not known
+  int64_t recorded_unix_seconds = 0;  // when `up` recorded it (RecordRun sets it)
 };
 std::string RunRegistryPath();  // "" when neither XDG_STATE_HOME nor HOME is set
+// Every record, newest first; none when the file is missing or unreadable.
+std::vector<RunRecord> ReadRuns();
+// Adds `run`, replacing the record of the same (coordinator, job id) and any record of the same
+// job id in the same run folder (a database that was removed numbered its jobs again).
 absl::Status RecordRun(const RunRecord& run);
-std::optional<RunRecord> FindRun(const std::string& job_id);
+// The address as recorded and compared: "localhost" spelled 127.0.0.1.
+std::string CanonicalAddress(const std::string& address);
+
+// Which run of `job_id` a command means: the one in `run_dir` when given (its record, else what
+// the folder holds: RUN/jobs/JOB/spec.json), else the record at `coordinator` when given (the
+// explicit --coordinator or $LATCHKEY_COORDINATOR), else the one record of that job id whose run
+// folder still exists. NOT_FOUND naming the job, the coordinator and the registry when none;
+// INVALID_ARGUMENT listing the candidates (address, run folder, when) when several runs have
+// that id and nothing says which.
+absl::StatusOr<RunRecord> ResolveRun(const std::string& job_id, const std::string& coordinator,
+                                     const std::string& run_dir);
+
+// A run folder keeps each job's records apart, in RUN/jobs/JOB/: worker-R.log, steps-R.jsonl
+// and spec.json (the spec as submitted). RUN/worker-R.log and RUN/steps-R.jsonl are relative
+// symbolic links to the newest job's files, replaced when a job starts (run_folder.cc).
+std::string JobRecordsDir(const std::string& run_dir, const std::string& job_id);
+// A run folder as it is recorded and compared: absolute, normalized, no trailing slash.
+std::string AbsoluteFolder(const std::string& path);
+// Before a job is submitted in the folder: removes the top-level links of the job before (its
+// files stay in RUN/jobs/), and moves the records a run folder of the older layout kept at the
+// top level (plain files) into RUN/jobs/<the newest job recorded for the folder>/, or
+// RUN/jobs/earlier-<unix time>/ when no record names one.
+void SetAsidePreviousRecords(const std::string& run_dir);
+// Once the job has its id: makes RUN/jobs/JOB (a folder of that name left by a database that
+// was removed is moved aside to JOB.earlier-<unix time>), copies RUN/spec.json into it, and
+// points RUN/worker-R.log and RUN/steps-R.jsonl for R < world at it. PERMISSION_DENIED naming
+// the path that cannot be made.
+absl::Status StartJobRecords(const std::string& run_dir, const std::string& job_id, int world);
+// Where the records of `run`'s job are: RUN/jobs/JOB, or RUN itself for a job a run folder of
+// the older layout holds (plain files at the top level, and the registry's newest job in that
+// folder). NOT_FOUND naming the job and the folders looked in.
+absl::StatusOr<std::string> FindJobRecords(const RunRecord& run);
+
+// What to say when the coordinator asked about `job_id` does not answer (`unreachable`, an
+// UNAVAILABLE): where the registry says the job ran. A run whose `up` has ended (RunIsLive
+// false) took its coordinator with it: FAILED_PRECONDITION naming the run folder, that its `up`
+// ended, and where its records are (`latchkey logs`, `latchkey checkpoints`, RUN/coordinator.db);
+// a live run elsewhere: `unreachable` with the address to pass. `coordinator` is the explicit
+// address ("" when none was given: every run of that id counts). `unreachable` itself when the
+// registry knows no run of the job.
+absl::Status ExplainUnreachableJob(const std::string& job_id, const std::string& coordinator,
+                                   const absl::Status& unreachable);
 
 // The run folder's lock (RUN/up.lock, flock'ed by the `up` using the folder for as long as it
 // runs). AcquireRunLock returns its descriptor (kept open: closed at exit, the lock goes with
@@ -80,7 +132,8 @@ struct PreparedRun {
 
 // The spec read and validated (so a bad spec, or a file it names that cannot be read, fails
 // before anything is started, naming the field), the run folder made, locked (a folder another
-// live `up` holds is refused) and cleaned of the last job's files, the spec kept in it as
+// live `up` holds is refused), the last job's records set aside (SetAsidePreviousRecords: they
+// stay in RUN/jobs/JOB, its port files go), the spec kept in it as
 // RUN/spec.json (the canonical form: absolute paths, so it can be passed back from anywhere), the
 // admin token and the certificates made. Prints the built-in spec's line, and warns when a live
 // run recorded in the run registry uses the same checkpoint folder. up_prepare.cc.

@@ -209,12 +209,14 @@ absl::StatusOr<SubmittedJob> Submit(const PreparedRun& run, const RunningCoordin
 SpawnOptions WorkerCommand(const UpOptions& o, const PreparedRun& run, const std::string& address,
                            const SubmittedJob& job, int r) {
   SpawnOptions worker;
+  // The job's records in RUN/jobs/JOB (RUN/steps-R.jsonl and RUN/worker-R.log link to them).
+  const std::string records = JobRecordsDir(run.dir, job.id);
   worker.args = {FindBinary("latchkey-worker", "worker"), "--coordinator", address, "--job", job.id,
                  "--metrics-host", "127.0.0.1", "--metrics-port", "0", "--metrics-jsonl",
-                 run.dir + "/steps-{rank}.jsonl", "--port-file",
+                 records + "/steps-{rank}.jsonl", "--port-file",
                  run.dir + "/worker-{rank}.port.json", "--save", run.dir + "/final",
                  "--collective-timeout-seconds", std::to_string(o.collective_timeout_s), "--quiet",
-                 // Each rank's log (RUN/worker-R.log, `latchkey logs`) gets its per-step lines.
+                 // Each rank's log (`latchkey logs`) gets its per-step lines.
                  "--log-steps"};
   // The join token in the environment (not visible in `ps`); this coordinator's CA (or
   // plaintext), whatever TLS settings the user's environment holds.
@@ -226,7 +228,7 @@ SpawnOptions WorkerCommand(const UpOptions& o, const PreparedRun& run, const std
                       "LATCHKEY_TLS_CA=" + run.tls_ca,
                       "LATCHKEY_TLS_CERT=",
                       "LATCHKEY_TLS_KEY="};
-  worker.log_path = run.dir + "/worker-" + std::to_string(r) + ".log";
+  worker.log_path = records + "/worker-" + std::to_string(r) + ".log";
   AsChildOfUp(worker);
   return worker;
 }
@@ -394,8 +396,8 @@ absl::StatusOr<Supervised> Supervise(const UpOptions& o, const PreparedRun& run,
 
 // finish: the summary, where the weights are (or where the logs are), and the exit code.
 int Finish(const PreparedRun& run, const SubmittedJob& job, const Supervised& s) {
-  PrintUpSummary(run.dir + "/steps-0.jsonl", s.have_job ? &s.last_job : nullptr, s.worker_restarts,
-                 s.coordinator_restarts);
+  PrintUpSummary(JobRecordsDir(run.dir, job.id) + "/steps-0.jsonl",
+                 s.have_job ? &s.last_job : nullptr, s.worker_restarts, s.coordinator_restarts);
   if (!run.tensorboard_dir.empty()) {
     std::printf("tensorboard  tensorboard --logdir %s\n", run.tensorboard_dir.c_str());
   }
@@ -403,7 +405,7 @@ int Finish(const PreparedRun& run, const SubmittedJob& job, const Supervised& s)
     std::printf("weights      %s/final (HF GPTBigCode checkpoint)\n", run.dir.c_str());
   } else {
     std::fprintf(stderr, "latchkey up: job %s did not succeed (exit %d); logs in %s\n",
-                 job.id.c_str(), s.code, run.dir.c_str());
+                 job.id.c_str(), s.code, JobRecordsDir(run.dir, job.id).c_str());
   }
   return s.code;
 }
@@ -437,8 +439,21 @@ int RunUp(const CliContext& ctx, const UpOptions& o) {
     forget_credentials();
     return Fail(job.status());
   }
+  // The job's records apart from the earlier jobs' in the folder.
+  if (absl::Status st = StartJobRecords(run->dir, job->id, run->world); !st.ok()) {
+    (void)CancelUntilFinal(*coordinator, job->id, "latchkey up could not keep the job's records");
+    StopAll({coordinator->pid}, std::chrono::seconds(5));
+    forget_credentials();
+    return Fail(st);
+  }
   // `latchkey logs JOB` and `latchkey checkpoints JOB` find the run folder through this.
-  if (absl::Status st = RecordRun({job->id, run->dir, run->checkpoint_dir, run->world}); !st.ok()) {
+  RunRecord record;
+  record.job_id = job->id;
+  record.run_dir = run->dir;
+  record.checkpoint_dir = run->checkpoint_dir;
+  record.world = run->world;
+  record.coordinator = coordinator->ctx.coordinator;
+  if (absl::Status st = RecordRun(record); !st.ok()) {
     std::fprintf(stderr, "latchkey up: warning: cannot record the run in %s: %s\n",
                  RunRegistryPath().c_str(), std::string(st.message()).c_str());
   }
@@ -456,7 +471,8 @@ void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   CLI::App* up = app.add_subcommand(
       "up", "Run a job locally: embedded coordinator + one worker process per rank");
   up->add_option("--spec", opts->spec,
-                 "job spec JSON (default: the built-in job: the demo model on synthetic data)");
+                 "job spec JSON (default: the built-in job: the demo's layers with a 256-token "
+                 "vocabulary, on synthetic data)");
   up->add_option("--run-dir", opts->run_dir, "folder for the database, logs, JSONL, weights");
   up->add_option(
         "--workers", opts->workers,

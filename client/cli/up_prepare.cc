@@ -41,13 +41,10 @@ std::string WithTensorboardDir(const std::string& text, const std::string& dir) 
 
 // Another live run (in the run registry) whose job checkpoints into `dir`: its job id, or "".
 std::string LiveRunSharing(const std::string& dir, const std::string& own_run_dir) {
-  const nlohmann::json j =
-      nlohmann::json::parse(ReadTextFile(RunRegistryPath()), nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return "";
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!it->is_object() || it->value("checkpoint_dir", std::string()) != dir) continue;
-    const std::string run_dir = it->value("run_dir", std::string());
-    if (run_dir != own_run_dir && RunIsLive(run_dir)) return it.key();
+  for (const RunRecord& r : ReadRuns()) {
+    if (r.checkpoint_dir == dir && r.run_dir != own_run_dir && RunIsLive(r.run_dir)) {
+      return r.job_id;
+    }
   }
   return "";
 }
@@ -107,9 +104,8 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
   }
   run.world = spec->world_size;
   run.checkpoint_dir = spec->checkpoint.dir;
-  run.dir =
-      fs::absolute(o.run_dir.empty() ? "runs/up-" + std::to_string(std::time(nullptr)) : o.run_dir)
-          .string();
+  run.dir = AbsoluteFolder(o.run_dir.empty() ? "runs/up-" + std::to_string(std::time(nullptr))
+                                             : o.run_dir);
   run.base_dir = run.built_in ? run.dir : spec_dir;
   DefaultIndexCacheDir(run.dir, &run.spec_text, &*spec);
   // latchkey.tensorboard defaults to RUN/tensorboard.
@@ -136,13 +132,17 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
                    other.c_str(), run.checkpoint_dir.c_str());
     }
   }
+  // The last job's records stay in RUN/jobs/; the top level will point at this job's.
+  SetAsidePreviousRecords(run.dir);
   // The spec as submitted, kept with the run (canonical: absolute paths).
   std::ofstream(run.dir + "/spec.json") << (run.built_in ? run.spec_text : JobSpecToJson(*spec));
   if (run.built_in) {
+    // The demo's layers, not its model: the vocabulary is the synthetic source's.
     std::printf(
-        "spec         built-in job (demo model, synthetic data, %lld steps; %s/spec.json, "
-        "or pass --spec FILE)\n",
-        static_cast<long long>(spec->steps), run.dir.c_str());
+        "spec         built-in job (the demo's layers with a %lld-token vocabulary, "
+        "synthetic data, %lld steps; %s/spec.json, or pass --spec FILE)\n",
+        static_cast<long long>(spec->model.vocab_size), static_cast<long long>(spec->steps),
+        run.dir.c_str());
   }
 
   // The admin token of this run's coordinator: only its hash goes into --auth-tokens.
@@ -155,12 +155,10 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
       !st.ok()) {
     return st;
   }
-  // A run folder can be reused (the database keeps earlier jobs): never read a stale port file,
-  // and start each job's per-step JSONL afresh (a restarted worker of this job appends to it).
+  // A run folder can be reused (the database keeps earlier jobs): never read a stale port file.
   fs::remove(run.dir + "/ports.json");
   for (int r = 0; r < run.world; ++r) {
     fs::remove(run.dir + "/worker-" + std::to_string(r) + ".port.json");
-    fs::remove(run.dir + "/steps-" + std::to_string(r) + ".jsonl");
   }
   // Each job's curves start afresh in up's default event folder, as its JSONL does.
   if (spec->tensorboard.dir == run.dir + "/tensorboard") {

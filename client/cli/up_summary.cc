@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "client/cli/up.h"
 
 namespace latchkey::cli {
@@ -54,13 +56,32 @@ void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_res
     nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
     if (row.is_object() && row.contains("step")) by_step[row["step"].get<int64_t>()] = row;
   }
+  // The job's steps are those every rank reported (its steps_completed, what the progress line
+  // and `status` show): a step rank 0 finished after the job ended (cancelled, failed) is in
+  // its JSONL but not the job's, and is left out here too.
   std::vector<nlohmann::json> rows;
-  for (auto& [step, row] : by_step) rows.push_back(std::move(row));
-  if (rows.empty()) return;
+  int64_t past_end = 0;
+  for (auto& [step, row] : by_step) {
+    if (job != nullptr && step >= job->steps_completed) {
+      ++past_end;
+    } else {
+      rows.push_back(std::move(row));
+    }
+  }
+  if (rows.empty() && past_end == 0) return;
+  // Every line's value starts in one column, past the longest label.
+  std::vector<std::pair<std::string, std::string>> lines;
+  auto line = [&lines](std::string label, std::string value) {
+    lines.emplace_back(std::move(label), std::move(value));
+  };
+  line("steps", std::to_string(rows.size()) +
+                    (past_end > 0 ? absl::StrFormat("  (rank 0 logged %lld more after the job "
+                                                    "ended: not counted)",
+                                                    static_cast<long long>(past_end))
+                                  : std::string()));
   std::vector<double> secs;
   std::map<std::string, std::pair<int64_t, int64_t>> kv;  // mode -> (calls, steps)
   std::map<std::string, int64_t> calls;
-  int64_t tokens = 0;
   for (const auto& r : rows) {
     secs.push_back(r["step_seconds"].get<double>());
     auto& k = kv[r["kv_mode"].get<std::string>()];
@@ -69,13 +90,12 @@ void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_res
     for (auto it = r["collective_calls"].begin(); it != r["collective_calls"].end(); ++it) {
       calls[it.key()] += it.value().get<int64_t>();
     }
-    tokens += r["tokens"].get<int64_t>();
   }
   const double median = Median(secs);
-  std::printf("\nsummary (rank 0)\n");
-  std::printf("  %-36s %zu\n", "steps", rows.size());
-  std::printf("  %-36s %.4f -> %.4f\n", "loss first -> final", rows.front()["loss"].get<double>(),
-              rows.back()["loss"].get<double>());
+  if (!rows.empty()) {
+    line("loss first -> final", absl::StrFormat("%.4f -> %.4f", rows.front()["loss"].get<double>(),
+                                                rows.back()["loss"].get<double>()));
+  }
   // Evaluation (latchkey.eval) and the learning rate schedule, from the steps that carry them.
   std::vector<std::pair<int64_t, double>> evals;  // step, eval_loss
   std::vector<double> lrs;
@@ -86,52 +106,62 @@ void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_res
     if (r.contains("lr") && r["lr"].is_number()) lrs.push_back(r["lr"].get<double>());
   }
   if (!evals.empty()) {
-    std::printf("  %-36s %.4f -> %.4f  (%zu evaluations, steps %lld .. %lld)\n",
-                "eval loss first -> final", evals.front().second, evals.back().second, evals.size(),
-                static_cast<long long>(evals.front().first),
-                static_cast<long long>(evals.back().first));
+    line("eval loss first -> final",
+         absl::StrFormat("%.4f -> %.4f  (%d evaluations, steps %lld .. %lld)", evals.front().second,
+                         evals.back().second, evals.size(),
+                         static_cast<long long>(evals.front().first),
+                         static_cast<long long>(evals.back().first)));
   }
   if (!lrs.empty()) {
     const auto [lo, hi] = std::minmax_element(lrs.begin(), lrs.end());
-    std::printf("  %-36s %.3e .. %.3e  (first %.3e, final %.3e)\n", "lr min .. max", *lo, *hi,
-                lrs.front(), lrs.back());
+    line("lr min .. max", absl::StrFormat("%.3e .. %.3e  (first %.3e, final %.3e)", *lo, *hi,
+                                          lrs.front(), lrs.back()));
   }
   for (const auto& [mode, k] : kv) {
-    std::printf("  %-36s %.1f  (%lld steps)\n", ("K/V all-reduces/step, " + mode).c_str(),
-                static_cast<double>(k.first) / k.second, static_cast<long long>(k.second));
+    line("K/V all-reduces/step, " + mode,
+         absl::StrFormat("%.1f  (%lld steps)", static_cast<double>(k.first) / k.second,
+                         static_cast<long long>(k.second)));
   }
   for (const auto& [key, n] : calls) {
-    std::printf("  %-36s %.1f\n", ("collectives/step " + key).c_str(),
-                static_cast<double>(n) / rows.size());
+    line("collectives/step " + key,
+         absl::StrFormat("%.1f", static_cast<double>(n) / static_cast<double>(rows.size())));
   }
   if (job != nullptr) {
     // The job's recoveries (each a new attempt), then the processes `up` started again.
-    std::printf("  %-36s %d (attempt %lld)\n", "restarts", job->restarts,
-                static_cast<long long>(std::max<int64_t>(1, job->attempt)));
+    line("restarts", absl::StrFormat("%d (attempt %lld)", job->restarts,
+                                     static_cast<long long>(std::max<int64_t>(1, job->attempt))));
   }
   if (worker_restarts > 0 || coordinator_restarts > 0) {
-    std::printf("  %-36s %d worker, %d coordinator\n", "processes started again", worker_restarts,
-                coordinator_restarts);
+    line("processes started again",
+         absl::StrFormat("%d worker, %d coordinator", worker_restarts, coordinator_restarts));
   }
   // Memory per rank: every rank's JSONL sits beside rank 0's as steps-R.jsonl.
   const std::string suffix = "steps-0.jsonl";
-  if (jsonl.size() >= suffix.size() &&
-      jsonl.compare(jsonl.size() - suffix.size(), suffix.size(), suffix) == 0) {
+  if (absl::EndsWith(jsonl, suffix)) {
     const std::string dir = jsonl.substr(0, jsonl.size() - suffix.size());
     for (int rank = 0;; ++rank) {
       const int64_t peak = MaxPeakMemory(dir + "steps-" + std::to_string(rank) + ".jsonl");
       if (peak < 0) break;
-      std::printf("  %-36s %.1f MiB\n", ("peak memory, rank " + std::to_string(rank)).c_str(),
-                  static_cast<double>(peak) / (1 << 20));
+      line("peak memory, rank " + std::to_string(rank),
+           absl::StrFormat("%.1f MiB", static_cast<double>(peak) / (1 << 20)));
     }
   }
-  if (rows.back().contains("activation_memory_bytes")) {
-    std::printf("  %-36s %.1f MiB\n", "activation memory (last step)",
-                rows.back()["activation_memory_bytes"].get<double>() / (1 << 20));
+  if (!rows.empty()) {
+    if (rows.back().contains("activation_memory_bytes")) {
+      line("activation memory (last step)",
+           absl::StrFormat("%.1f MiB",
+                           rows.back()["activation_memory_bytes"].get<double>() / (1 << 20)));
+    }
+    line("median step time", absl::StrFormat("%.3f s", median));
+    line("tokens/s (median step)",
+         absl::StrFormat("%.0f", rows.back()["tokens"].get<double>() / std::max(median, 1e-9)));
   }
-  std::printf("  %-36s %.3f s\n", "median step time", median);
-  std::printf("  %-36s %.0f\n", "tokens/s (median step)",
-              rows.back()["tokens"].get<double>() / std::max(median, 1e-9));
+  size_t width = 36;
+  for (const auto& [label, value] : lines) width = std::max(width, label.size());
+  std::printf("\nsummary (rank 0)\n");
+  for (const auto& [label, value] : lines) {
+    std::printf("  %-*s %s\n", static_cast<int>(width), label.c_str(), value.c_str());
+  }
 }
 
 }  // namespace latchkey::cli

@@ -88,7 +88,7 @@ void UpSupervisor::Announce() {
     const bool ready = info.is_object() && info.value("metrics_port", -1) > 0;
     if (ready) {
       const std::string where = rank.restarts == 0
-                                    ? absl::StrCat("(log ", config_.run_dir, "/worker-", r, ".log)")
+                                    ? absl::StrCat("(log ", config_.worker(r).log_path, ")")
                                     : absl::StrCat("(restart ", rank.restarts, ")");
       Say(absl::StrCat("worker ", r, "     pid ", rank.pid, "  metrics http://",
                        info.value("metrics_host", std::string("127.0.0.1")), ":",

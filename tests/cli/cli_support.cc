@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "client/cli/builtin_spec.h"
 #include "common/sha256.h"
+#include "common/subprocess.h"
 #include "tests/support/temp_dir.h"
 
 namespace latchkey::testing {
@@ -142,5 +144,45 @@ Coordinator::~Coordinator() {
 }
 
 std::string Coordinator::log() const { return ReadText(log_); }
+
+UpRun::UpRun(const std::vector<std::string>& args, const std::string& log) : log_(log) {
+  Homes();
+  SpawnOptions o;
+  o.args = {LATCHKEY_CLI_BIN, "up"};
+  o.args.insert(o.args.end(), args.begin(), args.end());
+  o.log_path = log;
+  o.own_process_group = true;
+  const absl::StatusOr<pid_t> pid = Spawn(o);
+  pid_ = pid.ok() ? *pid : -1;
+}
+
+UpRun::~UpRun() {
+  if (pid_ <= 0 || waited_) return;
+  kill(-pid_, SIGTERM);
+  if (WaitProcess(pid_, std::chrono::seconds(30)) == -1) kill(-pid_, SIGKILL);
+}
+
+std::string UpRun::Output() const { return ReadText(log_); }
+
+std::string UpRun::Grab(const std::string& pattern, std::chrono::seconds deadline) const {
+  const std::regex re(pattern);
+  std::smatch m;
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (std::chrono::steady_clock::now() < until) {
+    const std::string text = Output();
+    if (std::regex_search(text, m, re)) return m[1].str();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return "";
+}
+
+bool UpRun::Interrupt() { return pid_ > 0 && kill(-pid_, SIGINT) == 0; }
+
+int UpRun::Wait(std::chrono::seconds deadline) {
+  if (pid_ <= 0) return -1;
+  const int code = WaitProcess(pid_, deadline);
+  waited_ = true;
+  return code;
+}
 
 }  // namespace latchkey::testing

@@ -62,6 +62,32 @@ class Coordinator {
   std::string log_;
 };
 
+// `latchkey up ARGS...` in a process group of its own (as a shell's foreground job), its output
+// in `log`; a run still going when the object goes is stopped (SIGTERM to its group: `up`
+// cancels its job and stops its children).
+class UpRun {
+ public:
+  UpRun(const std::vector<std::string>& args, const std::string& log);
+  ~UpRun();
+  UpRun(const UpRun&) = delete;
+  UpRun& operator=(const UpRun&) = delete;
+  bool started() const { return pid_ > 0; }
+  std::string Output() const;
+  // The first group of `pattern`'s first match in the output, waiting up to `deadline`; "" when
+  // none came.
+  std::string Grab(const std::string& pattern,
+                   std::chrono::seconds deadline = std::chrono::seconds(120)) const;
+  // SIGINT to the group, as Ctrl-C in a terminal.
+  bool Interrupt();
+  // Its exit code (-1 when it had to be killed at the deadline).
+  int Wait(std::chrono::seconds deadline);
+
+ private:
+  int pid_ = -1;
+  bool waited_ = false;
+  std::string log_;
+};
+
 }  // namespace latchkey::testing
 
 #endif  // LATCHKEY_TESTS_CLI_CLI_SUPPORT_H_

@@ -329,10 +329,16 @@ TEST(CliCommands, CompletionScriptsParseAndNameEveryCommand) {
       {"bash", "-c",
        "source " + dir / "c.bash" +
            " && COMP_WORDS=(latchkey chec); COMP_CWORD=1; _latchkey; echo ${COMPREPLY[@]}; "
-           "COMP_WORDS=(latchkey logs job --r); COMP_CWORD=3; _latchkey; echo ${COMPREPLY[@]}"});
+           "COMP_WORDS=(latchkey logs job --r); COMP_CWORD=3; _latchkey; echo ${COMPREPLY[@]}; "
+           // An alias completes, and completes its command's options: `audit` is `latches`.
+           "COMP_WORDS=(latchkey aud); COMP_CWORD=1; _latchkey; echo A ${COMPREPLY[@]}; "
+           "COMP_WORDS=(latchkey audit job --fr); COMP_CWORD=3; _latchkey; echo B "
+           "${COMPREPLY[@]}"});
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_TRUE(Has(run.output, "checkpoints checkpoint")) << run.output;
   EXPECT_TRUE(Has(run.output, "--rank --run-dir")) << run.output;
+  EXPECT_TRUE(Has(run.output, "\nA audit\n")) << run.output;
+  EXPECT_TRUE(Has(run.output, "\nB --from\n")) << run.output;
 }
 
 }  // namespace
