@@ -36,6 +36,9 @@ struct RunRecord {
   std::string run_dir;         // absolute
   std::string checkpoint_dir;  // the spec's latchkey.checkpoint.dir; "" when none
   int world = 0;
+  // The job's uid (common/job_uid.h): `checkpoints JOB` lists the checkpoints that carry it.
+  // "" when unknown (a record written before job uids).
+  std::string job_uid;
 };
 std::string RunRegistryPath();  // "" when neither XDG_STATE_HOME nor HOME is set
 absl::Status RecordRun(const RunRecord& run);
@@ -82,8 +85,9 @@ struct PreparedRun {
 // before anything is started, naming the field), the run folder made, locked (a folder another
 // live `up` holds is refused) and cleaned of the last job's files, the spec kept in it as
 // RUN/spec.json (the canonical form: absolute paths, so it can be passed back from anywhere), the
-// admin token and the certificates made. Prints the built-in spec's line, and warns when a live
-// run recorded in the run registry uses the same checkpoint folder. up_prepare.cc.
+// admin token and the certificates made. Prints the built-in spec's line, warns when a live run
+// recorded in the run registry uses the same checkpoint folder, and when that folder holds
+// committed checkpoints of other jobs (OtherJobsCheckpointsWarning). up_prepare.cc.
 absl::StatusOr<PreparedRun> Prepare(const UpOptions& o);
 
 // A CA and a certificate for 127.0.0.1/localhost signed by it, made with the openssl CLI in

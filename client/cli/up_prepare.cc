@@ -136,6 +136,9 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
                    "jobs will resume from each other's checkpoints only if they are the same job\n",
                    other.c_str(), run.checkpoint_dir.c_str());
     }
+    if (const std::string w = OtherJobsCheckpointsWarning(*spec); !w.empty()) {
+      std::fprintf(stderr, "latchkey up: warning: %s\n", w.c_str());
+    }
   }
   // The spec as submitted, kept with the run (canonical: absolute paths).
   std::ofstream(run.dir + "/spec.json") << (run.built_in ? run.spec_text : JobSpecToJson(*spec));
