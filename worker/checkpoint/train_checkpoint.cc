@@ -310,19 +310,30 @@ absl::StatusOr<CommittedCheckpoint> CommitCheckpoint(const std::string& root,
   if (absl::Status st = WriteAndSync(tmp, text); !st.ok()) return st;
   if (absl::Status st = Rename(tmp, JoinPath(temp_dir, kManifestName)); !st.ok()) return st;
   if (absl::Status st = FsyncDirectory(temp_dir); !st.ok()) return st;
-  const std::string final_dir = JoinPath(root, *name);
-  absl::StatusOr<PathKind> kind = GetPathKind(final_dir);
-  if (!kind.ok()) return kind.status();
+  std::string final_dir;
   std::string aside;
-  if (*kind != PathKind::kMissing) {
-    // A committed folder of this step of this job, from an attempt the coordinator never heard
-    // from. Moved aside under a temporary name of this job's, so that only its pruning may
-    // remove what a crash leaves of it.
-    aside = JoinPath(root, CheckpointAsideDirName(manifest.step, manifest.job_uid));
-    if (absl::Status st = RemoveTree(aside); !st.ok()) return st;
-    if (absl::Status st = Rename(final_dir, aside); !st.ok()) return st;
+  for (bool again = false;; again = true) {
+    final_dir = JoinPath(root, *name);
+    absl::StatusOr<PathKind> kind = GetPathKind(final_dir);
+    if (!kind.ok()) return kind.status();
+    if (*kind != PathKind::kMissing) {
+      // A committed folder of this step of this job, from an attempt the coordinator never
+      // heard from. Moved aside under a temporary name of this job's, so that only its pruning
+      // may remove what a crash leaves of it.
+      aside = JoinPath(root, CheckpointAsideDirName(manifest.step, manifest.job_uid));
+      if (absl::Status st = RemoveTree(aside); !st.ok()) return st;
+      if (absl::Status st = Rename(final_dir, aside); !st.ok()) return st;
+    }
+    if (::rename(temp_dir.c_str(), final_dir.c_str()) == 0) break;
+    const int err = errno;
+    // Another job committed the same step between the choice of the name and the rename (a
+    // rename onto its folder fails): the name is chosen again, once.
+    if (again || (err != ENOTEMPTY && err != EEXIST)) {
+      return OsError(absl::StrCat("cannot rename ", temp_dir, " to"), final_dir, err);
+    }
+    name = CommitDirName(root, manifest);
+    if (!name.ok()) return name.status();
   }
-  if (absl::Status st = Rename(temp_dir, final_dir); !st.ok()) return st;
   if (absl::Status st = FsyncDirectory(root); !st.ok()) return st;
   if (!aside.empty()) {
     if (absl::Status st = RemoveTree(aside); !st.ok()) return st;

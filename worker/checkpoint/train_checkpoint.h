@@ -164,8 +164,9 @@ absl::StatusOr<CheckpointFileEntry> WriteCheckpointRankFile(const std::string& t
 // (the manifest's job_id and job_uid; a manifest without a uid is the same job only for a
 // writer without one), which is moved aside first and then removed (an attempt the
 // coordinator never heard from committed it); otherwise root/step-N.<job uid> (replaced the
-// same way when it exists). FAILED_PRECONDITION naming step-N when it holds another job's
-// checkpoint and the manifest has no job uid to name another folder by.
+// same way when it exists; the name is chosen again, once, when another job's commit takes
+// step-N between the choice and the rename). FAILED_PRECONDITION naming step-N when it holds
+// another job's checkpoint and the manifest has no job uid to name another folder by.
 struct CommittedCheckpoint {
   std::string dir;              // root/step-N or root/step-N.<job uid>
   std::string manifest_sha256;  // hex, of the manifest's bytes
