@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
   latchkey::TrainingCheckpointRequest req;
   req.root = spec.checkpoint.dir;
   req.job_id = "standalone";
+  req.job_uid = "00000000b0b0b0b0";  // one job: every rank the same, pruned as its own
   req.compute_threads = threads;
   latchkey::CheckpointSaver sync_saver(/*async=*/false);
   latchkey::CheckpointSaver async_saver(/*async=*/true);
@@ -145,7 +146,9 @@ int main(int argc, char** argv) {
     double b = 0;
     auto s = sync_saver.Start(state, req, 0, &b);
     if (!s.ok()) return Fail(s.status());
-    if (absl::Status st = latchkey::PruneCheckpoints(req.root, 1, -1); !st.ok()) return Fail(st);
+    if (absl::Status st = latchkey::PruneCheckpoints(req.root, {req.job_id, req.job_uid}, 1, -1);
+        !st.ok())
+      return Fail(st);
     // Asynchronous: the staging, then the next window beside the write, then the commit.
     if (absl::Status st = run_window(); !st.ok()) return Fail(st);
     double staged_s = 0;
@@ -156,7 +159,9 @@ int main(int argc, char** argv) {
     auto c = async_saver.CommitDue(state, state.position.step, spec.steps);
     if (!c.ok()) return Fail(c.status());
     if (!c->has_value()) return Fail(absl::InternalError("the async save did not commit"));
-    if (absl::Status st = latchkey::PruneCheckpoints(req.root, 1, -1); !st.ok()) return Fail(st);
+    if (absl::Status st = latchkey::PruneCheckpoints(req.root, {req.job_id, req.job_uid}, 1, -1);
+        !st.ok())
+      return Fail(st);
     if (rep == 0) continue;  // warm-up
     sync_total.push_back((*s)->commit.blocked_seconds);
     stage.push_back(staged_s);

@@ -147,6 +147,7 @@ int main(int argc, char** argv) {
       latchkey::TrainingCheckpointRequest req;
       req.root = root;
       req.job_id = "standalone";
+      req.job_uid = "00000000b0b0b0b0";  // one job: every rank the same, pruned as its own
       req.compute_threads = threads;
       const auto t0 = Clock::now();
       auto commit = latchkey::SaveTrainingCheckpoint((*trainer)->state(), req);
@@ -160,7 +161,8 @@ int main(int argc, char** argv) {
       // Nobody reads a folder rank 0 prunes.
       if (st = groups->world->Barrier(); !st.ok()) return Fail(st);
       if (rank == 0) {
-        if (st = latchkey::PruneCheckpoints(root, 1, -1); !st.ok()) return Fail(st);
+        if (st = latchkey::PruneCheckpoints(root, {req.job_id, req.job_uid}, 1, -1); !st.ok())
+          return Fail(st);
       }
       if (st = groups->world->Barrier(); !st.ok()) return Fail(st);
       if (rep == 0) continue;  // warm-up

@@ -103,6 +103,9 @@ struct JobInfo {
   // The slowest rank of the last completed windows (boundary arrival lag), newest last.
   std::vector<WindowArrival> slowest;
   std::vector<AttemptSummary> attempts;  // every attempt so far, the current one last
+  // Drawn at submit and kept for every attempt and resume (common/job_uid.h): the identity its
+  // checkpoints carry. "" from a coordinator before job uids.
+  std::string job_uid;
 };
 
 // SubmitJob's request.

@@ -49,6 +49,9 @@ struct JoinInfo {
   // (state terminal, failure_reason) and it is not needed.
   bool spare = false;
   std::string failure_reason;  // with spare: the job's, once it ended
+  // The job's uid (common/job_uid.h), the same in every attempt: the checkpoints carry it, and
+  // the job resumes and prunes only those that do. "" from a coordinator before job uids.
+  std::string job_uid;
 };
 
 }  // namespace latchkey

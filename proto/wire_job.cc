@@ -127,6 +127,7 @@ v1::Job ToProto(const JobInfo& job) {
     p->set_resume_step(a.resume_step);
     p->set_cause(a.cause);
   }
+  out.set_job_uid(job.job_uid);
   return out;
 }
 
@@ -167,6 +168,7 @@ JobInfo FromProto(const v1::Job& job) {
     out.attempts.push_back({a.attempt(), a.world(), a.tp(), a.dp(), a.gradient_accumulation_steps(),
                             a.resume_step(), a.cause()});
   }
+  out.job_uid = job.job_uid();
   return out;
 }
 

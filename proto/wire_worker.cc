@@ -36,6 +36,7 @@ v1::JoinResponse ToProto(const JoinInfo& info) {
   out.set_elastic(info.elastic);
   out.set_spare(info.spare);
   out.set_failure_reason(info.failure_reason);
+  out.set_job_uid(info.job_uid);
   return out;
 }
 
@@ -64,6 +65,7 @@ JoinInfo FromProto(const v1::JoinResponse& info) {
   out.elastic = info.elastic();
   out.spare = info.spare();
   out.failure_reason = info.failure_reason();
+  out.job_uid = info.job_uid();
   return out;
 }
 

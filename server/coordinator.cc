@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/job_uid.h"
 #include "common/status_macros.h"
 #include "server/coordinator_internal.h"
 #include "server/job_state_machine.h"
@@ -355,6 +356,7 @@ absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const JobSubmission& args,
   JobRecord rec;
   rec.seq = last_seq_ + 1;
   rec.job_id = args.job_id.empty() ? absl::StrFormat("job-%06d", rec.seq) : args.job_id;
+  rec.job_uid = NewJobUid();
   rec.state = JobState::kPending;
   rec.spec_json = std::move(spec_json);
   rec.base_dir = args.base_dir;

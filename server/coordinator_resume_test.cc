@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/job_uid.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
 #include "server/sqlite_store.h"
@@ -224,6 +225,61 @@ TEST(CoordinatorResumeTest, TheRejoinWindowOpensAtTheFirstJoin) {
   EXPECT_EQ(v.record.attempt, 3);
   EXPECT_EQ(v.record.restarts, 1);
   EXPECT_EQ(v.record.last_recovery_reason, "rank 1 did not rejoin attempt 2 within 30s");
+}
+
+// A job's uid (the identity its checkpoints carry) is drawn at submit, differs between the
+// job-000001 of two coordinators, reaches every rank at Join and GetJob, and stays the same
+// through a recovery, a resume and a restart of the coordinator.
+TEST(CoordinatorResumeTest, TheJobUidIsDrawnAtSubmitAndKeptAcrossAttemptsAndRestarts) {
+  ScopedTempDir dir;
+  const std::string db = dir.path() + "/coordinator.db";
+  auto other = Make();  // another coordinator, its own database
+  const SubmitResult elsewhere = *other->SubmitJob({Spec(), "", "", 0});
+  std::string uid;
+  SubmitResult job;
+  {
+    auto c = Make({}, db);
+    job = *c->SubmitJob({Spec(), "", "", 0});
+    ASSERT_EQ(job.job.record.job_id, elsewhere.job.record.job_id);  // both job-000001
+    uid = job.job.record.job_uid;
+    EXPECT_TRUE(IsJobUid(uid)) << uid;
+    EXPECT_EQ(uid.size(), static_cast<size_t>(kJobUidDigits));
+    EXPECT_NE(uid, elsewhere.job.record.job_uid);
+    const SubmitResult second = *c->SubmitJob({Spec(), "", "", 0});
+    EXPECT_NE(second.job.record.job_uid, uid);
+    EXPECT_EQ(ToJobInfo(*c->GetJob(job.job.record.job_id, false)).job_uid, uid);
+
+    JoinArgs a;
+    a.call = {job.job.record.job_id, job.join_token, "w0", -1, 0};
+    a.requested_rank = 0;
+    a.peer_host = "127.0.0.1";
+    EXPECT_EQ(c->Join(a)->job_uid, uid);
+    auto calls = JoinAll(*c, job, "w");
+    Steps(*c, calls, 0, 2);
+    ASSERT_TRUE(Checkpoint(*c, calls[0], 1, "one").ok());
+    ASSERT_EQ(c->ReportFailure(calls[1], "lost")->state, JobState::kRecovering);
+    a.call.worker_id = "v0";
+    auto rejoined = c->Join(a);
+    ASSERT_TRUE(rejoined.ok()) << rejoined.status();
+    EXPECT_EQ(rejoined->attempt, 2);
+    EXPECT_EQ(rejoined->resume_step, 1);
+    EXPECT_EQ(rejoined->job_uid, uid);
+    ASSERT_TRUE(c->CancelJob(job.job.record.job_id, "").ok());
+    auto resumed = c->ResumeJob(job.job.record.job_id, "");
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_EQ(resumed->record.job_uid, uid);
+  }
+  auto c = Make({}, db);
+  EXPECT_EQ(c->GetJob(job.job.record.job_id, false)->record.job_uid, uid);
+  auto calls = JoinAll(*c, job, "u");
+  JoinArgs a;
+  a.call = {job.job.record.job_id, job.join_token, "u0", -1, 0};
+  a.requested_rank = 0;
+  a.peer_host = "127.0.0.1";
+  auto joined = c->Join(a);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->attempt, 3);
+  EXPECT_EQ(joined->job_uid, uid);
 }
 
 }  // namespace

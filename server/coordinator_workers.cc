@@ -175,6 +175,7 @@ JoinResult Coordinator::JoinResultFor(const Job& j, int rank) const {
   out.hang_timeout = absl::Seconds(j.spec.hang_timeout_seconds);
   out.gradient_accumulation_steps = attempt.layout.gradient_accumulation_steps;
   out.elastic = j.attempts.elastic();
+  out.job_uid = j.rec.job_uid;
   return out;
 }
 

@@ -9,6 +9,7 @@ JobInfo ToJobInfo(const JobView& v) {
   const JobRecord& r = v.record;
   JobInfo out;
   out.job_id = r.job_id;
+  out.job_uid = r.job_uid;
   out.state = r.state;
   out.spec_json = r.spec_json;
   out.base_dir = r.base_dir;

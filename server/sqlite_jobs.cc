@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_uid.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/sqlite_stmt.h"
@@ -38,8 +39,8 @@ absl::Status SqliteStore::CreateJob(const JobRecord& j) {
       "next_first_micro_batch, failure_reason, warnings_json, create_us, update_us, no_sync, "
       "attempt, restarts, resume_step, resume_sha256, last_checkpoint_step, "
       "last_checkpoint_sha256, last_recovery_reason, stalled_json, determinism_violations, "
-      "submitter, next_first_sample) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,"
-      "?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30)";
+      "submitter, next_first_sample, job_uid) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,"
+      "?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31)";
   LK_ASSIGN_STMT(st, kSql);
   st.Bind(1, j.job_id).Bind(2, j.seq).Bind(3, static_cast<int>(j.state)).Bind(4, j.spec_json);
   st.Bind(5, j.base_dir).Bind(6, j.join_token).Bind(7, j.rendezvous_host);
@@ -51,7 +52,7 @@ absl::Status SqliteStore::CreateJob(const JobRecord& j) {
   st.Bind(17, Us(j.create_time)).Bind(18, Us(j.update_time));
   st.Bind(19, NoSyncText(j.policy.no_sync));
   BindFaults(st, 20, j);
-  st.Bind(29, j.submitter).Bind(30, j.next_first_sample);
+  st.Bind(29, j.submitter).Bind(30, j.next_first_sample).Bind(31, j.job_uid);
   return st.Run();
 }
 
@@ -76,14 +77,15 @@ void SqliteStore::BindFaults(Stmt& st, int first, const JobRecord& j) {
 }
 
 absl::StatusOr<std::vector<JobRecord>> SqliteStore::LoadJobs() {
-  LK_ASSIGN_STMT(st,
-                 "SELECT job_id, seq, state, spec_json, base_dir, join_token, rendezvous_host, "
-                 "rendezvous_port, rendezvous_host_fixed, kv_reduce, gas, generation, "
-                 "next_window, next_first_micro_batch, failure_reason, warnings_json, create_us, "
-                 "update_us, no_sync, attempt, restarts, resume_step, resume_sha256, "
-                 "last_checkpoint_step, last_checkpoint_sha256, last_recovery_reason, "
-                 "stalled_json, determinism_violations, submitter, next_first_sample FROM jobs "
-                 "ORDER BY seq");
+  LK_ASSIGN_STMT(
+      st,
+      "SELECT job_id, seq, state, spec_json, base_dir, join_token, rendezvous_host, "
+      "rendezvous_port, rendezvous_host_fixed, kv_reduce, gas, generation, "
+      "next_window, next_first_micro_batch, failure_reason, warnings_json, create_us, "
+      "update_us, no_sync, attempt, restarts, resume_step, resume_sha256, "
+      "last_checkpoint_step, last_checkpoint_sha256, last_recovery_reason, "
+      "stalled_json, determinism_violations, submitter, next_first_sample, job_uid FROM jobs "
+      "ORDER BY seq");
   std::vector<JobRecord> out;
   while (true) {
     LK_ASSIGN_OR_RETURN(bool row, st.Step());
@@ -126,6 +128,10 @@ absl::StatusOr<std::vector<JobRecord>> SqliteStore::LoadJobs() {
     LK_ASSIGN_OR_RETURN(j.stalled, StalledFromJson(where, st.Text(26)));
     j.determinism_violations = st.Int(27);
     if (j.attempt < 1) return Corrupt(where, absl::StrCat("attempt ", j.attempt, " is not >= 1"));
+    j.job_uid = st.Text(30);
+    if (!j.job_uid.empty() && !IsJobUid(j.job_uid)) {
+      return Corrupt(where, absl::StrCat("job_uid '", j.job_uid, "'"));
+    }
     out.push_back(std::move(j));
   }
   st.Reset();

@@ -82,7 +82,7 @@ TEST(SqliteMemoryColumnsTest, MigratesAVersion7FileAndStoresTheMemoryOfNewReport
     ASSERT_TRUE((*store)->InsertStepReport(fresh).ok());
   }
   EXPECT_EQ(Int(path, "PRAGMA user_version"), SqliteStore::kSchemaVersion);
-  EXPECT_EQ(SqliteStore::kSchemaVersion, 9);
+  EXPECT_EQ(SqliteStore::kSchemaVersion, 10);
   auto again = SqliteStore::Open(path);
   ASSERT_TRUE(again.ok()) << again.status();
   auto fresh = (*again)->LoadStepReport("job-000001", 1, 0);

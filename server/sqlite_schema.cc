@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_uid.h"
 #include "common/status_macros.h"
 #include "server/security.h"
 #include "server/sqlite_stmt.h"
@@ -196,6 +197,14 @@ DROP TABLE step_reports;
 ALTER TABLE step_reports_by_key RENAME TO step_reports;
 )sql";
 
+// v9 -> v10 (docs/fault-tolerance.md "Whose checkpoint is it"): every job keeps its uid, drawn
+// at submit, which its checkpoints carry (job ids repeat across coordinators). MigrateV9ToV10
+// draws one for every job before, as if it had been submitted now: the checkpoints such a job
+// wrote before carry none, so they are resumed by their manifest's SHA-256 and never pruned.
+constexpr const char* kMigrateV9ToV10 = R"sql(
+ALTER TABLE jobs ADD COLUMN job_uid TEXT NOT NULL DEFAULT '';
+)sql";
+
 }  // namespace
 
 absl::StatusOr<int> SqliteStore::SchemaVersion() {
@@ -258,6 +267,8 @@ absl::Status SqliteStore::Migrate(int from) {
       return Exec(kMigrateV7ToV8);
     case 8:
       return Exec(kMigrateV8ToV9);
+    case 9:
+      return MigrateV9ToV10();
   }
   return absl::InternalError(absl::StrCat("no migration from schema v", from));
 }
@@ -365,6 +376,26 @@ absl::Status SqliteStore::MigrateV5ToV6() {
   return Exec(
       "CREATE TRIGGER latches_no_update BEFORE UPDATE ON latches "
       "BEGIN SELECT RAISE(ABORT, 'latches are append-only'); END;");
+}
+
+absl::Status SqliteStore::MigrateV9ToV10() {
+  LK_RETURN_IF_ERROR(Exec(kMigrateV9ToV10));
+  std::vector<std::string> jobs;
+  {
+    LK_ASSIGN_STMT(st, "SELECT job_id FROM jobs");
+    while (true) {
+      LK_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      jobs.push_back(st.Text(0));
+    }
+    st.Reset();
+  }
+  for (const std::string& job_id : jobs) {
+    LK_ASSIGN_STMT(st, "UPDATE jobs SET job_uid = ?1 WHERE job_id = ?2");
+    st.Bind(1, NewJobUid()).Bind(2, job_id);
+    LK_RETURN_IF_ERROR(st.Run());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace latchkey

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_uid.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
 #include "server/sqlite_store.h"
@@ -100,7 +101,7 @@ TEST(SqliteSchemaTest, NewFileIsAtTheCurrentVersion) {
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
   EXPECT_EQ(RawInt(path, "PRAGMA user_version"), SqliteStore::kSchemaVersion);
-  EXPECT_EQ(SqliteStore::kSchemaVersion, 9);
+  EXPECT_EQ(SqliteStore::kSchemaVersion, 10);
 }
 
 // v9: step_reports is its key's B-tree (WITHOUT ROWID): no second B-tree repeats every
@@ -183,7 +184,7 @@ TEST(SqliteSchemaTest, MigratesAVersion1FileAndFillsTheMaskFromTheSpec) {
     ASSERT_EQ(latches->size(), 1u);
     EXPECT_EQ(latches->front().latch.no_sync, kMask);
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 9);  // v1 -> v2 -> ... -> v9
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 10);  // v1 -> v2 -> ... -> v10
   EXPECT_EQ(RawInt(path, "SELECT COUNT(*) FROM sqlite_master WHERE name='meta'"), 0);
   // The migration kept the audit append-only.
   EXPECT_NE(RawSql(path, "UPDATE policy_changes SET gas=7"), "");
@@ -192,6 +193,38 @@ TEST(SqliteSchemaTest, MigratesAVersion1FileAndFillsTheMaskFromTheSpec) {
   auto again = SqliteStore::Open(path);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ((*again)->LoadJobs()->front().policy.no_sync, kMask);
+}
+
+// v10: a job keeps the uid drawn at its submit (its checkpoints carry it). The jobs of a file from
+// before get one each, kept by every later open; a malformed stored uid is DATA_LOSS.
+TEST(SqliteSchemaTest, MigrationGivesEveryJobAUidOfItsOwn) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  ASSERT_EQ(RawSql(path, kV1Schema), "");
+  ASSERT_EQ(RawSql(path,
+                   "INSERT INTO jobs VALUES ('job-000002', 2, 2, "
+                   "'{\"latchkey\": {\"steps\": 4}}', '', 'tok', '', 29501, 0, 'auto', 0, "
+                   "0, 0, 0, '', '[]', 1, 1);"),
+            "");
+  std::vector<std::string> uids;
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto jobs = (*store)->LoadJobs();
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    ASSERT_EQ(jobs->size(), 2u);
+    for (const JobRecord& j : *jobs) {
+      EXPECT_TRUE(IsJobUid(j.job_uid)) << j.job_id << ": '" << j.job_uid << "'";
+      uids.push_back(j.job_uid);
+    }
+    EXPECT_NE(uids[0], uids[1]);
+  }
+  auto again = SqliteStore::Open(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->LoadJobs()->at(0).job_uid, uids[0]);
+  EXPECT_EQ((*again)->LoadJobs()->at(1).job_uid, uids[1]);
+  ASSERT_EQ(RawSql(path, "UPDATE jobs SET job_uid='../x' WHERE seq=2"), "");
+  EXPECT_EQ((*again)->LoadJobs().status().code(), absl::StatusCode::kDataLoss);
 }
 
 // A v2 file (the v1 tables with the no_sync columns, PRAGMA user_version 2) holding step reports
@@ -252,7 +285,7 @@ TEST(SqliteSchemaTest, MigratesAVersion2FileFillingTheLrOfEarlierReportsFromTheS
     next.report.eval_loss = 2.25;
     ASSERT_TRUE(*(*store)->InsertStepReport(next));
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 9);
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 10);
   // Reopening finds nothing to migrate and overwrites nothing.
   auto again = SqliteStore::Open(path);
   ASSERT_TRUE(again.ok()) << again.status();
@@ -328,7 +361,7 @@ TEST(SqliteSchemaTest, MigratesAVersion3FileToAttemptOneWithNoCheckpointOrEvents
     JobEventRecord e{"job-000001", absl::FromUnixSeconds(9), 2, "checkpoint", "after step 3"};
     ASSERT_TRUE((*store)->PutCheckpoint(c, next, e).ok());
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 9);
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 10);
   // The events are append-only, and so are the rebuilt latches.
   EXPECT_NE(RawSql(path, "UPDATE latches SET n=9"), "");
   EXPECT_NE(RawSql(path, "DELETE FROM latches"), "");
@@ -381,14 +414,14 @@ TEST(SqliteSchemaTest, RefusesAFileFromANewerVersionNamingFileAndVersions) {
   ScopedTempDir dir;
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 10"), "");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 11"), "");
   auto store = SqliteStore::Open(path);
   ASSERT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
   const std::string msg(store.status().message());
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
-  EXPECT_NE(msg.find("schema version 10"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("(9)"), std::string::npos) << msg;
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 10);  // left as it was
+  EXPECT_NE(msg.find("schema version 11"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(10)"), std::string::npos) << msg;
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 11);  // left as it was
 }
 
 TEST(SqliteSchemaTest, PolicyMaskIsStoredWithTheJobAndEveryChange) {

@@ -50,7 +50,7 @@ class SqliteStore : public JobStore {
   // latch's first_sample and the job's next one. v7: the attempts table (each attempt's layout),
   // latches keyed by the layout that decided them. v8: each step report's memory. v9:
   // step_reports WITHOUT ROWID (its key is the table).
-  static constexpr int kSchemaVersion = 9;
+  static constexpr int kSchemaVersion = 10;
 
   // Opens (creating if needed) the database at `path`; ":memory:" for tests.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,
@@ -125,6 +125,7 @@ class SqliteStore : public JobStore {
   absl::Status MigrateV3ToV4();
   absl::Status MigrateV4ToV5();
   absl::Status MigrateV5ToV6();
+  absl::Status MigrateV9ToV10();
   // The rows of a policy change and the job's current policy, inside the caller's transaction.
   absl::Status PolicyChangeRows(const PolicyChangeRecord& change);
   // Step reports with step in [from_step, to_step] of every rank (rank < 0) or one.

@@ -31,6 +31,9 @@ namespace latchkey {
 
 struct JobRecord {
   std::string job_id;
+  // Drawn at submit (NewJobUid), never changed: the identity the job's checkpoints carry, unique
+  // across coordinators (whose job ids repeat). Schema v10 gave every job before one.
+  std::string job_uid;
   int64_t seq = 0;  // submission order, 1-based
   JobState state = JobState::kPending;
   std::string spec_json;  // canonical (JobSpecToJson): paths absolute

@@ -1,13 +1,46 @@
 // `latchkey checkpoint inspect | export | convert`: resumable training checkpoints on disk, read
 // with the torch-free checkpoint library (worker/checkpoint/checkpoint_tools.h); no coordinator.
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/cli/cli.h"
 #include "worker/checkpoint/checkpoint_tools.h"
+#include "worker/checkpoint/train_checkpoint.h"
 
 namespace latchkey::cli {
+
+std::string OtherJobsCheckpointsWarning(const JobSpec& spec) {
+  if (!spec.checkpoint.enabled()) return "";
+  absl::StatusOr<std::vector<FoundCheckpoint>> found =
+      ListCheckpoints(spec.checkpoint.dir, CheckpointOwner());
+  if (!found.ok() || found->empty()) return "";
+  // (job id, job uid) -> steps, oldest first.
+  std::map<std::pair<std::string, std::string>, std::vector<int64_t>> jobs;
+  for (const FoundCheckpoint& c : *found) {
+    std::vector<int64_t>& steps = jobs[{c.manifest.job_id, c.manifest.job_uid}];
+    steps.insert(steps.begin(), c.step);
+  }
+  constexpr size_t kStepsShown = 8;
+  std::vector<std::string> parts;
+  for (const auto& [job, steps] : jobs) {
+    std::vector<int64_t> shown(steps.end() - std::min(steps.size(), kStepsShown), steps.end());
+    parts.push_back(
+        absl::StrCat(job.first, " (", job.second.empty() ? "no job_uid" : "job_uid " + job.second,
+                     ", ", steps.size() == 1 ? "step " : "steps ",
+                     steps.size() > shown.size() ? "... " : "", absl::StrJoin(shown, ", "), ")"));
+  }
+  return absl::StrCat(
+      "latchkey.checkpoint.dir ", spec.checkpoint.dir,
+      " already holds committed checkpoints of other jobs: ", absl::StrJoin(parts, "; "),
+      ". They are kept and never touched: this job's checkpoints carry its own "
+      "job uid, and it resumes from and prunes only those");
+}
 
 void AddCheckpointCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   (void)ctx;

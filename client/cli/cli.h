@@ -77,6 +77,11 @@ void AddLatchesCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code);  // up_command.cc
 // checkpoint_command.cc: `checkpoint inspect | export | convert` (no coordinator).
 void AddCheckpointCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+// What `submit`, `up` and `validate` warn of (checkpoint_command.cc) when the spec's
+// latchkey.checkpoint.dir, read on this machine, already holds committed checkpoints: a job not
+// yet submitted has none, so they are other jobs'. Names the folder, each job (id, uid, steps)
+// and that they are kept and never touched. "" when there are none (or no checkpointing).
+std::string OtherJobsCheckpointsWarning(const JobSpec& spec);
 // validate_command.cc: `validate SPEC` (also what `submit --dry-run` prints): no coordinator.
 void AddValidateCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 // run_commands.cc: `logs JOB` and `checkpoints JOB`, from the run folder `up` ran JOB in.

@@ -149,6 +149,7 @@ std::string JobTableRow(const JobInfo& job) {
 std::string JobDetails(const JobInfo& job) {
   std::string out;
   absl::StrAppend(&out, "job:          ", job.job_id, "\n");
+  if (!job.job_uid.empty()) absl::StrAppend(&out, "job_uid:      ", job.job_uid, "\n");
   absl::StrAppend(&out, "state:        ", JobStateName(job.state), "\n");
   if (!job.failure_reason.empty()) {
     absl::StrAppend(&out, "reason:       ", job.failure_reason, "\n");
@@ -300,6 +301,7 @@ std::string StatusJson(const JobInfo& job) {
   j["max_restarts"] = job.max_restarts;
   j["last_checkpoint_step"] = job.last_checkpoint_step;
   j["resume_step"] = job.resume_step;
+  j["job_uid"] = job.job_uid;  // "" from a coordinator before job uids
   j["last_recovery_reason"] = job.last_recovery_reason;
   j["determinism_violations"] = job.determinism_violations;
   nlohmann::json stalled = nlohmann::json::array();

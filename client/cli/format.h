@@ -28,7 +28,8 @@ std::string JobDetails(const JobInfo& job);  // multi-line `status` output
 // `latchkey --json status`: the job's proto JSON on one line, with the fault-tolerance fields
 // always present as numbers (attempt from 1, restarts, max_restarts, last_checkpoint_step -1 if
 // none, resume_step, determinism_violations) and arrays (stalled: [{rank, window, micro_batch,
-// where, seconds, attempt}], slowest: [{window, slowest_rank, lag_seconds}]), [] when empty.
+// where, seconds, attempt}], slowest: [{window, slowest_rank, lag_seconds}]), [] when empty, and
+// job_uid always present (a string; "" from a coordinator before job uids).
 std::string StatusJson(const JobInfo& job);
 // "rank 1 in window 12, micro-batch 3 (compute) for 14.0 s, attempt 1".
 std::string StalledLine(const StalledRank& s);

@@ -42,6 +42,22 @@ TEST(FormatJson, Int64sAreNumbersAndZeroValuesPresent) {
   EXPECT_EQ(ToJsonValue(ToProto(std::vector<JobInfo>{}))["jobs"], nlohmann::json::array());
 }
 
+// The job's uid (its checkpoints carry it): in status's JSON always, in its text when known.
+TEST(FormatJson, StatusShowsTheJobUid) {
+  JobInfo job;
+  job.job_id = "job-000001";
+  job.job_uid = "3f9c01d2a7b4e865";
+  const nlohmann::json j = nlohmann::json::parse(StatusJson(job));
+  EXPECT_EQ(j["job_uid"], "3f9c01d2a7b4e865") << j.dump();
+  EXPECT_NE(JobDetails(job).find("job:          job-000001\njob_uid:      3f9c01d2a7b4e865\n"),
+            std::string::npos)
+      << JobDetails(job);
+  EXPECT_EQ(FromProto(ToProto(job)).job_uid, "3f9c01d2a7b4e865");
+  job.job_uid.clear();  // a coordinator before job uids
+  EXPECT_EQ(nlohmann::json::parse(StatusJson(job))["job_uid"], "");
+  EXPECT_EQ(JobDetails(job).find("job_uid"), std::string::npos);
+}
+
 TEST(FormatProgress, RecoveringShowsTheCause) {
   JobInfo job;
   job.steps = 20;

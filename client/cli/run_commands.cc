@@ -142,7 +142,8 @@ void AddCheckpointsCommand(CLI::App& app, const CliContext& ctx, int* exit_code)
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
       "checkpoints",
-      "List a job's committed checkpoints: step, size, when, the layout that wrote it");
+      "List a job's committed checkpoints (those carrying its job uid): step, size, when, the "
+      "layout that wrote it");
   sub->add_option("job", args->job_id, "job id")->required();
   sub->add_option("--run-dir", args->run_dir,
                   "the run folder `up` used (default: the one up recorded for the job at "
@@ -151,58 +152,73 @@ void AddCheckpointsCommand(CLI::App& app, const CliContext& ctx, int* exit_code)
                   "the checkpoint folder (default: the job's latchkey.checkpoint.dir, from the "
                   "run `up` recorded, else from the coordinator)");
   sub->callback([args, &ctx, exit_code] {
+    // The folder, and the job's uid: from the run `up` recorded, else from the coordinator.
     std::string root = args->dir;
-    if (root.empty()) {
-      absl::StatusOr<RunRecord> run =
-          ResolveRun(args->job_id, ExplicitCoordinator(ctx), args->run_dir);
-      // A run folder named, or several runs of the id: that run or nothing.
-      if (run.ok() && !args->run_dir.empty()) {
-        if (absl::StatusOr<std::string> records = FindJobRecords(*run); !records.ok()) {
-          *exit_code = Fail(records.status());
-          return;
-        }
-      }
-      if (!run.ok() && (!args->run_dir.empty() || !absl::IsNotFound(run.status()))) {
-        *exit_code = Fail(run.status());
+    CheckpointOwner owner(args->job_id);
+    absl::StatusOr<RunRecord> run =
+        ResolveRun(args->job_id, ExplicitCoordinator(ctx), args->run_dir);
+    // A run folder named, or several runs of the id: that run or nothing.
+    if (run.ok() && !args->run_dir.empty()) {
+      if (absl::StatusOr<std::string> records = FindJobRecords(*run); !records.ok()) {
+        *exit_code = Fail(records.status());
         return;
       }
-      if (run.ok()) {
-        root = run->checkpoint_dir;
+    }
+    if (!run.ok() && (!args->run_dir.empty() || !absl::IsNotFound(run.status()))) {
+      *exit_code = Fail(run.status());
+      return;
+    }
+    // A run `up` recorded: never asked of a coordinator, whose job of the same id (ids repeat
+    // across coordinators) may be another job.
+    if (run.ok()) {
+      owner.job_uid = run->job_uid;
+      if (root.empty()) root = run->checkpoint_dir;
+      if (root.empty()) {
+        *exit_code = Fail(absl::NotFoundError(
+            absl::StrCat("job ", args->job_id, ": its spec has no latchkey.checkpoint")));
+        return;
+      }
+    } else {
+      // Not a job `up` ran (or not at this coordinator): its coordinator knows its spec and uid.
+      // With --dir the folder is known: a coordinator that cannot answer only leaves the uid
+      // unknown.
+      JobClient client(ctx.client_options());
+      absl::StatusOr<JobInfo> job = client.GetJob(args->job_id);
+      if (!job.ok() && root.empty()) {
+        *exit_code = Fail(job.status());
+        return;
+      }
+      if (job.ok()) {
+        owner.job_uid = job->job_uid;
         if (root.empty()) {
-          *exit_code = Fail(absl::NotFoundError(
-              absl::StrCat("job ", args->job_id, ": its spec has no latchkey.checkpoint")));
-          return;
+          absl::StatusOr<JobSpec> spec = ParseJobSpec(job->spec_json, job->base_dir);
+          if (!spec.ok()) {
+            *exit_code = Fail(spec.status());
+            return;
+          }
+          if (!spec->checkpoint.enabled()) {
+            *exit_code = Fail(absl::NotFoundError(
+                absl::StrCat("job ", args->job_id, ": its spec has no latchkey.checkpoint")));
+            return;
+          }
+          root = spec->checkpoint.dir;
         }
-      } else {
-        // Not a job `up` ran (or not at this coordinator): its coordinator knows its spec.
-        JobClient client(ctx.client_options());
-        absl::StatusOr<JobInfo> job = client.GetJob(args->job_id);
-        if (!job.ok()) {
-          *exit_code = Fail(job.status());
-          return;
-        }
-        absl::StatusOr<JobSpec> spec = ParseJobSpec(job->spec_json, job->base_dir);
-        if (!spec.ok()) {
-          *exit_code = Fail(spec.status());
-          return;
-        }
-        if (!spec->checkpoint.enabled()) {
-          *exit_code = Fail(absl::NotFoundError(
-              absl::StrCat("job ", args->job_id, ": its spec has no latchkey.checkpoint")));
-          return;
-        }
-        root = spec->checkpoint.dir;
       }
     }
-    std::vector<std::pair<std::string, CheckpointManifest>> found;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(root, ec)) {
-      const std::string name = e.path().filename().string();
-      if (!e.is_directory() || name.rfind("step-", 0) != 0) continue;  // temporaries skipped
-      absl::StatusOr<CheckpointManifest> m = ReadCheckpointManifest(e.path().string(), "");
-      if (!m.ok() || m->job_id != args->job_id) continue;  // not committed, or another job's
-      found.emplace_back(e.path().string(), *std::move(m));
+    if (owner.job_uid.empty() && !ctx.json) {  // --json: its job_uid "" says it
+      // Job ids repeat across coordinators: without the uid, every job of this id is listed.
+      std::cerr << "latchkey: job " << args->job_id
+                << ": its job uid is unknown here: listing the checkpoints of every job with this "
+                   "id in "
+                << root << "\n";
     }
+    absl::StatusOr<std::vector<FoundCheckpoint>> listed = ListCheckpoints(root, owner);
+    if (!listed.ok()) {
+      *exit_code = Fail(listed.status());
+      return;
+    }
+    std::vector<std::pair<std::string, CheckpointManifest>> found;
+    for (FoundCheckpoint& c : *listed) found.emplace_back(c.dir, std::move(c.manifest));
     // A folder that does not exist yet (made at the first checkpoint) lists nothing.
     std::sort(found.begin(), found.end(),
               [](const auto& a, const auto& b) { return a.second.step < b.second.step; });
@@ -226,6 +242,7 @@ void AddCheckpointsCommand(CLI::App& app, const CliContext& ctx, int* exit_code)
                         {"dp", m.dp},
                         {"zero_stage", m.zero_stage},
                         {"bf16", m.bf16},
+                        {"job_uid", m.job_uid},
                         {"dir", dir}});
       } else {
         std::cout << absl::StrFormat("%-8d %-12d %-20s %-7d %-26s %s\n", m.step, bytes,
@@ -234,9 +251,12 @@ void AddCheckpointsCommand(CLI::App& app, const CliContext& ctx, int* exit_code)
       }
     }
     if (ctx.json) {
-      std::cout
-          << nlohmann::json{{"job_id", args->job_id}, {"dir", root}, {"checkpoints", list}}.dump()
-          << "\n";
+      std::cout << nlohmann::json{{"job_id", args->job_id},
+                                  {"job_uid", owner.job_uid},
+                                  {"dir", root},
+                                  {"checkpoints", list}}
+                       .dump()
+                << "\n";
     }
     *exit_code = kOk;
   });

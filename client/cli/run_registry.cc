@@ -47,6 +47,7 @@ std::optional<RunRecord> FromJson(const nlohmann::json& j, const std::string& jo
   r.world = static_cast<int>(Int(j, "world"));
   r.coordinator = Str(j, "coordinator");
   r.recorded_unix_seconds = Int(j, "recorded_unix_seconds");
+  r.job_uid = Str(j, "job_uid");
   if (r.job_id.empty() || r.run_dir.empty()) return std::nullopt;
   return r;
 }
@@ -57,6 +58,7 @@ nlohmann::json ToJson(const RunRecord& r) {
           {"run_dir", r.run_dir},
           {"checkpoint_dir", r.checkpoint_dir},
           {"world", r.world},
+          {"job_uid", r.job_uid},
           {"recorded_unix_seconds", r.recorded_unix_seconds}};
 }
 

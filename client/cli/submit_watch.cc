@@ -137,6 +137,10 @@ void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
       *exit_code = SpecExitCode(spec.status());
       return;
     }
+    // Checked here, on the machine submit runs on: the coordinator may not see the folder.
+    if (const std::string w = OtherJobsCheckpointsWarning(*spec); !w.empty()) {
+      std::cerr << "warning: " << w << "\n";
+    }
     if (args->dry_run) {
       std::cout << DescribeValidSpec(*spec, !args->no_file_check) << "dry run: nothing submitted\n";
       *exit_code = kOk;

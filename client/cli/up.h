@@ -43,6 +43,9 @@ struct RunRecord {
   int world = 0;
   std::string coordinator;  // the address of the coordinator `up` ran it on; "" when not known
   int64_t recorded_unix_seconds = 0;  // when `up` recorded it (RecordRun sets it)
+  // The job's uid (common/job_uid.h): `checkpoints JOB` lists the checkpoints that carry it.
+  // "" when unknown (a record written before job uids).
+  std::string job_uid;
 };
 std::string RunRegistryPath();  // "" when neither XDG_STATE_HOME nor HOME is set
 // Every record, newest first; none when the file is missing or unreadable.
@@ -135,8 +138,9 @@ struct PreparedRun {
 // live `up` holds is refused), the last job's records set aside (SetAsidePreviousRecords: they
 // stay in RUN/jobs/JOB, its port files go), the spec kept in it as
 // RUN/spec.json (the canonical form: absolute paths, so it can be passed back from anywhere), the
-// admin token and the certificates made. Prints the built-in spec's line, and warns when a live
-// run recorded in the run registry uses the same checkpoint folder. up_prepare.cc.
+// admin token and the certificates made. Prints the built-in spec's line, warns when a live run
+// recorded in the run registry uses the same checkpoint folder, and when that folder holds
+// committed checkpoints of other jobs (OtherJobsCheckpointsWarning). up_prepare.cc.
 absl::StatusOr<PreparedRun> Prepare(const UpOptions& o);
 
 // A CA and a certificate for 127.0.0.1/localhost signed by it, made with the openssl CLI in

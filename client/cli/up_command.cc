@@ -181,6 +181,7 @@ absl::StatusOr<RunningCoordinator> StartCoordinator(const CliContext& user_ctx, 
 struct SubmittedJob {
   std::string id;
   std::string join_token;
+  std::string uid;  // the job's uid (common/job_uid.h): recorded with the run
 };
 
 // Submits the spec with a rendezvous on this machine and prints the job line. On failure the
@@ -202,7 +203,7 @@ absl::StatusOr<SubmittedJob> Submit(const PreparedRun& run, const RunningCoordin
   std::printf("job          %s  (%d workers, run folder %s)\n", submitted->job_id.c_str(),
               run.world, run.dir.c_str());
   std::fflush(stdout);
-  return SubmittedJob{submitted->job_id, submitted->join_token};
+  return SubmittedJob{submitted->job_id, submitted->join_token, submitted->job.job_uid};
 }
 
 // Rank r's worker command line and environment (the same for every restart of it).
@@ -453,6 +454,7 @@ int RunUp(const CliContext& ctx, const UpOptions& o) {
   record.checkpoint_dir = run->checkpoint_dir;
   record.world = run->world;
   record.coordinator = coordinator->ctx.coordinator;
+  record.job_uid = job->uid;
   if (absl::Status st = RecordRun(record); !st.ok()) {
     std::fprintf(stderr, "latchkey up: warning: cannot record the run in %s: %s\n",
                  RunRegistryPath().c_str(), std::string(st.message()).c_str());

@@ -131,6 +131,9 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o) {
                    "jobs will resume from each other's checkpoints only if they are the same job\n",
                    other.c_str(), run.checkpoint_dir.c_str());
     }
+    if (const std::string w = OtherJobsCheckpointsWarning(*spec); !w.empty()) {
+      std::fprintf(stderr, "latchkey up: warning: %s\n", w.c_str());
+    }
   }
   // The last job's records stay in RUN/jobs/; the top level will point at this job's.
   SetAsidePreviousRecords(run.dir);

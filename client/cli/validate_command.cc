@@ -192,6 +192,9 @@ void AddValidateCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
       *exit_code = SpecExitCode(spec.status());
       return;
     }
+    if (const std::string w = OtherJobsCheckpointsWarning(*spec); !w.empty()) {
+      std::cerr << "warning: " << w << "\n";
+    }
     if (ctx.json) {
       nlohmann::json j = {{"valid", true},
                           {"world_size", spec->world_size},

@@ -64,6 +64,7 @@ void ExpectKeys(const json& j, const std::map<std::string, T>& keys, const std::
 // docs/cli.md "A job": every key, present also when zero or empty.
 const std::map<std::string, T>& JobKeys() {
   static const std::map<std::string, T> keys = {{"job_id", T::kString},
+                                                {"job_uid", T::kString},
                                                 {"state", T::kString},
                                                 {"spec_json", T::kString},
                                                 {"base_dir", T::kString},
@@ -199,7 +200,11 @@ TEST(CliJson, EveryCommandsOutputHasTheDocumentedShape) {
 
   const json none =
       ParseLine(Cli({"--json", "checkpoints", job, "--dir", dir / "ckpt"}), "checkpoints");
-  ExpectKeys(none, {{"job_id", T::kString}, {"dir", T::kString}, {"checkpoints", T::kArray}},
+  ExpectKeys(none,
+             {{"job_id", T::kString},
+              {"job_uid", T::kString},
+              {"dir", T::kString},
+              {"checkpoints", T::kArray}},
              "checkpoints");
   EXPECT_TRUE(none["checkpoints"].empty());
 }

@@ -164,8 +164,13 @@ TEST_P(AsyncCheckpointBig, KilledDuringABackgroundWriteThenResumedEqualsAnUninte
   // (its file written, no manifest) or, killed as its write began, nothing.
   const std::string left = Entries(dir + "/ckpt");
   const bool written = std::string(GetParam()) == "checkpoint.after_rank_files";
-  EXPECT_EQ(left, written ? ".step-00000003.a1.tmp step-00000001" : "step-00000001");
-  const std::string partial = dir + "/ckpt/.step-00000003.a1.tmp";
+  // The run's temporary folders carry its job uid, which its committed checkpoints name too.
+  const nlohmann::json manifest = nlohmann::json::parse(
+      ReadText(dir + "/ckpt/step-00000001/manifest.json"), nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(manifest.is_object()) << left;
+  const std::string temp = ".step-00000003." + manifest.value("job_uid", "") + ".a1.tmp";
+  EXPECT_EQ(left, written ? temp + " step-00000001" : "step-00000001");
+  const std::string partial = dir + "/ckpt/" + temp;
   EXPECT_FALSE(fs::exists(partial + "/manifest.json")) << left;
   EXPECT_EQ(fs::exists(partial + "/rank-00000.safetensors"), written) << left;
 

@@ -181,7 +181,13 @@ TEST_P(StandaloneResume, KilledDuringACheckpointThenResumedEqualsAnUninterrupted
   EXPECT_EQ(std::count(left.begin(), left.end(), "step-00000003"), 1) << Joined(left);
   EXPECT_EQ(std::count(left.begin(), left.end(), "step-00000005"), 0) << Joined(left);
   // The partial folder of step 5 is there, with rank 1's file and no manifest.
-  const std::string partial = crashed_ / "ckpt/.step-00000005.a1.tmp";
+  // Named after the run's job uid, which its committed checkpoints carry too.
+  const nlohmann::json manifest =
+      nlohmann::json::parse(ReadText(crashed_ / "ckpt/step-00000003/manifest.json"), nullptr,
+                            /*allow_exceptions=*/false);
+  ASSERT_TRUE(manifest.is_object()) << Joined(left);
+  const std::string partial =
+      crashed_ / ("ckpt/.step-00000005." + manifest.value("job_uid", "") + ".a1.tmp");
   EXPECT_TRUE(fs::exists(partial + "/rank-00001.safetensors")) << Joined(left);
   EXPECT_FALSE(fs::exists(partial + "/manifest.json"));
   // Every rank ran steps 0..4; step 5 ran but never finished its checkpoint. Synchronous: step

@@ -315,7 +315,7 @@ TEST(ResumeRefusal, CorruptedRankFileIsDataLoss) {
     EXPECT_NE(st.message().find(piece->file), std::string::npos) << st;
   }
   // And it is never chosen as the one to resume from.
-  absl::StatusOr<std::optional<int64_t>> newest = NewestValidCheckpoint(dir / "ckpt", "");
+  absl::StatusOr<std::optional<FoundCheckpoint>> newest = NewestValidCheckpoint(dir / "ckpt", "");
   ASSERT_TRUE(newest.ok()) << newest.status();
   EXPECT_FALSE(newest->has_value());
 }

@@ -37,13 +37,15 @@ CheckpointManifest Wanted(const TrainingState& s) {
 
 absl::Status LoadTrainingCheckpoint(TrainingState& state, const std::string& step_dir,
                                     const std::string& expected_job_id,
-                                    const std::string& manifest_sha256) {
+                                    const std::string& manifest_sha256,
+                                    const std::string& expected_job_uid) {
   const comm::ProcessGroups& g = *state.groups;
   ParamStore& store = *state.params;
   const FlatOps& ops = *state.ops;
   if (g.recorder) g.recorder->SetPhase(RankPhase::kCheckpoint);
   LK_ASSIGN_OR_RETURN(CheckpointManifest m, ReadCheckpointManifest(step_dir, manifest_sha256));
-  LK_RETURN_IF_ERROR(CheckManifestFits(step_dir, m, Wanted(state), expected_job_id));
+  LK_RETURN_IF_ERROR(
+      CheckManifestFits(step_dir, m, Wanted(state), expected_job_id, expected_job_uid));
   const ResumePoint point = ResumePointFor(m, g.dp, state.spec->micro_batch_size);
   LK_ASSIGN_OR_RETURN(std::unique_ptr<PieceReader> reader,
                       PieceReader::Open(step_dir, std::move(m)));

@@ -113,7 +113,8 @@ absl::StatusOr<std::string> ConvertCheckpoint(const std::string& src_step_dir,
   absl::StatusOr<LayoutTable> table = LayoutTable::Build(LayoutOfManifest(src));
   if (!table.ok()) return table.status();
   if (absl::Status st = CreateDirectories(dst_root); !st.ok()) return st;
-  const std::string temp = JoinPath(dst_root, CheckpointTempDirName(src.step, src.attempt));
+  const std::string temp =
+      JoinPath(dst_root, CheckpointTempDirName(src.step, src.job_uid, src.attempt));
   CheckpointManifest dst = src;
   dst.version = 2;
   dst.files.clear();
@@ -144,9 +145,9 @@ absl::StatusOr<std::string> ConvertCheckpoint(const std::string& src_step_dir,
       TensorsFromDigests(*table, digests, src.step);
   if (!tensors.ok()) return tensors.status();
   dst.tensors = *std::move(tensors);
-  absl::StatusOr<std::string> sha = CommitCheckpoint(dst_root, temp, dst);
-  if (!sha.ok()) return sha.status();
-  return JoinPath(dst_root, CheckpointStepDirName(src.step));
+  absl::StatusOr<CommittedCheckpoint> done = CommitCheckpoint(dst_root, temp, dst);
+  if (!done.ok()) return done.status();
+  return done->dir;
 }
 
 }  // namespace latchkey

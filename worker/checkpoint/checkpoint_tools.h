@@ -30,7 +30,8 @@ absl::Status ExportCheckpointToHf(const std::string& step_dir, const std::string
 // (dst_root/step-N, committed as a save commits: rank files, then the manifest last), with the
 // pieces the writing layout would have written. The result keeps the source's data position
 // (next_first_sample -1: derived at load, as for version 1) and records seed 0 (version 1 did
-// not record it). Returns the new step folder.
+// not record it). Version 1 had no job uid and neither has the result: FAILED_PRECONDITION when
+// dst_root/step-N holds another job's checkpoint (CommitCheckpoint). Returns the new step folder.
 absl::StatusOr<std::string> ConvertCheckpoint(const std::string& src_step_dir,
                                               const std::string& dst_root);
 

@@ -41,7 +41,8 @@ constexpr int kDigestBytes = 64;
 constexpr int kSizeAt = 1;
 constexpr int kDigestAt = kSizeAt + 8;
 constexpr int kRegionsAt = kDigestAt + kDigestBytes;
-// Rank 0's commit outcome: ok (1 byte), the manifest's SHA-256.
+// Rank 0's commit outcome: 0 failed, 1 committed as step-N, 2 as step-N.<job uid> (1 byte);
+// the manifest's SHA-256.
 constexpr int kOutcome = 1 + kDigestBytes;
 
 void PutDigest(const std::string& hex, uint8_t* out) {
@@ -161,6 +162,7 @@ absl::Status StageTrainingCheckpoint(const TrainingState& state,
   CheckpointManifest& m = x.manifest;
   m = CheckpointManifest();
   m.job_id = req.job_id.empty() ? "standalone" : req.job_id;
+  m.job_uid = req.job_uid;
   m.step = state.position.step;
   m.attempt = req.attempt;
   m.latch_generation = state.position.latch_generation;
@@ -182,7 +184,7 @@ absl::Status StageTrainingCheckpoint(const TrainingState& state,
   x.rank = g.rank;
   x.world = g.world_size;
   x.root = req.root;
-  x.temp = JoinPath(req.root, CheckpointTempDirName(m.step, req.attempt));
+  x.temp = JoinPath(req.root, CheckpointTempDirName(m.step, req.job_uid, req.attempt));
   x.entry = {};
   x.digests.clear();
   return absl::OkStatus();
@@ -258,20 +260,23 @@ absl::StatusOr<CheckpointCommit> CommitStagedCheckpoint(const TrainingState& sta
   absl::Status commit_status;
   if (g.rank == 0) {
     MaybeCrash("checkpoint.before_commit", g.rank, step);
-    absl::StatusOr<std::string> sha = CommitCheckpoint(x.root, temp, manifest);
-    outcome[0] = sha.ok() ? 1 : 0;
-    if (sha.ok()) PutDigest(*sha, outcome + 1);
-    commit_status = sha.status();
+    absl::StatusOr<CommittedCheckpoint> done = CommitCheckpoint(x.root, temp, manifest);
+    if (done.ok()) {
+      // Every rank names the folder: step-N, or step-N.<uid> when step-N is another job's.
+      outcome[0] = done->dir == JoinPath(x.root, CheckpointStepDirName(step)) ? 1 : 2;
+      PutDigest(done->manifest_sha256, outcome + 1);
+    }
+    commit_status = done.status();
   }
   LK_RETURN_IF_ERROR(ExchangeBytes(state, outcome, kOutcome, outcome, /*gather=*/false));
   LK_RETURN_IF_ERROR(g.world->Barrier());
   LK_RETURN_IF_ERROR(commit_status);
-  if (outcome[0] != 1) {
+  if (outcome[0] != 1 && outcome[0] != 2) {
     return absl::InternalError("checkpoint of step " + std::to_string(step) +
                                ": rank 0 could not commit " + temp);
   }
   c.step = step;
-  c.dir = JoinPath(x.root, CheckpointStepDirName(step));
+  c.dir = JoinPath(x.root, CheckpointStepDirName(step, outcome[0] == 2 ? manifest.job_uid : ""));
   c.manifest_sha256 = GetDigest(outcome + 1);
   return c;
 }

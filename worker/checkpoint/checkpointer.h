@@ -31,6 +31,9 @@ struct TrainingState;
 struct TrainingCheckpointRequest {
   std::string root;    // latchkey.checkpoint.dir
   std::string job_id;  // empty: "standalone"
+  // The job's uid (common/job_uid.h): the manifest names it, and the temporary and committed
+  // folders are this job's by it. Empty: a writer without one (its saves are never pruned).
+  std::string job_uid;
   int64_t attempt = 1;
   int compute_threads = 1;
 };
@@ -96,12 +99,14 @@ absl::StatusOr<CheckpointCommit> SaveTrainingCheckpoint(const TrainingState& sta
 // that meet what it holds, checks each piece's SHA-256 (version 1: every file's) and every
 // file's size (DATA_LOSS naming the file), and, when `manifest_sha256` is non-empty, the
 // manifest's SHA-256. Dropout generator states are not restored (version 1's rng.* tensors are
-// ignored). Refuses (FAILED_PRECONDITION naming the field) a checkpoint of another job (unless
-// `expected_job_id` is empty), optimizer or model. A refused checkpoint, or one whose pieces do
-// not verify, changes nothing.
+// ignored). Refuses (FAILED_PRECONDITION naming the field) a checkpoint of another job (its
+// job_id, unless `expected_job_id` is empty; its job_uid, unless `expected_job_uid` or the
+// manifest's is empty), optimizer or model. A refused checkpoint, or one whose pieces do not
+// verify, changes nothing.
 absl::Status LoadTrainingCheckpoint(TrainingState& state, const std::string& step_dir,
                                     const std::string& expected_job_id,
-                                    const std::string& manifest_sha256);
+                                    const std::string& manifest_sha256,
+                                    const std::string& expected_job_uid = "");
 
 // Collective (every rank): gathers the shards (the fp32 master in bf16 mode) and, on global rank
 // 0 only, writes an HF checkpoint into `dir` (hf_checkpoint.h).

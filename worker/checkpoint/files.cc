@@ -125,6 +125,23 @@ bool IsRegularFile(const std::string& path) {
   return kind.ok() && *kind == PathKind::kFile;
 }
 
+absl::Status FsyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot open folder", dir, errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return ErrnoError("cannot fsync folder", dir, err);
+  return absl::OkStatus();
+}
+
+absl::Status RemoveTree(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
 std::string JoinPath(absl::string_view dir, absl::string_view name) {
   if (!dir.empty() && dir.back() == '/') return absl::StrCat(dir, name);
   return absl::StrCat(dir, "/", name);

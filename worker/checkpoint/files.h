@@ -36,6 +36,12 @@ absl::StatusOr<PathKind> GetPathKind(const std::string& path);
 // True when `path` is (a symlink to) a regular file; false for anything else or any error.
 bool IsRegularFile(const std::string& path);
 
+// fsyncs the folder itself (its entries: a rename or removal in it becomes durable).
+absl::Status FsyncDirectory(const std::string& dir);
+
+// Removes `path` and everything under it (OK when it is missing). INTERNAL naming `path`.
+absl::Status RemoveTree(const std::string& path);
+
 // `dir` + "/" + `name`, without doubling a trailing slash of `dir`.
 std::string JoinPath(absl::string_view dir, absl::string_view name);
 

@@ -118,7 +118,7 @@ void RoundTrip(const LayoutSpec& from, const LayoutSpec& to) {
   absl::StatusOr<LayoutTable> src = LayoutTable::Build(from);
   absl::StatusOr<LayoutTable> dst = LayoutTable::Build(to);
   ASSERT_TRUE(src.ok() && dst.ok());
-  const std::string temp = JoinPath(root.path(), CheckpointTempDirName(2, 1));
+  const std::string temp = JoinPath(root.path(), CheckpointTempDirName(2, "", 1));
   CheckpointManifest m;
   m.step = 2;
   m.next_window = 3;

@@ -12,10 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job_uid.h"
 #include "common/model_config.h"
 #include "common/spec_limits.h"
 #include "nlohmann/json.hpp"
 #include "worker/checkpoint/files.h"
+#include "worker/checkpoint/train_checkpoint_internal.h"
 
 namespace latchkey {
 namespace {
@@ -24,16 +26,6 @@ constexpr char kManifestName[] = "manifest.json";
 
 absl::Status OsError(absl::string_view what, const std::string& path, int err) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(err)));
-}
-
-absl::Status FsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return OsError("cannot open folder", dir, errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return OsError("cannot fsync folder", dir, err);
-  return absl::OkStatus();
 }
 
 // Writes `contents` to `path` (created or truncated) and fsyncs it.
@@ -67,57 +59,6 @@ absl::Status Rename(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
-absl::Status RemoveAll(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", ec.message()));
-  return absl::OkStatus();
-}
-
-// "step-00000011" -> 11; -1 for any other name.
-int64_t ParseStepDirName(const std::string& name) {
-  const std::string kPrefix = "step-";
-  if (name.size() != kPrefix.size() + 8 || name.compare(0, kPrefix.size(), kPrefix) != 0) {
-    return -1;
-  }
-  int64_t step = 0;
-  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return -1;
-    step = step * 10 + (name[i] - '0');
-  }
-  return step;
-}
-
-bool IsTempDirName(const std::string& name) {
-  return name.size() > 10 && name.compare(0, 6, ".step-") == 0 &&
-         name.compare(name.size() - 4, 4, ".tmp") == 0;
-}
-
-struct RootEntries {
-  std::vector<int64_t> steps;           // committed step-N folders, newest first
-  std::vector<std::string> temp_names;  // .step-*.tmp folders
-};
-
-absl::StatusOr<RootEntries> ListRoot(const std::string& root) {
-  RootEntries out;
-  std::error_code ec;
-  std::filesystem::directory_iterator it(root, ec);
-  if (ec == std::errc::no_such_file_or_directory) return out;
-  if (ec) return absl::InternalError(absl::StrCat("cannot list ", root, ": ", ec.message()));
-  for (const auto& entry : it) {
-    std::error_code dir_ec;
-    if (!entry.is_directory(dir_ec)) continue;
-    const std::string name = entry.path().filename().string();
-    if (int64_t step = ParseStepDirName(name); step >= 0) {
-      out.steps.push_back(step);
-    } else if (IsTempDirName(name)) {
-      out.temp_names.push_back(name);
-    }
-  }
-  std::sort(out.steps.rbegin(), out.steps.rend());
-  return out;
-}
-
 nlohmann::ordered_json TensorsToJson(const std::vector<CheckpointTensor>& tensors) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const CheckpointTensor& t : tensors) {
@@ -148,6 +89,7 @@ std::string SerializeManifest(const CheckpointManifest& m) {
   const bool v2 = m.version >= 2;
   j["format"] = v2 ? kTrainCheckpointFormat : kTrainCheckpointFormatV1;
   j["job_id"] = m.job_id;
+  if (!m.job_uid.empty()) j["job_uid"] = m.job_uid;
   j["step"] = m.step;
   j["attempt"] = m.attempt;
   j["latch_generation"] = m.latch_generation;
@@ -224,6 +166,11 @@ absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& text,
                                               kTrainCheckpointFormatV1, "\""));
     }
     m.job_id = j.at("job_id").get<std::string>();
+    m.job_uid = j.value("job_uid", std::string());  // absent before job uids
+    if (!m.job_uid.empty() && !IsJobUid(m.job_uid)) {
+      return absl::DataLossError(absl::StrCat(source, ": job_uid \"", m.job_uid,
+                                              "\" is not 8 to 64 lowercase hex digits"));
+    }
     m.step = j.at("step").get<int64_t>();
     m.attempt = j.at("attempt").get<int64_t>();
     m.latch_generation = j.at("latch_generation").get<int64_t>();
@@ -275,52 +222,49 @@ absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& text,
   return m;
 }
 
-// The manifest of step_dir, its SHA-256 checked against `expected` when non-empty.
+}  // namespace
+
 absl::StatusOr<CheckpointManifest> ReadManifestOnly(const std::string& step_dir,
-                                                    absl::string_view expected) {
+                                                    absl::string_view expected,
+                                                    std::string* sha256) {
   if (absl::Status st = CheckPathUnderEnvRoots("latchkey.checkpoint.dir", step_dir); !st.ok()) {
     return st;
   }
   const std::string path = JoinPath(step_dir, kManifestName);
   absl::StatusOr<std::string> text = ReadWholeFile(path);
   if (!text.ok()) return text.status();
-  if (!expected.empty()) {
-    const std::string sha = Sha256Hex(*text);
-    if (sha != expected) {
-      return absl::DataLossError(absl::StrCat(path, ": SHA-256 ", sha, ", expected ", expected));
-    }
+  const std::string sha = Sha256Hex(*text);
+  if (!expected.empty() && sha != expected) {
+    return absl::DataLossError(absl::StrCat(path, ": SHA-256 ", sha, ", expected ", expected));
   }
+  if (sha256 != nullptr) *sha256 = sha;
   absl::StatusOr<CheckpointManifest> m = ParseManifest(*text, path);
   if (!m.ok()) return m.status();
   const std::string base = std::filesystem::path(step_dir).lexically_normal().filename().string();
-  if (int64_t step = ParseStepDirName(base); step >= 0 && step != m->step) {
-    return absl::DataLossError(absl::StrCat(path, ": step ", m->step, " in folder ", base));
+  if (std::optional<CheckpointDirName> name = ParseCheckpointDirName(base)) {
+    if (name->step != m->step) {
+      return absl::DataLossError(absl::StrCat(path, ": step ", m->step, " in folder ", base));
+    }
+    // step-N.<uid> is named after the job that committed it.
+    if (!name->job_uid.empty() && name->job_uid != m->job_uid) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": job_uid \"", m->job_uid, "\" in folder ", base));
+    }
   }
   return m;
 }
 
-}  // namespace
-
-std::string CheckpointStepDirName(int64_t step) {
-  return absl::StrFormat("step-%08d", static_cast<long long>(step));
-}
-
-std::string CheckpointTempDirName(int64_t step, int64_t attempt) {
-  return absl::StrFormat(".step-%08d.a%d.tmp", static_cast<long long>(step),
-                         static_cast<long long>(attempt));
-}
-
-std::string CheckpointRankFileName(int rank) {
-  return absl::StrFormat("rank-%05d.safetensors", rank);
-}
-
 absl::Status CheckManifestFits(const std::string& dir, const CheckpointManifest& m,
-                               const CheckpointManifest& want, const std::string& job_id) {
+                               const CheckpointManifest& want, const std::string& job_id,
+                               const std::string& job_uid) {
   const auto refuse = [&](absl::string_view field, const auto& have, const auto& need) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint ", dir, ": ", field, " ", have, ", this job has ", need));
   };
   if (!job_id.empty() && m.job_id != job_id) return refuse("job_id", m.job_id, job_id);
+  if (!job_uid.empty() && !m.job_uid.empty() && m.job_uid != job_uid) {
+    return refuse("job_uid", m.job_uid, job_uid);
+  }
   if (m.optimizer != want.optimizer) return refuse("optimizer", m.optimizer, want.optimizer);
   if (m.model != want.model) {
     return refuse("model", ModelConfigToJson(m.model, ModelJsonFormat::kManifest).dump(),
@@ -344,42 +288,58 @@ absl::StatusOr<CheckpointFileEntry> WriteCheckpointRankFile(const std::string& t
   const std::string bytes = SerializeSafetensors(file);
   const std::string path = JoinPath(temp_dir, entry.name);
   if (absl::Status st = WriteAndSync(path, bytes); !st.ok()) return st;
-  if (absl::Status st = FsyncDir(temp_dir); !st.ok()) return st;
+  if (absl::Status st = FsyncDirectory(temp_dir); !st.ok()) return st;
   entry.bytes = static_cast<int64_t>(bytes.size());
   entry.sha256 = Sha256Hex(bytes);
   return entry;
 }
 
-absl::StatusOr<std::string> CommitCheckpoint(const std::string& root, const std::string& temp_dir,
-                                             const CheckpointManifest& manifest) {
+absl::StatusOr<CommittedCheckpoint> CommitCheckpoint(const std::string& root,
+                                                     const std::string& temp_dir,
+                                                     const CheckpointManifest& manifest) {
   if (static_cast<int>(manifest.files.size()) != manifest.world_size) {
     return absl::FailedPreconditionError(
         absl::StrCat(temp_dir, ": manifest lists ", manifest.files.size(), " files for world_size ",
                      manifest.world_size));
   }
+  // Decided before anything is written: a refusal leaves the temporary folder as it was.
+  absl::StatusOr<std::string> name = CommitDirName(root, manifest);
+  if (!name.ok()) return name.status();
   const std::string text = SerializeManifest(manifest);
   const std::string tmp = JoinPath(temp_dir, std::string(kManifestName) + ".tmp");
   if (absl::Status st = WriteAndSync(tmp, text); !st.ok()) return st;
   if (absl::Status st = Rename(tmp, JoinPath(temp_dir, kManifestName)); !st.ok()) return st;
-  if (absl::Status st = FsyncDir(temp_dir); !st.ok()) return st;
-  const std::string final_dir = JoinPath(root, CheckpointStepDirName(manifest.step));
-  absl::StatusOr<PathKind> kind = GetPathKind(final_dir);
-  if (!kind.ok()) return kind.status();
+  if (absl::Status st = FsyncDirectory(temp_dir); !st.ok()) return st;
+  std::string final_dir;
   std::string aside;
-  if (*kind != PathKind::kMissing) {
-    // A committed folder of this step from an attempt the coordinator never heard from.
-    aside = JoinPath(
-        root, absl::StrFormat(".step-%08d.replaced.tmp", static_cast<long long>(manifest.step)));
-    if (absl::Status st = RemoveAll(aside); !st.ok()) return st;
-    if (absl::Status st = Rename(final_dir, aside); !st.ok()) return st;
+  for (bool again = false;; again = true) {
+    final_dir = JoinPath(root, *name);
+    absl::StatusOr<PathKind> kind = GetPathKind(final_dir);
+    if (!kind.ok()) return kind.status();
+    if (*kind != PathKind::kMissing) {
+      // A committed folder of this step of this job, from an attempt the coordinator never
+      // heard from. Moved aside under a temporary name of this job's, so that only its pruning
+      // may remove what a crash leaves of it.
+      aside = JoinPath(root, CheckpointAsideDirName(manifest.step, manifest.job_uid));
+      if (absl::Status st = RemoveTree(aside); !st.ok()) return st;
+      if (absl::Status st = Rename(final_dir, aside); !st.ok()) return st;
+    }
+    if (::rename(temp_dir.c_str(), final_dir.c_str()) == 0) break;
+    const int err = errno;
+    // Another job committed the same step between the choice of the name and the rename (a
+    // rename onto its folder fails): the name is chosen again, once.
+    if (again || (err != ENOTEMPTY && err != EEXIST)) {
+      return OsError(absl::StrCat("cannot rename ", temp_dir, " to"), final_dir, err);
+    }
+    name = CommitDirName(root, manifest);
+    if (!name.ok()) return name.status();
   }
-  if (absl::Status st = Rename(temp_dir, final_dir); !st.ok()) return st;
-  if (absl::Status st = FsyncDir(root); !st.ok()) return st;
+  if (absl::Status st = FsyncDirectory(root); !st.ok()) return st;
   if (!aside.empty()) {
-    if (absl::Status st = RemoveAll(aside); !st.ok()) return st;
-    if (absl::Status st = FsyncDir(root); !st.ok()) return st;
+    if (absl::Status st = RemoveTree(aside); !st.ok()) return st;
+    if (absl::Status st = FsyncDirectory(root); !st.ok()) return st;
   }
-  return Sha256Hex(text);
+  return CommittedCheckpoint{final_dir, Sha256Hex(text)};
 }
 
 ResumePoint ResumePointFor(const CheckpointManifest& m, int dp, int micro_batch) {
@@ -397,7 +357,8 @@ ResumePoint ResumePointFor(const CheckpointManifest& m, int dp, int micro_batch)
 
 absl::StatusOr<CheckpointManifest> ReadCheckpointManifest(
     const std::string& step_dir, absl::string_view expected_manifest_sha256) {
-  absl::StatusOr<CheckpointManifest> m = ReadManifestOnly(step_dir, expected_manifest_sha256);
+  absl::StatusOr<CheckpointManifest> m =
+      ReadManifestOnly(step_dir, expected_manifest_sha256, nullptr);
   if (!m.ok()) return m.status();
   for (const CheckpointFileEntry& f : m->files) {
     const std::string file_path = JoinPath(step_dir, f.name);
@@ -414,7 +375,8 @@ absl::StatusOr<CheckpointManifest> ReadCheckpointManifest(
 
 absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& step_dir,
                                                     absl::string_view expected_manifest_sha256) {
-  absl::StatusOr<CheckpointManifest> m = ReadManifestOnly(step_dir, expected_manifest_sha256);
+  absl::StatusOr<CheckpointManifest> m =
+      ReadManifestOnly(step_dir, expected_manifest_sha256, nullptr);
   if (!m.ok()) return m.status();
   for (const CheckpointFileEntry& f : m->files) {
     const std::string file_path = JoinPath(step_dir, f.name);
@@ -435,46 +397,6 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& step_dir,
 
 absl::StatusOr<StFile> ReadCheckpointRankFile(const std::string& step_dir, int rank) {
   return ReadSafetensorsFile(JoinPath(step_dir, CheckpointRankFileName(rank)));
-}
-
-absl::StatusOr<std::optional<int64_t>> NewestValidCheckpoint(const std::string& root,
-                                                             const std::string& job_id) {
-  if (absl::Status st = CheckPathUnderEnvRoots("latchkey.checkpoint.dir", root); !st.ok()) {
-    return st;
-  }
-  absl::StatusOr<RootEntries> entries = ListRoot(root);
-  if (!entries.ok()) return entries.status();
-  for (int64_t step : entries->steps) {
-    absl::StatusOr<CheckpointManifest> m =
-        VerifyCheckpoint(JoinPath(root, CheckpointStepDirName(step)), "");
-    if (!m.ok()) continue;  // partial or damaged: never loaded
-    if (!job_id.empty() && m->job_id != job_id) continue;
-    return std::optional<int64_t>(step);
-  }
-  return std::optional<int64_t>();
-}
-
-absl::Status PruneCheckpoints(const std::string& root, int keep, int64_t protect_step) {
-  absl::StatusOr<RootEntries> entries = ListRoot(root);
-  if (!entries.ok()) return entries.status();
-  bool removed = false;
-  // The newest committed checkpoint is always kept.
-  const size_t kept = static_cast<size_t>(std::max(keep, 1));
-  for (size_t i = kept; i < entries->steps.size(); ++i) {
-    const int64_t step = entries->steps[i];
-    if (step == protect_step) continue;
-    if (absl::Status st = RemoveAll(JoinPath(root, CheckpointStepDirName(step))); !st.ok()) {
-      return st;
-    }
-    removed = true;
-  }
-  // No save is in flight after a commit: every temporary folder is left by an earlier attempt.
-  for (const std::string& name : entries->temp_names) {
-    if (absl::Status st = RemoveAll(JoinPath(root, name)); !st.ok()) return st;
-    removed = true;
-  }
-  if (removed) return FsyncDir(root);
-  return absl::OkStatus();
 }
 
 }  // namespace latchkey

@@ -29,11 +29,16 @@ struct AttemptPlan {
   int64_t attempt = 1;
   comm::RendezvousConfig rendezvous;  // rank, world, tp, host, port, prefix of this attempt
   std::string job_id;                 // checkpoints carry it; "standalone" without a coordinator
+  // The job's uid (common/job_uid.h), which its checkpoints carry too: the coordinator's, the
+  // same in every attempt. Standalone: the resumed checkpoint's; empty when there is none (the
+  // runner then draws one for the run, rank 0 for every rank).
+  std::string job_uid;
   // The committed checkpoint (a step-N folder in latchkey.checkpoint.dir) to load first, and the
   // SHA-256 of its manifest.json it must have (empty: not checked). -1: start from scratch.
   int64_t resume_step = -1;
   std::string resume_manifest_sha256;
-  // The folder of that checkpoint; empty: latchkey.checkpoint.dir/step-N.
+  // The folder of that checkpoint; empty: the step's folder of this job in
+  // latchkey.checkpoint.dir (FindCheckpointDir: step-N or step-N.<job uid>).
   std::string resume_dir;
   // The attempt's gradient accumulation steps when its layout is not the spec's (an elastic
   // attempt keeps the global batch: GAS * dp / dp'); 0: the spec's. Its world size is

@@ -26,13 +26,14 @@ absl::StatusOr<AttemptPlan> LocalGate::Begin() {
     dir = resume_from_;
   } else if (resume_) {
     const std::string& root = spec_.checkpoint.dir;
-    auto newest = NewestValidCheckpoint(root, plan.job_id);
+    // The newest standalone checkpoint, whichever run wrote it: this run continues its uid.
+    auto newest = NewestValidCheckpoint(root, CheckpointOwner(plan.job_id));
     if (!newest.ok()) {
       return absl::Status(newest.status().code(),
                           "latchkey.checkpoint.dir: " + std::string(newest.status().message()));
     }
     if (newest->has_value()) {
-      dir = root + "/" + CheckpointStepDirName(**newest);
+      dir = (*newest)->dir;
     } else if (rendezvous_.rank == 0) {
       std::cerr << "latchkey-worker: no checkpoint in " << root << ": starting at step 0\n";
     }
@@ -49,6 +50,9 @@ absl::StatusOr<AttemptPlan> LocalGate::Begin() {
     const ResumePoint point = ResumePointFor(*m, spec_.dp(), spec_.micro_batch_size);
     plan.resume_step = m->step;
     plan.resume_dir = dir;
+    // A standalone checkpoint's run is continued (its saves and pruning are that run's); a
+    // checkpoint without a uid, or another job's (--resume-from), leaves the runner to draw one.
+    if (m->job_id == plan.job_id) plan.job_uid = m->job_uid;
     next_window_ = point.next_window;
     next_first_micro_batch_ = point.next_first_micro_batch;
     next_first_sample_ = point.next_first_sample;

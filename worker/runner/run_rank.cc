@@ -9,10 +9,12 @@
 #include <thread>
 #include <utility>
 
+#include "common/job_uid.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/comm/collective_error.h"
 #include "worker/comm/collective_stats.h"
 #include "worker/comm/flight_recorder.h"
+#include "worker/comm/store.h"
 #include "worker/runner/checkpoint_saver.h"
 #include "worker/train/threads.h"
 
@@ -23,6 +25,30 @@ using Clock = std::chrono::steady_clock;
 
 absl::Status Prefixed(const absl::Status& st, const std::string& prefix) {
   return absl::Status(st.code(), prefix + std::string(st.message()));
+}
+
+// A standalone run that continues no checkpoint of its own is a job of its own: rank 0 draws its
+// uid and hands it to the other ranks through the rendezvous store (every rank names the same
+// temporary folders, and rank 0's manifests and pruning the same job).
+absl::StatusOr<std::string> DrawStandaloneJobUid(const comm::ProcessGroups& groups,
+                                                 const comm::RendezvousConfig& rendezvous) {
+  if (groups.world_size == 1 || groups.store == nullptr) return NewJobUid();
+  comm::PrefixStore store(rendezvous.prefix, groups.store);
+  if (groups.rank == 0) {
+    const std::string uid = NewJobUid();
+    if (absl::Status st = store.Set("job_uid", std::vector<uint8_t>(uid.begin(), uid.end()));
+        !st.ok()) {
+      return st;
+    }
+    return uid;
+  }
+  absl::StatusOr<std::vector<uint8_t>> got = store.Get("job_uid", rendezvous.rendezvous_timeout);
+  if (!got.ok()) return got.status();
+  const std::string uid(got->begin(), got->end());
+  if (!IsJobUid(uid)) {
+    return absl::InternalError("rendezvous store: job_uid \"" + uid + "\" is not a job uid");
+  }
+  return uid;
 }
 
 // What lives as long as the process: the counters and flight recorder every attempt's groups
@@ -65,6 +91,12 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
   plan.rendezvous.device = job.device;
   auto groups = comm::CreateProcessGroups(job.backend, plan.rendezvous);
   if (!groups.ok()) return groups.status();
+  if (plan.job_id == "standalone" && plan.job_uid.empty()) {
+    absl::StatusOr<std::string> uid = DrawStandaloneJobUid(*groups, plan.rendezvous);
+    if (!uid.ok()) return Prefixed(uid.status(), "job uid: ");
+    plan.job_uid = *uid;
+  }
+  const CheckpointOwner owner(plan.job_id, plan.job_uid);
   if (proc.outputs == nullptr) {
     OutputOptions output_options = options.outputs;
     // A fresh run (attempt 1, nothing to resume) starts its JSONL afresh; a resumed or
@@ -87,13 +119,19 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
   TrainingState& state = (*engine)->state();
   const std::string& root = spec.checkpoint.dir;
   if (plan.resume_step >= 0) {
-    // Whatever layout wrote it: the load reshards (checkpointer.h).
-    const std::string step_dir = !plan.resume_dir.empty()
-                                     ? plan.resume_dir
-                                     : root + "/" + CheckpointStepDirName(plan.resume_step);
-    const std::string job_id = plan.job_id == "standalone" ? "" : plan.job_id;
+    // Whatever layout wrote it: the load reshards (checkpointer.h). Under the coordinator the
+    // step's folder of this job: step-N, or step-N.<uid> when another job's took step-N.
+    std::string step_dir = plan.resume_dir;
+    if (step_dir.empty()) {
+      absl::StatusOr<std::string> found =
+          FindCheckpointDir(root, plan.resume_step, owner, plan.resume_manifest_sha256);
+      if (!found.ok()) return Prefixed(found.status(), "resume: ");
+      step_dir = *found;
+    }
+    const bool standalone = plan.job_id == "standalone";
     if (absl::Status st =
-            LoadTrainingCheckpoint(state, step_dir, job_id, plan.resume_manifest_sha256);
+            LoadTrainingCheckpoint(state, step_dir, standalone ? "" : plan.job_id,
+                                   plan.resume_manifest_sha256, standalone ? "" : plan.job_uid);
         !st.ok()) {
       return Prefixed(st, "resume: ");
     }
@@ -110,6 +148,7 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
   TrainingCheckpointRequest req;
   req.root = root;
   req.job_id = plan.job_id;
+  req.job_uid = plan.job_uid;
   req.attempt = plan.attempt;
   req.compute_threads = proc.compute_threads;
   // A committed save: metrics, the source (the coordinator's resume step), pruning (rank 0).
@@ -119,7 +158,7 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
       return Prefixed(st, "ReportCheckpoint: ");
     }
     if (groups->rank == 0) {
-      if (absl::Status st = PruneCheckpoints(root, spec.checkpoint.keep, plan.resume_step);
+      if (absl::Status st = PruneCheckpoints(root, owner, spec.checkpoint.keep, plan.resume_step);
           !st.ok()) {
         return Prefixed(st, "latchkey.checkpoint.keep: pruning: ");
       }
@@ -165,7 +204,7 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
     if (saver.pending()) {
       proc.recorder->SetPhase(RankPhase::kCheckpoint);
       if (absl::Status st = commit_due(); !st.ok()) return st;
-      // Rank 0 has just pruned every temporary folder: a save starting at the same boundary
+      // Rank 0 has just pruned the job's temporary folders: a save starting at the same boundary
       // (every_steps 1) may write its own only once every rank knows the pruning is done.
       if (save && !saver.pending() && groups->world_size > 1) {
         if (absl::Status st = groups->world->Barrier(); !st.ok()) return st;

@@ -52,6 +52,7 @@ absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Begin() {
   AttemptPlan plan;
   plan.attempt = info.attempt;
   plan.job_id = session_->job_id();
+  plan.job_uid = info.job_uid;
   plan.rendezvous = base_;
   plan.rendezvous.host = info.rendezvous_host;
   plan.rendezvous.port = info.rendezvous_port;
