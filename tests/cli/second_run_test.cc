@@ -65,10 +65,16 @@ std::vector<std::string> SummaryLines(const std::string& out) {
   return lines;
 }
 
-// Where a summary line's value starts: past the label and the two or more spaces after it.
+// Where a summary line's value starts: past the label and the spaces after it (the first line's
+// label, "steps", is short: two spaces or more).
 size_t ValueColumn(const std::string& line) {
   const size_t gap = line.find("  ", 2);
   return gap == std::string::npos ? std::string::npos : line.find_first_not_of(' ', gap);
+}
+
+// Whether `line`'s value starts at `column`: a space before it, none there.
+bool ValueStartsAt(const std::string& line, size_t column) {
+  return column < line.size() && line[column - 1] == ' ' && line[column] != ' ';
 }
 
 int64_t Count(const std::string& text, const std::regex& re) {
@@ -150,7 +156,7 @@ TEST(SecondRun, UpAgainInTheSameFolderKeepsTheFirstJobsRecords) {
   bool saw_kv = false;
   for (const std::string& line : lines) {
     saw_kv = saw_kv || Has(line, "K/V all-reduces/step, per_micro_batch");
-    EXPECT_EQ(ValueColumn(line), ValueColumn(lines.front())) << line << "\n" << second_out;
+    EXPECT_TRUE(ValueStartsAt(line, ValueColumn(lines.front()))) << line << "\n" << second_out;
   }
   EXPECT_TRUE(saw_kv) << second_out;
 }
@@ -189,9 +195,11 @@ TEST(SecondRun, AJobIdMeansTheJobAtItsCoordinator) {
   // The registry is of the new format now, the first format's entry kept.
   const json registry = json::parse(ReadText(StateHome() + "/latchkey/runs.json"), nullptr, false);
   ASSERT_TRUE(registry.is_object()) << registry;
-  EXPECT_EQ(registry["version"], 2) << registry;
+  EXPECT_EQ(registry.value("version", 0), 2) << registry;
   bool kept = false;
-  for (const json& r : registry["runs"]) kept = kept || r["job_id"] == "job-000042";
+  if (registry.contains("runs") && registry["runs"].is_array()) {
+    for (const json& r : registry["runs"]) kept = kept || r.value("job_id", "") == "job-000042";
+  }
   EXPECT_TRUE(kept) << registry;
 
   // status of A's job, its `up` ended: where it ran and where its records are (exit 5). Asked
