@@ -4,14 +4,34 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "client/cli/up.h"
 
 namespace latchkey::cli {
 namespace {
+
+// A number of a JSONL record; nullopt when the field is absent, null (the JSONL writes a loss or
+// gradient norm that was not finite as null: JSON has no NaN) or not a number.
+std::optional<double> Number(const nlohmann::json& row, const char* key) {
+  const auto it = row.find(key);
+  if (it == row.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+// An integer of a JSONL record; 0 when absent or not an integer.
+int64_t Integer(const nlohmann::json& row, const char* key) {
+  const auto it = row.find(key);
+  return it != row.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+}
+
+std::string LossText(std::optional<double> loss) {
+  return loss ? absl::StrFormat("%.4f", *loss) : std::string("not finite");
+}
 
 // The largest peak_memory_bytes of a rank's JSONL, or -1 when it has none (no file, or records
 // from a worker that did not measure memory).
@@ -44,74 +64,88 @@ std::string ReadTextFile(const std::string& path) {
   return ss.str();
 }
 
-void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_restarts,
-                    int coordinator_restarts) {
+std::string UpSummary(const std::string& jsonl, const JobInfo* job, int worker_restarts,
+                      int coordinator_restarts) {
   // A restarted rank appends to its JSONL: the last record of a step is the one that counts.
   std::map<int64_t, nlohmann::json> by_step;
   std::ifstream in(jsonl);
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
-    if (row.is_object() && row.contains("step")) by_step[row["step"].get<int64_t>()] = row;
+    if (row.is_object() && row.contains("step") && row["step"].is_number_integer()) {
+      by_step[row["step"].get<int64_t>()] = row;
+    }
   }
   std::vector<nlohmann::json> rows;
   for (auto& [step, row] : by_step) rows.push_back(std::move(row));
-  if (rows.empty()) return;
+  if (rows.empty()) return "";
+  std::string out;
   std::vector<double> secs;
   std::map<std::string, std::pair<int64_t, int64_t>> kv;  // mode -> (calls, steps)
   std::map<std::string, int64_t> calls;
-  int64_t tokens = 0;
+  std::optional<int64_t> diverged;  // the first step whose loss or grad norm was not finite
   for (const auto& r : rows) {
-    secs.push_back(r["step_seconds"].get<double>());
-    auto& k = kv[r["kv_mode"].get<std::string>()];
-    k.first += r["kv_allreduce_calls"].get<int64_t>();
-    k.second += 1;
-    for (auto it = r["collective_calls"].begin(); it != r["collective_calls"].end(); ++it) {
-      calls[it.key()] += it.value().get<int64_t>();
+    secs.push_back(Number(r, "step_seconds").value_or(0));
+    if (r.contains("kv_mode") && r["kv_mode"].is_string()) {
+      auto& k = kv[r["kv_mode"].get<std::string>()];
+      k.first += Integer(r, "kv_allreduce_calls");
+      k.second += 1;
     }
-    tokens += r["tokens"].get<int64_t>();
+    if (r.contains("collective_calls") && r["collective_calls"].is_object()) {
+      for (auto it = r["collective_calls"].begin(); it != r["collective_calls"].end(); ++it) {
+        if (it.value().is_number_integer()) calls[it.key()] += it.value().get<int64_t>();
+      }
+    }
+    if (!diverged && (!Number(r, "loss") || !Number(r, "grad_norm"))) {
+      diverged = Integer(r, "step");
+    }
   }
   const double median = Median(secs);
-  std::printf("\nsummary (rank 0)\n");
-  std::printf("  %-36s %zu\n", "steps", rows.size());
-  std::printf("  %-36s %.4f -> %.4f\n", "loss first -> final", rows.front()["loss"].get<double>(),
-              rows.back()["loss"].get<double>());
+  absl::StrAppendFormat(&out, "\nsummary (rank 0)\n");
+  absl::StrAppendFormat(&out, "  %-36s %zu\n", "steps", rows.size());
+  absl::StrAppendFormat(&out, "  %-36s %s -> %s\n", "loss first -> final",
+                        LossText(Number(rows.front(), "loss")),
+                        LossText(Number(rows.back(), "loss")));
+  if (diverged) {
+    absl::StrAppendFormat(&out, "  %-36s step %d (loss or grad_norm not finite; not applied)\n",
+                          "diverged at", *diverged);
+  }
   // Evaluation (latchkey.eval) and the learning rate schedule, from the steps that carry them.
   std::vector<std::pair<int64_t, double>> evals;  // step, eval_loss
   std::vector<double> lrs;
   for (const auto& r : rows) {
-    if (r.contains("eval_loss") && r["eval_loss"].is_number()) {
-      evals.emplace_back(r["step"].get<int64_t>(), r["eval_loss"].get<double>());
+    if (std::optional<double> e = Number(r, "eval_loss")) {
+      evals.emplace_back(Integer(r, "step"), *e);
     }
-    if (r.contains("lr") && r["lr"].is_number()) lrs.push_back(r["lr"].get<double>());
+    if (std::optional<double> lr = Number(r, "lr")) lrs.push_back(*lr);
   }
   if (!evals.empty()) {
-    std::printf("  %-36s %.4f -> %.4f  (%zu evaluations, steps %lld .. %lld)\n",
-                "eval loss first -> final", evals.front().second, evals.back().second, evals.size(),
-                static_cast<long long>(evals.front().first),
-                static_cast<long long>(evals.back().first));
+    absl::StrAppendFormat(&out, "  %-36s %.4f -> %.4f  (%zu evaluations, steps %d .. %d)\n",
+                          "eval loss first -> final", evals.front().second, evals.back().second,
+                          evals.size(), evals.front().first, evals.back().first);
   }
   if (!lrs.empty()) {
     const auto [lo, hi] = std::minmax_element(lrs.begin(), lrs.end());
-    std::printf("  %-36s %.3e .. %.3e  (first %.3e, final %.3e)\n", "lr min .. max", *lo, *hi,
-                lrs.front(), lrs.back());
+    absl::StrAppendFormat(&out, "  %-36s %.3e .. %.3e  (first %.3e, final %.3e)\n",
+                          "lr min .. max", *lo, *hi, lrs.front(), lrs.back());
   }
   for (const auto& [mode, k] : kv) {
-    std::printf("  %-36s %.1f  (%lld steps)\n", ("K/V all-reduces/step, " + mode).c_str(),
-                static_cast<double>(k.first) / k.second, static_cast<long long>(k.second));
+    absl::StrAppendFormat(&out, "  %-36s %.1f  (%d steps)\n",
+                          "K/V all-reduces/step, " + mode,
+                          static_cast<double>(k.first) / k.second, k.second);
   }
   for (const auto& [key, n] : calls) {
-    std::printf("  %-36s %.1f\n", ("collectives/step " + key).c_str(),
-                static_cast<double>(n) / rows.size());
+    absl::StrAppendFormat(&out, "  %-36s %.1f\n", "collectives/step " + key,
+                          static_cast<double>(n) / rows.size());
   }
   if (job != nullptr) {
     // The job's recoveries (each a new attempt), then the processes `up` started again.
-    std::printf("  %-36s %d (attempt %lld)\n", "restarts", job->restarts,
-                static_cast<long long>(std::max<int64_t>(1, job->attempt)));
+    absl::StrAppendFormat(&out, "  %-36s %d (attempt %d)\n", "restarts", job->restarts,
+                          std::max<int64_t>(1, job->attempt));
   }
   if (worker_restarts > 0 || coordinator_restarts > 0) {
-    std::printf("  %-36s %d worker, %d coordinator\n", "processes started again", worker_restarts,
-                coordinator_restarts);
+    absl::StrAppendFormat(&out, "  %-36s %d worker, %d coordinator\n", "processes started again",
+                          worker_restarts, coordinator_restarts);
   }
   // Memory per rank: every rank's JSONL sits beside rank 0's as steps-R.jsonl.
   const std::string suffix = "steps-0.jsonl";
@@ -121,17 +155,24 @@ void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_res
     for (int rank = 0;; ++rank) {
       const int64_t peak = MaxPeakMemory(dir + "steps-" + std::to_string(rank) + ".jsonl");
       if (peak < 0) break;
-      std::printf("  %-36s %.1f MiB\n", ("peak memory, rank " + std::to_string(rank)).c_str(),
-                  static_cast<double>(peak) / (1 << 20));
+      absl::StrAppendFormat(&out, "  %-36s %.1f MiB\n", "peak memory, rank " + std::to_string(rank),
+                            static_cast<double>(peak) / (1 << 20));
     }
   }
-  if (rows.back().contains("activation_memory_bytes")) {
-    std::printf("  %-36s %.1f MiB\n", "activation memory (last step)",
-                rows.back()["activation_memory_bytes"].get<double>() / (1 << 20));
+  if (std::optional<double> act = Number(rows.back(), "activation_memory_bytes")) {
+    absl::StrAppendFormat(&out, "  %-36s %.1f MiB\n", "activation memory (last step)",
+                          *act / (1 << 20));
   }
-  std::printf("  %-36s %.3f s\n", "median step time", median);
-  std::printf("  %-36s %.0f\n", "tokens/s (median step)",
-              rows.back()["tokens"].get<double>() / std::max(median, 1e-9));
+  absl::StrAppendFormat(&out, "  %-36s %.3f s\n", "median step time", median);
+  absl::StrAppendFormat(&out, "  %-36s %.0f\n", "tokens/s (median step)",
+                        static_cast<double>(Integer(rows.back(), "tokens")) /
+                            std::max(median, 1e-9));
+  return out;
+}
+
+void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_restarts,
+                    int coordinator_restarts) {
+  std::fputs(UpSummary(jsonl, job, worker_restarts, coordinator_restarts).c_str(), stdout);
 }
 
 }  // namespace latchkey::cli

@@ -532,9 +532,10 @@ absl::Status WorkerSession::ReportStep(const StepMetrics& m) {
                         &v1::WorkerService::Stub::ReportStep);
 }
 
-absl::Status WorkerSession::ReportFailure(const std::string& message, bool permanent) {
+absl::Status WorkerSession::ReportFailure(const std::string& message, bool permanent,
+                                          const std::string& reason) {
   const v1::ReportFailureRequest req =
-      MakeReportFailureRequest(impl_->Identity(), impl_->Rank(), message, permanent);
+      MakeReportFailureRequest(impl_->Identity(), impl_->Rank(), message, permanent, reason);
   v1::ReportFailureResponse resp;
   absl::Status s = impl_->Retry(
       [&](grpc::ClientContext* ctx) { return impl_->stub->ReportFailure(ctx, req, &resp); });

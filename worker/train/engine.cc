@@ -141,9 +141,12 @@ class EngineImpl final : public Engine {
     const double lr = schedule_.ForStep(latch.window);
     absl::StatusOr<double> loss = Window(latch, lr);
     if (!loss.ok()) return loss.status();
-    state_.position = {
-        latch.window, latch.generation, latch.first_micro_batch + latch.n,
-        FirstSample(latch) + static_cast<int64_t>(latch.n) * g_->dp * spec_.micro_batch_size};
+    const bool applied = std::isfinite(*loss) && std::isfinite(last_norm_);
+    if (applied) {
+      state_.position = {
+          latch.window, latch.generation, latch.first_micro_batch + latch.n,
+          FirstSample(latch) + static_cast<int64_t>(latch.n) * g_->dp * spec_.micro_batch_size};
+    }
     StepReport r;
     r.lr = lr;
     r.step = latch.window;
@@ -166,8 +169,9 @@ class EngineImpl final : public Engine {
     r.peak_memory_bytes = mem.peak_bytes;
     r.activation_memory_bytes = activation_bytes_;
     r.reserved_memory_bytes = mem.reserved_bytes;
-    // After the update, outside the step's time and collective counts (its own tag).
-    if (evaluator_ && evaluator_->Due(latch.window)) {
+    // After the update, outside the step's time and collective counts (its own tag). A window
+    // that was not applied evaluates nothing: the model is the previous window's.
+    if (applied && evaluator_ && evaluator_->Due(latch.window)) {
       if (g_->recorder) g_->recorder->SetPhase(RankPhase::kEval);
       absl::StatusOr<double> eval_loss = evaluator_->Run(*model_);
       if (!eval_loss.ok()) return eval_loss.status();
@@ -216,9 +220,15 @@ class EngineImpl final : public Engine {
 
   // Runs the window and its update with learning rate `lr`; returns the window's mean loss.
   // Three stages, in this order: the micro-batches, the boundary reduction, the optimizer step.
+  // A window whose loss or global grad norm is not finite stops before the optimizer step (as
+  // Megatron's --check-for-nan-in-loss-and-grad does): no update, no all-gather, the state stays
+  // the previous window's. Both values are global after ReduceGrads on every rank (the norm's
+  // and the loss's reductions span every rank, see there), so every rank skips alike and the
+  // collectives still match.
   absl::StatusOr<double> Window(const Latch& latch, double lr) {
     LK_ASSIGN_OR_RETURN(const double loss_sum, MicroBatches(latch));
     LK_ASSIGN_OR_RETURN(const double loss, ReduceGrads(latch, loss_sum / latch.n));
+    if (!std::isfinite(loss) || !std::isfinite(last_norm_)) return loss;
     if (latch.window == opts_.dump_grads_step && !opts_.dump_grads_dir.empty()) {
       if (!opts_.write_grads) {
         return absl::FailedPreconditionError(
@@ -390,6 +400,11 @@ class EngineImpl final : public Engine {
   // over TP -> the DP reduction (ZeRO-0: the mean all-reduce, the loss riding in the spare slot;
   // ZeRO-1: the reduce-scatter into this rank's partition) -> the global grad norm (last_norm_).
   // `loss` is this rank's mean loss; returns the window's, the mean over DP.
+  // Both results are the same on every rank, non-finite ones included (the divergence verdict of
+  // Window relies on it): ZeRO-1/2 sum the norm and the loss over the whole world in one
+  // all-reduce; ZeRO-0 sums the norm over TP after the DP mean made the gradients equal across
+  // DP, and the loss over DP only, so over TP > 1 a flag "this rank's loss is not finite" rides
+  // in the TP sum of the norm (no extra collective) and makes every TP rank's loss NaN.
   absl::StatusOr<double> ReduceGrads(const Latch& latch, double loss) {
     const at::Tensor& grads = store_->flat_grads();
     const int64_t numel = store_->numel();
@@ -449,7 +464,10 @@ class EngineImpl final : public Engine {
       }
       norm_sq = LocalGradNormSq(*ops_, grads, store_->segments(), 0, numel, count_replicated);
       if (comm::is_parallel(g_->tp_group)) {
-        if (absl::Status st = SumScalars(g_->tp_group.get(), &norm_sq, 1); !st.ok()) return st;
+        double both[2] = {norm_sq, std::isfinite(loss) ? 0.0 : 1.0};
+        if (absl::Status st = SumScalars(g_->tp_group.get(), both, 2); !st.ok()) return st;
+        norm_sq = both[0];
+        if (both[1] != 0.0 && std::isfinite(loss)) loss = std::nan("");
       }
     }
     last_norm_ = std::sqrt(norm_sq);
