@@ -59,6 +59,12 @@ bool HasErrorReason(const absl::Status& status, absl::string_view reason) {
   return info && info->domain == kErrorDomain && info->reason == reason;
 }
 
+absl::Status SessionClosedError() {
+  ErrorInfo info;
+  info.reason = error_reason::kSessionClosed;
+  return WithErrorInfo(absl::FailedPreconditionError("session closed"), info);
+}
+
 absl::Status AttemptFencedError(absl::string_view message, int64_t job_attempt,
                                 int64_t worker_attempt) {
   ErrorInfo info;

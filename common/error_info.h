@@ -62,6 +62,11 @@ bool HasErrorReason(const absl::Status& status, absl::string_view reason);
 std::string EncodeErrorInfo(const ErrorInfo& info);
 std::optional<ErrorInfo> DecodeErrorInfo(absl::string_view bytes);
 
+// The end of a closed worker session's calls: FAILED_PRECONDITION "session closed", reason
+// SESSION_CLOSED (not CANCELLED: a cancelled job; not ABORTED with ATTEMPT_FENCED: a fenced
+// attempt).
+absl::Status SessionClosedError();
+
 // The refusal of a call of a fenced attempt (ABORTED, reason ATTEMPT_FENCED).
 absl::Status AttemptFencedError(absl::string_view message, int64_t job_attempt,
                                 int64_t worker_attempt);

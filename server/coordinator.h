@@ -140,9 +140,9 @@ struct JobView {
   int64_t steps_completed = 0;
   std::optional<CompletedStep> last_step;
   std::optional<CompletedStep> last_eval;  // the newest completed step that evaluated
-  int max_restarts = 0;                // the spec's latchkey.max_restarts
-  std::vector<WindowArrival> slowest;  // the last windows' slowest ranks, newest last
-  int spec_world_size = 0;             // world_size/tp/dp above are the current attempt's
+  int max_restarts = 0;                    // the spec's latchkey.max_restarts
+  std::vector<WindowArrival> slowest;      // the last windows' slowest ranks, newest last
+  int spec_world_size = 0;                 // world_size/tp/dp above are the current attempt's
   std::vector<AttemptSummary> attempts;
 };
 

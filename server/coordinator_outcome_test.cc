@@ -50,8 +50,9 @@ std::vector<WorkerCall> JoinAll(Coordinator& c, const SubmitResult& job) {
     a.peer_host = "127.0.0.1";
     auto r = c.Join(a);
     EXPECT_TRUE(r.ok()) << r.status();
-    if (r.ok()) calls.push_back({job.job.record.job_id, job.join_token, a.call.worker_id, r->rank,
-                                 r->attempt});
+    if (r.ok())
+      calls.push_back(
+          {job.job.record.job_id, job.join_token, a.call.worker_id, r->rank, r->attempt});
   }
   return calls;
 }

@@ -261,8 +261,7 @@ absl::StatusOr<WorkerStatus> Coordinator::Heartbeat(const WorkerCall& call,
 }
 
 absl::StatusOr<WorkerStatus> Coordinator::ReportFailure(const WorkerCall& call,
-                                                        const std::string& message,
-                                                        bool permanent,
+                                                        const std::string& message, bool permanent,
                                                         const std::string& reason) {
   absl::MutexLock lock(&mu_);
   LK_ASSIGN_OR_RETURN(Job * j, FindForWorker(call, /*check_rank=*/true));

@@ -27,8 +27,7 @@ bool JobStateMachine::Allowed(JobState from, JobState to) {
   return false;
 }
 
-absl::Status JobStateMachine::SetJobState(JobRecord& job, JobState state,
-                                          const std::string& reason,
+absl::Status JobStateMachine::SetJobState(JobRecord& job, JobState state, const std::string& reason,
                                           const JobEventRecord* event) {
   if (!Allowed(job.state, state)) {
     return absl::InternalError(absl::StrCat(job.job_id, ": no transition ", JobStateName(job.state),

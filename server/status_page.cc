@@ -398,13 +398,12 @@ std::string StepCharts(const std::vector<CompletedStep>& steps) {
   out += "</div>";
   if (!steps.empty()) {
     const CompletedStep& last = steps.back();
-    absl::StrAppend(&out, "<p>last step ", last.report.step, ": loss ", Measure(last.report.loss),
-                    ", grad_norm ", Measure(last.report.grad_norm),
-                    ", lr ", Num(last.report.lr, "%.3e"), ", ", Num(TokensPerSecond(last), "%.0f"),
-                    " tokens/s, ", Num(last.report.step_seconds, "%.3f"), " s, kv ",
-                    KvModeName(last.report.kv_mode), " x", last.report.kv_allreduce_calls,
-                    ", peak memory ", MiB(last.report.peak_memory_bytes),
-                    " MiB (largest rank)</p>");
+    absl::StrAppend(
+        &out, "<p>last step ", last.report.step, ": loss ", Measure(last.report.loss),
+        ", grad_norm ", Measure(last.report.grad_norm), ", lr ", Num(last.report.lr, "%.3e"), ", ",
+        Num(TokensPerSecond(last), "%.0f"), " tokens/s, ", Num(last.report.step_seconds, "%.3f"),
+        " s, kv ", KvModeName(last.report.kv_mode), " x", last.report.kv_allreduce_calls,
+        ", peak memory ", MiB(last.report.peak_memory_bytes), " MiB (largest rank)</p>");
   }
   return out;
 }

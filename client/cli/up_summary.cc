@@ -126,12 +126,11 @@ std::string UpSummary(const std::string& jsonl, const JobInfo* job, int worker_r
   }
   if (!lrs.empty()) {
     const auto [lo, hi] = std::minmax_element(lrs.begin(), lrs.end());
-    absl::StrAppendFormat(&out, "  %-36s %.3e .. %.3e  (first %.3e, final %.3e)\n",
-                          "lr min .. max", *lo, *hi, lrs.front(), lrs.back());
+    absl::StrAppendFormat(&out, "  %-36s %.3e .. %.3e  (first %.3e, final %.3e)\n", "lr min .. max",
+                          *lo, *hi, lrs.front(), lrs.back());
   }
   for (const auto& [mode, k] : kv) {
-    absl::StrAppendFormat(&out, "  %-36s %.1f  (%d steps)\n",
-                          "K/V all-reduces/step, " + mode,
+    absl::StrAppendFormat(&out, "  %-36s %.1f  (%d steps)\n", "K/V all-reduces/step, " + mode,
                           static_cast<double>(k.first) / k.second, k.second);
   }
   for (const auto& [key, n] : calls) {
@@ -164,9 +163,9 @@ std::string UpSummary(const std::string& jsonl, const JobInfo* job, int worker_r
                           *act / (1 << 20));
   }
   absl::StrAppendFormat(&out, "  %-36s %.3f s\n", "median step time", median);
-  absl::StrAppendFormat(&out, "  %-36s %.0f\n", "tokens/s (median step)",
-                        static_cast<double>(Integer(rows.back(), "tokens")) /
-                            std::max(median, 1e-9));
+  absl::StrAppendFormat(
+      &out, "  %-36s %.0f\n", "tokens/s (median step)",
+      static_cast<double>(Integer(rows.back(), "tokens")) / std::max(median, 1e-9));
   return out;
 }
 

@@ -4,6 +4,8 @@
 // `latchkey update --gas`, labels the attempts' as the layout's, writes "spec" for a policy that
 // keeps the spec's, "–" for no resume step and no checkpoint, and lists a cancel among the
 // events.
+#include "server/status_page.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +16,6 @@
 
 #include "server/coordinator.h"
 #include "server/sqlite_store.h"
-#include "server/status_page.h"
 #include "tests/support/specs.h"
 
 namespace latchkey::testing {
@@ -103,8 +104,7 @@ TEST_F(StatusPageTables, JobPageShowsTheWindowsAccumulationAndNoneForMissingStep
   EXPECT_TRUE(Has(job, "last checkpoint step –,")) << job;
   EXPECT_TRUE(Has(job, "<th>layout's gradient_accumulation_steps</th>")) << job;
   // Attempt 1 of world 2 = tp 2 x dp 1, 4 accumulation steps, resumed from no checkpoint.
-  EXPECT_TRUE(Has(job, "<tr><td>1</td><td>2</td><td>2</td><td>1</td><td>4</td><td>–</td>"))
-      << job;
+  EXPECT_TRUE(Has(job, "<tr><td>1</td><td>2</td><td>2</td><td>1</td><td>4</td><td>–</td>")) << job;
 
   JobPolicyUpdate kv;
   kv.job_id = id_;
@@ -122,8 +122,7 @@ TEST_F(StatusPageTables, JobPageShowsTheWindowsAccumulationAndNoneForMissingStep
   EXPECT_TRUE(Has(job, "<tr><td>1</td><td>per_micro_batch</td><td>spec</td>")) << job;
   EXPECT_TRUE(Has(job, "<tr><td>2</td><td>per_micro_batch</td><td>2</td>")) << job;
   // The attempts table keeps the layout's, labelled so.
-  EXPECT_TRUE(Has(job, "<tr><td>1</td><td>2</td><td>2</td><td>1</td><td>4</td><td>–</td>"))
-      << job;
+  EXPECT_TRUE(Has(job, "<tr><td>1</td><td>2</td><td>2</td><td>1</td><td>4</td><td>–</td>")) << job;
 }
 
 TEST_F(StatusPageTables, CancelIsListedAmongTheEvents) {

@@ -44,19 +44,28 @@ struct RankProcess {
 // of an earlier step: the state it staged is good). The step's record goes out as any step's
 // (JSONL, metrics, TensorBoard, the coordinator's report), nothing is saved for it, and the rank
 // ends with TRAINING_DIVERGED (common/error_info.h), which fails the job without a recovery.
-absl::Status EndDiverged(const StepReport& report, int rank, RankOutputs& outputs,
-                         LatchSource& source, const JobSpec& spec, const Latch& latch,
-                         double waited) {
+// Every rank's reports (rank 0's checkpoint, each rank's step) are in before any rank reports
+// the divergence, which ends the job: one barrier over the world, after the step's record.
+absl::Status EndDiverged(const StepReport& report, comm::ProcessGroups& groups,
+                         RankOutputs& outputs, LatchSource& source, const JobSpec& spec,
+                         const Latch& latch, double waited) {
+  const int rank = groups.rank;
   outputs.OnStep(spec, latch, report, waited);
   const bool loss_bad = !std::isfinite(report.loss);
   const absl::Status diverged =
       TrainingDivergedError(loss_bad ? "loss" : "grad_norm",
                             loss_bad ? report.loss : report.grad_norm, report.step, rank);
-  // The verdict stands whatever the report's fate (another rank's failure report may have
-  // ended the job first): said in the rank's log, not returned.
+  // The verdict stands whatever the report's fate (a coordinator that does not take it): said
+  // in the rank's log, not returned.
   if (absl::Status st = source.StepDone(report); !st.ok()) {
-    std::cerr << "latchkey-worker: rank " << rank << ": ReportStep of diverged step "
-              << report.step << ": " << st.message() << std::endl;
+    std::cerr << "latchkey-worker: rank " << rank << ": ReportStep of diverged step " << report.step
+              << ": " << st.message() << std::endl;
+  }
+  if (groups.world_size > 1) {
+    if (absl::Status st = groups.world->Barrier(); !st.ok()) {
+      std::cerr << "latchkey-worker: rank " << rank << ": barrier after diverged step "
+                << report.step << ": " << st.message() << std::endl;
+    }
   }
   std::cerr << "latchkey-worker: rank " << rank << ": " << diverged.message()
             << "; the update was not applied, the job ends here" << std::endl;
@@ -198,7 +207,7 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
         if (absl::Status st = groups->world->Barrier(); !st.ok()) return st;
       }
     }
-    if (diverged) return EndDiverged(*report, groups->rank, outputs, source, spec, *latch, waited);
+    if (diverged) return EndDiverged(*report, *groups, outputs, source, spec, *latch, waited);
     if (save) {
       proc.recorder->SetPhase(RankPhase::kCheckpoint);
       double blocked = 0;

@@ -21,7 +21,9 @@ const char kWorkerUsage[] =
     "         --log-steps (every rank logs its per-step line)\n"
     "         --metrics-port N (0 = any free port)  --metrics-host ADDR  --linger-seconds S\n"
     "         --collective-timeout-seconds S (default 120)  --advertise-host ADDR\n"
-    "         --dump-grads DIR --dump-grads-step N  --dump-samples FILE N\n";
+    "         --dump-grads DIR --dump-grads-step N  --dump-samples FILE N\n"
+    "exit: 0 done, 1 error, 2 usage, 3 the training diverged (a non-finite loss or grad norm;\n"
+    "      not restarted), 75 stuck in a fenced attempt (restart me)\n";
 
 namespace {
 

@@ -169,8 +169,7 @@ class EngineImpl final : public Engine {
     r.peak_memory_bytes = mem.peak_bytes;
     r.activation_memory_bytes = activation_bytes_;
     r.reserved_memory_bytes = mem.reserved_bytes;
-    // After the update, outside the step's time and collective counts (its own tag). A window
-    // that was not applied evaluates nothing: the model is the previous window's.
+    // After an applied update, outside the step's time and collective counts (its own tag).
     if (applied && evaluator_ && evaluator_->Due(latch.window)) {
       if (g_->recorder) g_->recorder->SetPhase(RankPhase::kEval);
       absl::StatusOr<double> eval_loss = evaluator_->Run(*model_);
@@ -220,11 +219,8 @@ class EngineImpl final : public Engine {
 
   // Runs the window and its update with learning rate `lr`; returns the window's mean loss.
   // Three stages, in this order: the micro-batches, the boundary reduction, the optimizer step.
-  // A window whose loss or global grad norm is not finite stops before the optimizer step (as
-  // Megatron's --check-for-nan-in-loss-and-grad does): no update, no all-gather, the state stays
-  // the previous window's. Both values are global after ReduceGrads on every rank (the norm's
-  // and the loss's reductions span every rank, see there), so every rank skips alike and the
-  // collectives still match.
+  // A loss or global grad norm that is not finite stops the window before its optimizer step
+  // (Megatron's --check-for-nan-in-loss-and-grad): nothing applied, on every rank alike.
   absl::StatusOr<double> Window(const Latch& latch, double lr) {
     LK_ASSIGN_OR_RETURN(const double loss_sum, MicroBatches(latch));
     LK_ASSIGN_OR_RETURN(const double loss, ReduceGrads(latch, loss_sum / latch.n));
@@ -400,11 +396,8 @@ class EngineImpl final : public Engine {
   // over TP -> the DP reduction (ZeRO-0: the mean all-reduce, the loss riding in the spare slot;
   // ZeRO-1: the reduce-scatter into this rank's partition) -> the global grad norm (last_norm_).
   // `loss` is this rank's mean loss; returns the window's, the mean over DP.
-  // Both results are the same on every rank, non-finite ones included (the divergence verdict of
-  // Window relies on it): ZeRO-1/2 sum the norm and the loss over the whole world in one
-  // all-reduce; ZeRO-0 sums the norm over TP after the DP mean made the gradients equal across
-  // DP, and the loss over DP only, so over TP > 1 a flag "this rank's loss is not finite" rides
-  // in the TP sum of the norm (no extra collective) and makes every TP rank's loss NaN.
+  // Both are the same on every rank, non-finite ones too (Window's verdict): ZeRO-0 reduces the
+  // loss over DP only, so a "loss not finite" flag rides in the norm's TP sum.
   absl::StatusOr<double> ReduceGrads(const Latch& latch, double loss) {
     const at::Tensor& grads = store_->flat_grads();
     const int64_t numel = store_->numel();
