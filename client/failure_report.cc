@@ -16,8 +16,8 @@ absl::StatusOr<WorkerFailureResult> ReportWorkerFailure(const ClientOptions& opt
   auto stub = v1::WorkerService::NewStub(*channel);
   // Attempt 0: whatever attempt the worker is in.
   const WorkerIdentity who{failure.job_id, failure.join_token, failure.worker_id, 0};
-  const v1::ReportFailureRequest req =
-      MakeReportFailureRequest(who, failure.rank, failure.message, /*permanent=*/false);
+  const v1::ReportFailureRequest req = MakeReportFailureRequest(who, failure.rank, failure.message,
+                                                                failure.permanent, failure.reason);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options.timeout));
   v1::ReportFailureResponse resp;

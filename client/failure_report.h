@@ -27,6 +27,11 @@ struct WorkerFailure {
   std::string worker_id;  // what the worker joined as: "<hostname>:<pid>"
   int rank = 0;
   std::string message;  // one line, e.g. "process exited: killed by signal 9"
+  // A failure no restart fixes (the job fails at once), and its ErrorInfo reason
+  // (common/error_info.h; e.g. TRAINING_DIVERGED for a worker that exited
+  // kExitTrainingDiverged); "" for none.
+  bool permanent = false;
+  std::string reason;
 };
 
 struct WorkerFailureResult {

@@ -1,9 +1,12 @@
 #include "common/error_info.h"
 
+#include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
 namespace latchkey {
@@ -56,6 +59,12 @@ bool HasErrorReason(const absl::Status& status, absl::string_view reason) {
   return info && info->domain == kErrorDomain && info->reason == reason;
 }
 
+absl::Status SessionClosedError() {
+  ErrorInfo info;
+  info.reason = error_reason::kSessionClosed;
+  return WithErrorInfo(absl::FailedPreconditionError("session closed"), info);
+}
+
 absl::Status AttemptFencedError(absl::string_view message, int64_t job_attempt,
                                 int64_t worker_attempt) {
   ErrorInfo info;
@@ -63,6 +72,28 @@ absl::Status AttemptFencedError(absl::string_view message, int64_t job_attempt,
   info.metadata = {{"job_attempt", std::to_string(job_attempt)},
                    {"worker_attempt", std::to_string(worker_attempt)}};
   return WithErrorInfo(absl::AbortedError(message), info);
+}
+
+std::string NonFiniteName(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "Inf" : "-Inf";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", value);
+  return buf;
+}
+
+absl::Status TrainingDivergedError(absl::string_view quantity, double value, int64_t step,
+                                   int rank) {
+  ErrorInfo info;
+  info.reason = error_reason::kTrainingDiverged;
+  info.metadata = {{"quantity", std::string(quantity)},
+                   {"value", NonFiniteName(value)},
+                   {"step", std::to_string(step)},
+                   {"rank", std::to_string(rank)}};
+  return WithErrorInfo(
+      absl::FailedPreconditionError(absl::StrCat(quantity, " is ", NonFiniteName(value),
+                                                 " at step ", step, " (rank ", rank, ")")),
+      info);
 }
 
 }  // namespace latchkey

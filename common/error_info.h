@@ -30,6 +30,12 @@ namespace error_reason {
 inline constexpr char kAttemptFenced[] = "ATTEMPT_FENCED";
 // FAILED_PRECONDITION: the worker's session was closed; its calls end with this.
 inline constexpr char kSessionClosed[] = "SESSION_CLOSED";
+// FAILED_PRECONDITION: the training diverged: a window's loss or global gradient norm is not
+// finite (NaN or ±Inf), so its update was not applied. A training outcome, not a fault: a re-run
+// from the same state diverges the same way, so the job fails at once, with no recovery.
+// Metadata: quantity ("loss" or "grad_norm"), value ("NaN", "Inf" or "-Inf"), step (0-based),
+// rank (the rank that says so; every rank reaches the same verdict).
+inline constexpr char kTrainingDiverged[] = "TRAINING_DIVERGED";
 }  // namespace error_reason
 
 struct ErrorInfo {
@@ -56,9 +62,22 @@ bool HasErrorReason(const absl::Status& status, absl::string_view reason);
 std::string EncodeErrorInfo(const ErrorInfo& info);
 std::optional<ErrorInfo> DecodeErrorInfo(absl::string_view bytes);
 
+// The end of a closed worker session's calls: FAILED_PRECONDITION "session closed", reason
+// SESSION_CLOSED (not CANCELLED: a cancelled job; not ABORTED with ATTEMPT_FENCED: a fenced
+// attempt).
+absl::Status SessionClosedError();
+
 // The refusal of a call of a fenced attempt (ABORTED, reason ATTEMPT_FENCED).
 absl::Status AttemptFencedError(absl::string_view message, int64_t job_attempt,
                                 int64_t worker_attempt);
+
+// "NaN", "Inf" or "-Inf" for a value that is not finite; the number ("%g") otherwise.
+std::string NonFiniteName(double value);
+
+// The verdict on a window whose `quantity` ("loss" or "grad_norm") is `value` (not finite):
+// FAILED_PRECONDITION "loss is NaN at step 1 (rank 0)", reason TRAINING_DIVERGED.
+absl::Status TrainingDivergedError(absl::string_view quantity, double value, int64_t step,
+                                   int rank);
 
 }  // namespace latchkey
 

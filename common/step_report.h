@@ -3,6 +3,7 @@
 #ifndef LATCHKEY_COMMON_STEP_REPORT_H_
 #define LATCHKEY_COMMON_STEP_REPORT_H_
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -62,6 +63,13 @@ inline double TokensPerSecond(const StepReport& r) {
 }
 inline double CollectiveShare(const StepReport& r) {
   return r.step_seconds > 0 ? r.collective_seconds / r.step_seconds : 0.0;
+}
+
+// Whether the step diverged: its loss or its global gradient norm is not finite (NaN or ±Inf).
+// Such a step's update was not applied (the engine checks before the optimizer step, on every
+// rank alike) and the job ends with it (common/error_info.h TRAINING_DIVERGED).
+inline bool StepDiverged(const StepReport& r) {
+  return !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
 }
 
 // A committed resumable checkpoint, as rank 0 reports it (WorkerService.ReportCheckpoint).

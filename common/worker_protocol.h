@@ -15,6 +15,11 @@
 
 namespace latchkey {
 
+// The exit code of a latchkey-worker whose training diverged (a non-finite loss or gradient norm,
+// common/error_info.h TRAINING_DIVERGED): the job failed with it; a supervisor does not restart
+// the process (a re-run diverges the same way). Documented in docs/fault-tolerance.md.
+inline constexpr int kExitTrainingDiverged = 3;
+
 // Who a worker call comes from (latchkey.v1.WorkerIdentity).
 struct WorkerIdentity {
   std::string job_id;

@@ -137,9 +137,11 @@ latchkey::v1::ReportCheckpointRequest MakeReportCheckpointRequest(const WorkerId
 // `position` null: the heartbeat carries none.
 latchkey::v1::HeartbeatRequest MakeHeartbeatRequest(const WorkerIdentity& identity, int rank,
                                                     const RankPosition* position);
+// `reason`: the ErrorInfo reason of the error ("" when it has none).
 latchkey::v1::ReportFailureRequest MakeReportFailureRequest(const WorkerIdentity& identity,
                                                             int rank, const std::string& message,
-                                                            bool permanent);
+                                                            bool permanent,
+                                                            const std::string& reason = "");
 // The latch stream's two messages: a latch with its publish time, and the job's end.
 latchkey::v1::WatchLatchesResponse MakeLatchMessage(const Latch& latch, absl::Time publish_time);
 latchkey::v1::WatchLatchesResponse MakeJobEndedMessage(JobState state, const std::string& reason);

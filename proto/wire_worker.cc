@@ -228,12 +228,14 @@ v1::HeartbeatRequest MakeHeartbeatRequest(const WorkerIdentity& identity, int ra
 }
 
 v1::ReportFailureRequest MakeReportFailureRequest(const WorkerIdentity& identity, int rank,
-                                                  const std::string& message, bool permanent) {
+                                                  const std::string& message, bool permanent,
+                                                  const std::string& reason) {
   v1::ReportFailureRequest out;
   *out.mutable_identity() = ToProto(identity);
   out.set_rank(rank);
   out.set_message(message);
   out.set_permanent(permanent);
+  out.set_reason(reason);
   return out;
 }
 

@@ -214,6 +214,7 @@ JobView Coordinator::View(const Job& job, bool with_workers) const {
   v.workers_joined = job.ranks.joined();
   v.steps_completed = job.steps_completed;
   v.last_step = job.steps.Last();
+  v.last_eval = job.steps.LastEval();
   v.max_restarts = job.spec.max_restarts;
   v.slowest.assign(job.arrivals.slowest().begin(), job.arrivals.slowest().end());
   v.spec_world_size = job.attempts.spec_layout().world_size;
@@ -248,9 +249,9 @@ absl::Status Coordinator::StartJob(Job& job) {
 }
 
 absl::Status Coordinator::EndJob(Job& job, JobState state, const std::string& reason,
-                                 WorkerState worker_state) {
+                                 WorkerState worker_state, const JobEventRecord* event) {
   const int stalled = static_cast<int>(job.rec.stalled.size());
-  absl::Status s = machine_->End(job.rec, job.ranks, state, reason, worker_state);
+  absl::Status s = machine_->End(job.rec, job.ranks, state, reason, worker_state, event);
   Touch(job);
   LK_RETURN_IF_ERROR(s);
   if (observer_ && stalled > 0) observer_->AddStalledRanks(-stalled);  // live jobs' verdicts only
@@ -433,8 +434,10 @@ absl::StatusOr<JobView> Coordinator::CancelJob(const std::string& job_id,
     return absl::FailedPreconditionError(
         absl::StrCat(job_id, ": already ended (", JobStateName(job->rec.state), ")"));
   }
-  LK_RETURN_IF_ERROR(EndJob(*job, JobState::kCancelled,
-                            reason.empty() ? "cancelled by user" : reason, WorkerState::kDone));
+  const std::string why = reason.empty() ? "cancelled by user" : reason;
+  // The audit records who ended the job, as it records recoveries and stalls.
+  const JobEventRecord event = Event(*job, "cancel", why);
+  LK_RETURN_IF_ERROR(EndJob(*job, JobState::kCancelled, why, WorkerState::kDone, &event));
   return View(*job, true);
 }
 

@@ -139,9 +139,10 @@ struct JobView {
   std::vector<JobWorkerInfo> workers;  // only where asked for; rank order, joined ranks only
   int64_t steps_completed = 0;
   std::optional<CompletedStep> last_step;
-  int max_restarts = 0;                // the spec's latchkey.max_restarts
-  std::vector<WindowArrival> slowest;  // the last windows' slowest ranks, newest last
-  int spec_world_size = 0;             // world_size/tp/dp above are the current attempt's
+  std::optional<CompletedStep> last_eval;  // the newest completed step that evaluated
+  int max_restarts = 0;                    // the spec's latchkey.max_restarts
+  std::vector<WindowArrival> slowest;      // the last windows' slowest ranks, newest last
+  int spec_world_size = 0;                 // world_size/tp/dp above are the current attempt's
   std::vector<AttemptSummary> attempts;
 };
 
@@ -322,9 +323,12 @@ class Coordinator {
   absl::StatusOr<WorkerStatus> Heartbeat(const WorkerCall& call,
                                          const std::optional<RankPosition>& position = {});
   // The job recovers (up to max_restarts) or fails, naming the rank and `message`; a
-  // `permanent` failure (a configuration error) fails it at once.
+  // `permanent` failure (a configuration error) fails it at once, and so does one whose `reason`
+  // (the error's ErrorInfo reason, common/error_info.h) is TRAINING_DIVERGED: a re-run diverges
+  // the same way.
   absl::StatusOr<WorkerStatus> ReportFailure(const WorkerCall& call, const std::string& message,
-                                             bool permanent = false);
+                                             bool permanent = false,
+                                             const std::string& reason = "");
   // A committed checkpoint after `report.step`: persisted with a "checkpoint" event; the job's
   // last_checkpoint_step is the newest one. Repeating a report changes nothing.
   absl::StatusOr<WorkerStatus> ReportCheckpoint(const WorkerCall& call,
@@ -421,8 +425,9 @@ class Coordinator {
 
   // State changes go through the JobStateMachine; these also wake the job's waiters.
   absl::Status StartJob(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status EndJob(Job& job, JobState state, const std::string& reason, WorkerState worker_state)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `event` (may be null): the audit's record of the end, persisted with it.
+  absl::Status EndJob(Job& job, JobState state, const std::string& reason, WorkerState worker_state,
+                      const JobEventRecord* event = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SetWorkerState(Job& job, int rank, WorkerState state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Publishes latches up to the lookahead frontier of a RUNNING job.

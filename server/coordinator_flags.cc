@@ -100,7 +100,8 @@ void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags* f) {
       ->check(cli::NonNegative())
       ->capture_default_str();
   app.add_option("--liveness-timeout", f->liveness_s,
-                 "seconds a worker may go unseen before its job fails")
+                 "seconds a worker may go unseen before its rank counts as lost: the job "
+                 "recovers in a new attempt (up to latchkey.max_restarts), then fails")
       ->check(cli::Positive())
       ->capture_default_str();
   app.add_option("--heartbeat-interval", f->heartbeat_s,

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_info.h"
 #include "common/status_macros.h"
 #include "server/coordinator.h"
 #include "server/coordinator_internal.h"
@@ -261,14 +262,22 @@ absl::StatusOr<WorkerStatus> Coordinator::Heartbeat(const WorkerCall& call,
 }
 
 absl::StatusOr<WorkerStatus> Coordinator::ReportFailure(const WorkerCall& call,
-                                                        const std::string& message,
-                                                        bool permanent) {
+                                                        const std::string& message, bool permanent,
+                                                        const std::string& reason) {
   absl::MutexLock lock(&mu_);
   LK_ASSIGN_OR_RETURN(Job * j, FindForWorker(call, /*check_rank=*/true));
   if (!IsTerminal(j->rec.state)) {
     const std::string cause = absl::StrCat("rank ", call.rank, " (worker ", call.worker_id,
                                            "): ", message.empty() ? "failed" : message);
-    if (permanent) {
+    // A diverged training is an outcome of the job's own numbers, not a fault: the last
+    // checkpoint stays the newest, and a recovery from it would diverge the same way.
+    const bool diverged = reason == error_reason::kTrainingDiverged;
+    if (diverged) {
+      LK_RETURN_IF_ERROR(SetWorkerState(*j, call.rank, WorkerState::kFailed));
+      const std::string why = cause + " (training diverged: not retried)";
+      const JobEventRecord event = Event(*j, "diverged", why);
+      LK_RETURN_IF_ERROR(EndJob(*j, JobState::kFailed, why, WorkerState::kDone, &event));
+    } else if (permanent) {
       LK_RETURN_IF_ERROR(SetWorkerState(*j, call.rank, WorkerState::kFailed));
       LK_RETURN_IF_ERROR(EndJob(*j, JobState::kFailed,
                                 cause + " (a configuration error: not retried)",

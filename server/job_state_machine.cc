@@ -27,8 +27,8 @@ bool JobStateMachine::Allowed(JobState from, JobState to) {
   return false;
 }
 
-absl::Status JobStateMachine::SetJobState(JobRecord& job, JobState state,
-                                          const std::string& reason) {
+absl::Status JobStateMachine::SetJobState(JobRecord& job, JobState state, const std::string& reason,
+                                          const JobEventRecord* event) {
   if (!Allowed(job.state, state)) {
     return absl::InternalError(absl::StrCat(job.job_id, ": no transition ", JobStateName(job.state),
                                             " -> ", JobStateName(state)));
@@ -37,7 +37,8 @@ absl::Status JobStateMachine::SetJobState(JobRecord& job, JobState state,
   next.state = state;
   next.failure_reason = reason;
   next.update_time = clock_->Now();
-  LK_RETURN_IF_ERROR(store_->UpdateJob(next));
+  LK_RETURN_IF_ERROR(event != nullptr ? store_->UpdateJobWithEvent(next, *event)
+                                      : store_->UpdateJob(next));
   if (observer_) {
     observer_->AddJobs(job.state, -1);
     observer_->AddJobs(state, 1);
@@ -103,7 +104,8 @@ absl::Status JobStateMachine::Start(JobRecord& job, RankTable& ranks) {
 }
 
 absl::Status JobStateMachine::End(JobRecord& job, RankTable& ranks, JobState state,
-                                  const std::string& reason, WorkerState worker_state) {
+                                  const std::string& reason, WorkerState worker_state,
+                                  const JobEventRecord* event) {
   if (!IsTerminal(state) || !Allowed(job.state, state)) {
     return absl::InternalError(absl::StrCat(job.job_id, ": cannot end ", JobStateName(job.state),
                                             " as ", JobStateName(state)));
@@ -113,7 +115,7 @@ absl::Status JobStateMachine::End(JobRecord& job, RankTable& ranks, JobState sta
       LK_RETURN_IF_ERROR(SetWorkerState(job.job_id, ranks, i, worker_state));
     }
   }
-  return SetJobState(job, state, reason);
+  return SetJobState(job, state, reason, event);
 }
 
 }  // namespace latchkey

@@ -49,15 +49,18 @@ class JobStateMachine {
   // reason is cleared.
   absl::Status Recover(JobRecord& job, JobRecord next, const JobEventRecord& event,
                        const AttemptRecord& attempt, const PolicyChangeRecord* layout_change);
-  // -> `state` (terminal) with `reason`; every live rank becomes `worker_state`.
+  // -> `state` (terminal) with `reason`; every live rank becomes `worker_state`. `event`, when
+  // not null, is persisted with the job's new state in one transaction (the audit's record of
+  // the end, e.g. a cancel).
   absl::Status End(JobRecord& job, RankTable& ranks, JobState state, const std::string& reason,
-                   WorkerState worker_state);
+                   WorkerState worker_state, const JobEventRecord* event = nullptr);
   // One rank's worker state (no-op for a free rank or an unchanged state).
   absl::Status SetWorkerState(const std::string& job_id, RankTable& ranks, int rank,
                               WorkerState state);
 
  private:
-  absl::Status SetJobState(JobRecord& job, JobState state, const std::string& reason);
+  absl::Status SetJobState(JobRecord& job, JobState state, const std::string& reason,
+                           const JobEventRecord* event = nullptr);
 
   JobStore* store_;
   CoordinatorObserver* observer_;

@@ -40,22 +40,28 @@ absl::StatusOr<bool> SqliteStore::StageStepReport(const StepReportRecord& record
   return inserted.status();
 }
 
+// The first report of a (job, rank, step) is kept: a repeat of the key is no change (false), and
+// only that; any other constraint (a NULL where none may be) is the statement's error, never a
+// report silently dropped. The loss, gradient norm and eval loss of a diverged step may be NaN or
+// ±Inf: bound as measures (Stmt::BindMeasure), they are stored and read back as they were.
 absl::StatusOr<bool> SqliteStore::WriteStepReport(const StepReportRecord& record) {
   static constexpr const char* kSql =
-      "INSERT OR IGNORE INTO step_reports (job_id, rank, step, micro_batches, loss, grad_norm, "
+      "INSERT INTO step_reports (job_id, rank, step, micro_batches, loss, grad_norm, "
       "kv_mode, kv_allreduce_calls, collective_calls_json, step_seconds, tokens, "
       "latch_generation, report_us, lr, eval_loss, boundary_wait_seconds, peak_memory_bytes, "
       "activation_memory_bytes, reserved_memory_bytes) "
-      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)";
+      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19) "
+      "ON CONFLICT (job_id, rank, step) DO NOTHING";
   LK_ASSIGN_OR_RETURN(Stmt * st_ptr, Prepared(kSql, /*in_group=*/true));
   Stmt& st = *st_ptr;
   const StepReport& r = record.report;
   st.Bind(1, record.job_id).Bind(2, record.rank).Bind(3, r.step).Bind(4, r.micro_batches);
-  st.Bind(5, r.loss).Bind(6, r.grad_norm).Bind(7, std::string(KvModeName(r.kv_mode)));
+  st.BindMeasure(5, r.loss).BindMeasure(6, r.grad_norm);
+  st.Bind(7, std::string(KvModeName(r.kv_mode)));
   st.Bind(8, r.kv_allreduce_calls).Bind(9, nlohmann::json(r.collective_calls).dump());
   st.Bind(10, r.step_seconds).Bind(11, r.tokens).Bind(12, r.latch_generation);
   st.Bind(13, Us(record.report_time)).Bind(14, r.lr);
-  if (r.eval_loss) st.Bind(15, *r.eval_loss);  // unbound: NULL, no evaluation in this step
+  if (r.eval_loss) st.BindMeasure(15, *r.eval_loss);  // unbound: NULL, no evaluation
   st.Bind(16, r.boundary_wait_seconds).Bind(17, r.peak_memory_bytes);
   st.Bind(18, r.activation_memory_bytes).Bind(19, r.reserved_memory_bytes);
   LK_RETURN_IF_ERROR(st.Run());
@@ -113,8 +119,8 @@ absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::QueryStepReports(
     const std::string where =
         absl::StrCat("step report ", r.step, " of job ", record.job_id, " rank ", record.rank);
     r.micro_batches = static_cast<int>(st.Int(3));
-    r.loss = st.Real(4);
-    r.grad_norm = st.Real(5);
+    r.loss = st.Measure(4);
+    r.grad_norm = st.Measure(5);
     LK_ASSIGN_OR_RETURN(r.kv_mode, KvModeFromText(where, st.Text(6)));
     r.kv_allreduce_calls = st.Int(7);
     auto calls = nlohmann::json::parse(st.Text(8), nullptr, false);
@@ -124,7 +130,7 @@ absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::QueryStepReports(
     r.latch_generation = st.Int(11);
     record.report_time = FromUs(st.Int(12));
     r.lr = st.Real(13);
-    if (!st.Null(14)) r.eval_loss = st.Real(14);
+    if (!st.Null(14)) r.eval_loss = st.Measure(14);
     record.boundary_wait_stored = !st.Null(15);
     if (record.boundary_wait_stored) r.boundary_wait_seconds = st.Real(15);
     r.peak_memory_bytes = st.Int(16);

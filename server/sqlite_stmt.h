@@ -4,6 +4,7 @@
 
 #include <sqlite3.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -38,6 +39,14 @@ class SqliteStore::Stmt {
     sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
     return *this;
   }
+  // A measured value that may not be finite (a diverged step's loss or gradient norm). SQLite
+  // keeps ±Inf in a REAL but turns a NaN into NULL (which a NOT NULL column refuses), so a NaN is
+  // bound as the text 'NaN': a REAL column keeps text that is no number as text. Measure reads
+  // it back as NaN.
+  Stmt& BindMeasure(int i, double v) {
+    if (std::isnan(v)) return Bind(i, std::string("NaN"));
+    return Bind(i, v);
+  }
   // true: a row is available; false: done. Errors carry SQLite's message.
   absl::StatusOr<bool> Step() {
     const int rc = sqlite3_step(stmt_);
@@ -65,6 +74,10 @@ class SqliteStore::Stmt {
   bool read_only() const { return sqlite3_stmt_readonly(stmt_) != 0; }
   int64_t Int(int c) { return sqlite3_column_int64(stmt_, c); }
   double Real(int c) { return sqlite3_column_double(stmt_, c); }
+  // A column bound with BindMeasure (only a NaN is stored as text).
+  double Measure(int c) {
+    return sqlite3_column_type(stmt_, c) == SQLITE_TEXT ? std::nan("") : Real(c);
+  }
   bool Null(int c) { return sqlite3_column_type(stmt_, c) == SQLITE_NULL; }
   std::string Text(int c) {
     const unsigned char* p = sqlite3_column_text(stmt_, c);

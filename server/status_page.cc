@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/error_info.h"
 #include "common/states.h"
 
 namespace latchkey {
@@ -28,6 +29,13 @@ std::string Num(double v, const char* format = "%.4f") {
   std::snprintf(buf, sizeof(buf), format, v);
   return buf;
 }
+
+// A measured value (a loss, a gradient norm) as "%.4f", or what it is when not finite: "NaN",
+// "Inf" or "-Inf" (a diverged step's).
+std::string Measure(double v) { return std::isfinite(v) ? Num(v) : NonFiniteName(v); }
+
+// A step number that may be -1 for "none" (a resume step, the last checkpoint step): "–" then.
+std::string StepOrNone(int64_t step) { return step >= 0 ? absl::StrCat(step) : "–"; }
 
 // Bytes as MiB with two decimals ("-" when the rank reported none).
 std::string MiB(std::optional<int64_t> bytes) {
@@ -289,10 +297,19 @@ std::string JobSummary(const JobView& view) {
   std::string out;
   absl::StrAppend(&out, "<p><a href=\"/\">all jobs</a></p><h1>job <span id=\"job-id\">",
                   HtmlEscape(rec.job_id), "</span> ", StateBadge(rec.state), "</h1>");
+  // The accumulation steps windows run with now: a `latchkey update --gas` policy's, else the
+  // current layout's (the spec's, or an elastic layout's that keeps the global batch).
+  const int policy_gas = rec.policy.gradient_accumulation_steps;
+  const int layout_gas =
+      view.attempts.empty() ? 0 : view.attempts.back().gradient_accumulation_steps;
+  const std::string gas =
+      policy_gas > 0 ? absl::StrCat(policy_gas, " (policy generation ", rec.policy.generation, ")")
+                     : absl::StrCat(layout_gas, " (the layout's)");
   absl::StrAppend(&out, "<p>step ", view.steps_completed, "/", view.steps, ", attempt ",
                   rec.attempt, ", restarts ", rec.restarts, "/", view.max_restarts, ", world ",
                   view.world_size, " (tp ", view.tp, " &times; dp ", view.dp, "; spec world ",
-                  view.spec_world_size, "), last checkpoint step ", rec.last_checkpoint_step,
+                  view.spec_world_size, "), <span id=\"gas\">gradient accumulation steps ", gas,
+                  "</span>, last checkpoint step ", StepOrNone(rec.last_checkpoint_step),
                   ", submitted by ", rec.submitter.empty() ? "-" : HtmlEscape(rec.submitter),
                   ", updated ", Time(rec.update_time), "</p>");
   if (!rec.failure_reason.empty()) {
@@ -306,15 +323,17 @@ std::string JobSummary(const JobView& view) {
   for (const std::string& w : rec.warnings) {
     absl::StrAppend(&out, "<p><b>warning:</b> ", HtmlEscape(w), "</p>");
   }
-  // Every attempt with its layout: what `latchkey --json status` lists as attempts.
+  // Every attempt with its layout: what `latchkey --json status` lists as attempts. The
+  // accumulation steps are the layout's; a policy update (`latchkey update --gas`) changes the
+  // windows', shown above and in the policy changes.
   absl::StrAppend(&out,
                   "<table id=\"attempts\"><tr><th>attempt</th><th>world</th><th>tp</th>"
-                  "<th>dp</th><th>gradient_accumulation_steps</th><th>resume_step</th>"
+                  "<th>dp</th><th>layout's gradient_accumulation_steps</th><th>resume_step</th>"
                   "<th>cause</th></tr>");
   for (const AttemptSummary& a : view.attempts) {
     absl::StrAppend(&out, "<tr><td>", a.attempt, "</td><td>", a.world, "</td><td>", a.tp,
                     "</td><td>", a.dp, "</td><td>", a.gradient_accumulation_steps, "</td><td>",
-                    a.resume_step, "</td><td>", HtmlEscape(a.cause), "</td></tr>");
+                    StepOrNone(a.resume_step), "</td><td>", HtmlEscape(a.cause), "</td></tr>");
   }
   absl::StrAppend(&out, "</table>");
   return out;
@@ -379,12 +398,12 @@ std::string StepCharts(const std::vector<CompletedStep>& steps) {
   out += "</div>";
   if (!steps.empty()) {
     const CompletedStep& last = steps.back();
-    absl::StrAppend(&out, "<p>last step ", last.report.step, ": loss ", Num(last.report.loss),
-                    ", lr ", Num(last.report.lr, "%.3e"), ", ", Num(TokensPerSecond(last), "%.0f"),
-                    " tokens/s, ", Num(last.report.step_seconds, "%.3f"), " s, kv ",
-                    KvModeName(last.report.kv_mode), " x", last.report.kv_allreduce_calls,
-                    ", peak memory ", MiB(last.report.peak_memory_bytes),
-                    " MiB (largest rank)</p>");
+    absl::StrAppend(
+        &out, "<p>last step ", last.report.step, ": loss ", Measure(last.report.loss),
+        ", grad_norm ", Measure(last.report.grad_norm), ", lr ", Num(last.report.lr, "%.3e"), ", ",
+        Num(TokensPerSecond(last), "%.0f"), " tokens/s, ", Num(last.report.step_seconds, "%.3f"),
+        " s, kv ", KvModeName(last.report.kv_mode), " x", last.report.kv_allreduce_calls,
+        ", peak memory ", MiB(last.report.peak_memory_bytes), " MiB (largest rank)</p>");
   }
   return out;
 }
@@ -462,11 +481,15 @@ HttpResponse StatusPage::Index(const HttpRequest& request) {
   for (const JobView& v : *jobs) {
     const std::string id = HtmlEscape(v.record.job_id);
     const std::optional<CompletedStep>& last = v.last_step;
+    // The newest evaluation, which is not the last step's unless it evaluated.
     std::string eval = "-";
-    if (last && last->report.eval_loss) eval = Num(*last->report.eval_loss);
+    if (v.last_eval && v.last_eval->report.eval_loss) {
+      eval = absl::StrCat(Measure(*v.last_eval->report.eval_loss), " (step ",
+                          v.last_eval->report.step, ")");
+    }
     absl::StrAppend(&out, "<tr><td><a href=\"/jobs/", id, "\">", id, "</a></td><td>",
                     StateBadge(v.record.state), "</td><td>", v.steps_completed, "/", v.steps,
-                    "</td><td>", last ? Num(last->report.loss) : "-", "</td><td>", eval,
+                    "</td><td>", last ? Measure(last->report.loss) : "-", "</td><td>", eval,
                     "</td><td>", last ? Num(TokensPerSecond(*last), "%.0f") : "-", "</td><td>",
                     last ? absl::StrCat(last->report.kv_allreduce_calls, " (",
                                         KvModeName(last->report.kv_mode), ")")
@@ -530,10 +553,12 @@ std::string StatusPage::LatchAudit(const std::string& job_id, int64_t windows_pu
       "<th>kv_reduce</th><th>gradient accumulation</th><th>first window</th><th>time</th>"
       "</tr>";
   for (const PolicyChangeRecord& c : audit->policy_changes) {
+    // 0: the layout's own (the spec's), as the CLI's "gas=spec" says.
+    const int gas = c.policy.gradient_accumulation_steps;
     absl::StrAppend(&out, "<tr><td>", c.policy.generation, "</td><td>",
                     KvReducePolicyName(c.policy.kv_reduce), "</td><td>",
-                    c.policy.gradient_accumulation_steps, "</td><td>", c.first_window, "</td><td>",
-                    Time(c.change_time), "</td></tr>");
+                    gas > 0 ? absl::StrCat(gas) : std::string("spec"), "</td><td>", c.first_window,
+                    "</td><td>", Time(c.change_time), "</td></tr>");
   }
   out +=
       "</table><h3>events</h3><table id=\"events\"><tr><th>time</th><th>attempt</th>"

@@ -33,6 +33,7 @@ void StepAggregator::Add(const StepReportRecord& record) {
   }
   if (p.count < world_size_) return;
   recent_[r.step] = sum;
+  if (sum.report.eval_loss && (!last_eval_ || last_eval_->report.step < r.step)) last_eval_ = sum;
   partial_.erase(r.step);
   while (recent_.size() > std::max<size_t>(1, keep_)) recent_.erase(recent_.begin());
 }

@@ -32,6 +32,8 @@ class StepAggregator {
   // Completed summaries after `after_step`, in step order.
   std::vector<CompletedStep> After(int64_t after_step) const;
   std::optional<CompletedStep> Last() const;
+  // The newest completed step that evaluated (eval_loss set), kept whatever `keep` drops.
+  const std::optional<CompletedStep>& LastEval() const { return last_eval_; }
 
  private:
   struct Partial {
@@ -42,6 +44,7 @@ class StepAggregator {
   size_t keep_;
   std::map<int64_t, Partial> partial_;
   std::map<int64_t, CompletedStep> recent_;
+  std::optional<CompletedStep> last_eval_;
 };
 
 }  // namespace latchkey

@@ -321,7 +321,8 @@ absl::Status WorkerServiceImpl::DoReportFailure(const v1::ReportFailureRequest& 
   LK_RETURN_IF_ERROR(ToCall(req.identity(), req.rank(), &call));
   LK_ASSIGN_OR_RETURN(
       WorkerStatus out,
-      core_->ReportFailure(call, req.message().substr(0, kMaxFailureBytes), req.permanent()));
+      core_->ReportFailure(call, req.message().substr(0, kMaxFailureBytes), req.permanent(),
+                           req.reason().substr(0, kMaxFailureBytes)));
   ToProto(ToReply(out), resp);
   return absl::OkStatus();
 }

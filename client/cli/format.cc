@@ -3,10 +3,12 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/error_info.h"
 #include "common/job_spec.h"
 #include "common/states.h"
 #include "proto/wire.h"
@@ -21,6 +23,11 @@ std::string FormatTimestamp(absl::Time t) {
 namespace {
 
 using google::protobuf::FieldDescriptor;
+
+// A loss or gradient norm: "%.4f", or NaN / Inf / -Inf for a diverged step's (never "-nan").
+std::string Measure(double v) {
+  return std::isfinite(v) ? absl::StrFormat("%.4f", v) : NonFiniteName(v);
+}
 
 // An int64 the proto JSON mapping printed as a string ("12"), as the number it is.
 void StringToNumber(nlohmann::json& v, bool is_unsigned) {
@@ -170,10 +177,10 @@ std::string JobDetails(const JobInfo& job) {
   absl::StrAppend(&out, "updated:      ", FormatTimestamp(job.update_time), "\n");
   if (job.last_step) {
     const StepReport& s = job.last_step->report;
-    absl::StrAppend(&out, "last step:    ", s.step, " loss ", absl::StrFormat("%.4f", s.loss));
-    if (s.eval_loss) absl::StrAppend(&out, " eval_loss ", absl::StrFormat("%.4f", *s.eval_loss));
+    absl::StrAppend(&out, "last step:    ", s.step, " loss ", Measure(s.loss));
+    if (s.eval_loss) absl::StrAppend(&out, " eval_loss ", Measure(*s.eval_loss));
     absl::StrAppend(&out, " lr ", absl::StrFormat("%.3e", s.lr), " grad_norm ",
-                    absl::StrFormat("%.4f", s.grad_norm), " kv_mode ", KvModeName(s.kv_mode),
+                    Measure(s.grad_norm), " kv_mode ", KvModeName(s.kv_mode),
                     " kv_allreduce_calls ", s.kv_allreduce_calls, " step_seconds ",
                     absl::StrFormat("%.3f", s.step_seconds), "\n");
   }
@@ -235,9 +242,9 @@ std::string ProgressLine(const JobInfo& job, const CompletedStep* step) {
   if (s) {
     const StepReport& r = s->report;
     const double tok_s = r.step_seconds > 0 ? r.tokens / r.step_seconds : 0.0;
-    absl::StrAppend(&out, absl::StrFormat(" loss %.4f", r.loss));
+    absl::StrAppend(&out, " loss ", Measure(r.loss));
     // Only on the steps that evaluated: a step without evaluation has no eval loss to show.
-    if (r.eval_loss) absl::StrAppend(&out, absl::StrFormat(" eval %.4f", *r.eval_loss));
+    if (r.eval_loss) absl::StrAppend(&out, " eval ", Measure(*r.eval_loss));
     absl::StrAppend(&out, absl::StrFormat(" lr %.3e tok/s %.0f kv-allreduce/step %d (%s)", r.lr,
                                           tok_s, r.kv_allreduce_calls, KvModeName(r.kv_mode)));
   }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "proto/wire.h"
@@ -71,6 +72,27 @@ TEST(FormatProgress, RecoveringShowsTheCause) {
       << ProgressLine(job, nullptr);
   job.state = JobState::kRunning;
   EXPECT_EQ(ProgressLine(job, nullptr).find("killed"), std::string::npos);
+}
+
+// A diverged step's loss and grad norm read NaN / Inf in the live bar and in `status`, never
+// printf's "-nan" (a NaN made by arithmetic usually has its sign bit set).
+TEST(FormatProgress, ADivergedStepReadsNaNAndInf) {
+  JobInfo job;
+  job.steps = 8;
+  job.steps_completed = 2;
+  job.state = JobState::kFailed;
+  CompletedStep step;
+  step.report.step = 1;
+  step.report.loss = -std::nan("");
+  step.report.grad_norm = INFINITY;
+  step.report.lr = 1e9;
+  const std::string line = ProgressLine(job, &step);
+  EXPECT_NE(line.find(" loss NaN lr 1.000e+09"), std::string::npos) << line;
+  job.last_step = step;
+  const std::string details = JobDetails(job);
+  EXPECT_NE(details.find("last step:    1 loss NaN lr 1.000e+09 grad_norm Inf kv_mode"),
+            std::string::npos)
+      << details;
 }
 
 }  // namespace

@@ -261,7 +261,8 @@ void AddLatchesCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   CLI::App* sub = app.add_subcommand(
       "latches",
       "The audit of a job: its published latches, policy changes and events (recoveries, stall "
-      "verdicts, determinism violations, checkpoints, fenced workers)");
+      "verdicts, determinism violations, checkpoints, fenced workers, cancels, a diverged "
+      "training)");
   sub->alias("audit");
   sub->add_option("job", *job_id, "job id")->required();
   sub->add_option("--from", *start, "first window to show");

@@ -150,7 +150,12 @@ absl::StatusOr<PreparedRun> Prepare(const UpOptions& o);
 absl::Status MakeLocalCertificates(const std::string& dir);
 
 // The summary table from rank 0's per-step JSONL (the last record of each step counts: a
-// restarted rank appends), with the job's attempt and restarts when `job` is known.
+// restarted rank appends), with the job's attempt and restarts when `job` is known. A field the
+// JSONL holds as null (a loss or gradient norm that was not finite: JSON has no NaN) or not at
+// all reads as absent, never as an error; a diverged step is named. UpSummary returns the text
+// PrintUpSummary prints to stdout ("" when the JSONL has no step).
+std::string UpSummary(const std::string& jsonl, const JobInfo* job, int worker_restarts,
+                      int coordinator_restarts);
 void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_restarts,
                     int coordinator_restarts);
 
@@ -169,7 +174,9 @@ struct SupervisorConfig {
 
 // Keeps a job's local processes alive while the job is not over: a worker process that exits
 // is started again with the same rank and environment (its death reported to the coordinator
-// at once, unless it exited with kRestartMeExitCode), a worker the coordinator declared stalled
+// at once, unless it exited with kRestartMeExitCode); one that exited kExitTrainingDiverged
+// (common/worker_protocol.h: its training diverged, the job failed) is not started again; a
+// worker the coordinator declared stalled
 // is killed (and so restarted), and a dead coordinator is started again on its ports and
 // database. Thread-safe; one thread of its own. The processes it starts come from
 // SupervisorConfig's SpawnOptions (`latchkey up` gives each a process group of its own and a

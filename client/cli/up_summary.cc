@@ -4,16 +4,36 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/up.h"
 
 namespace latchkey::cli {
 namespace {
+
+// A number of a JSONL record; nullopt when the field is absent, null (the JSONL writes a loss or
+// gradient norm that was not finite as null: JSON has no NaN) or not a number.
+std::optional<double> Number(const nlohmann::json& row, const char* key) {
+  const auto it = row.find(key);
+  if (it == row.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+// An integer of a JSONL record; 0 when absent or not an integer.
+int64_t Integer(const nlohmann::json& row, const char* key) {
+  const auto it = row.find(key);
+  return it != row.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+}
+
+std::string LossText(std::optional<double> loss) {
+  return loss ? absl::StrFormat("%.4f", *loss) : std::string("not finite");
+}
 
 // The largest peak_memory_bytes of a rank's JSONL, or -1 when it has none (no file, or records
 // from a worker that did not measure memory).
@@ -46,15 +66,17 @@ std::string ReadTextFile(const std::string& path) {
   return ss.str();
 }
 
-void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_restarts,
-                    int coordinator_restarts) {
+std::string UpSummary(const std::string& jsonl, const JobInfo* job, int worker_restarts,
+                      int coordinator_restarts) {
   // A restarted rank appends to its JSONL: the last record of a step is the one that counts.
   std::map<int64_t, nlohmann::json> by_step;
   std::ifstream in(jsonl);
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
-    if (row.is_object() && row.contains("step")) by_step[row["step"].get<int64_t>()] = row;
+    if (row.is_object() && row.contains("step") && row["step"].is_number_integer()) {
+      by_step[row["step"].get<int64_t>()] = row;
+    }
   }
   // The job's steps are those every rank reported (its steps_completed, what the progress line
   // and `status` show): a step rank 0 finished after the job ended (cancelled, failed) is in
@@ -68,7 +90,7 @@ void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_res
       rows.push_back(std::move(row));
     }
   }
-  if (rows.empty() && past_end == 0) return;
+  if (rows.empty() && past_end == 0) return "";
   // Every line's value starts in one column, past the longest label.
   std::vector<std::pair<std::string, std::string>> lines;
   auto line = [&lines](std::string label, std::string value) {
@@ -82,28 +104,40 @@ void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_res
   std::vector<double> secs;
   std::map<std::string, std::pair<int64_t, int64_t>> kv;  // mode -> (calls, steps)
   std::map<std::string, int64_t> calls;
+  std::optional<int64_t> diverged;  // the first step whose loss or grad norm was not finite
   for (const auto& r : rows) {
-    secs.push_back(r["step_seconds"].get<double>());
-    auto& k = kv[r["kv_mode"].get<std::string>()];
-    k.first += r["kv_allreduce_calls"].get<int64_t>();
-    k.second += 1;
-    for (auto it = r["collective_calls"].begin(); it != r["collective_calls"].end(); ++it) {
-      calls[it.key()] += it.value().get<int64_t>();
+    secs.push_back(Number(r, "step_seconds").value_or(0));
+    if (r.contains("kv_mode") && r["kv_mode"].is_string()) {
+      auto& k = kv[r["kv_mode"].get<std::string>()];
+      k.first += Integer(r, "kv_allreduce_calls");
+      k.second += 1;
+    }
+    if (r.contains("collective_calls") && r["collective_calls"].is_object()) {
+      for (auto it = r["collective_calls"].begin(); it != r["collective_calls"].end(); ++it) {
+        if (it.value().is_number_integer()) calls[it.key()] += it.value().get<int64_t>();
+      }
+    }
+    if (!diverged && (!Number(r, "loss") || !Number(r, "grad_norm"))) {
+      diverged = Integer(r, "step");
     }
   }
   const double median = Median(secs);
   if (!rows.empty()) {
-    line("loss first -> final", absl::StrFormat("%.4f -> %.4f", rows.front()["loss"].get<double>(),
-                                                rows.back()["loss"].get<double>()));
+    line("loss first -> final", absl::StrCat(LossText(Number(rows.front(), "loss")), " -> ",
+                                             LossText(Number(rows.back(), "loss"))));
+  }
+  if (diverged) {
+    line("diverged at", absl::StrFormat("step %lld (loss or grad_norm not finite; not applied)",
+                                        static_cast<long long>(*diverged)));
   }
   // Evaluation (latchkey.eval) and the learning rate schedule, from the steps that carry them.
   std::vector<std::pair<int64_t, double>> evals;  // step, eval_loss
   std::vector<double> lrs;
   for (const auto& r : rows) {
-    if (r.contains("eval_loss") && r["eval_loss"].is_number()) {
-      evals.emplace_back(r["step"].get<int64_t>(), r["eval_loss"].get<double>());
+    if (std::optional<double> e = Number(r, "eval_loss")) {
+      evals.emplace_back(Integer(r, "step"), *e);
     }
-    if (r.contains("lr") && r["lr"].is_number()) lrs.push_back(r["lr"].get<double>());
+    if (std::optional<double> lr = Number(r, "lr")) lrs.push_back(*lr);
   }
   if (!evals.empty()) {
     line("eval loss first -> final",
@@ -147,21 +181,26 @@ void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_res
     }
   }
   if (!rows.empty()) {
-    if (rows.back().contains("activation_memory_bytes")) {
-      line("activation memory (last step)",
-           absl::StrFormat("%.1f MiB",
-                           rows.back()["activation_memory_bytes"].get<double>() / (1 << 20)));
+    if (std::optional<double> act = Number(rows.back(), "activation_memory_bytes")) {
+      line("activation memory (last step)", absl::StrFormat("%.1f MiB", *act / (1 << 20)));
     }
     line("median step time", absl::StrFormat("%.3f s", median));
     line("tokens/s (median step)",
-         absl::StrFormat("%.0f", rows.back()["tokens"].get<double>() / std::max(median, 1e-9)));
+         absl::StrFormat(
+             "%.0f", static_cast<double>(Integer(rows.back(), "tokens")) / std::max(median, 1e-9)));
   }
   size_t width = 36;
   for (const auto& [label, value] : lines) width = std::max(width, label.size());
-  std::printf("\nsummary (rank 0)\n");
+  std::string out = "\nsummary (rank 0)\n";
   for (const auto& [label, value] : lines) {
-    std::printf("  %-*s %s\n", static_cast<int>(width), label.c_str(), value.c_str());
+    absl::StrAppendFormat(&out, "  %-*s %s\n", static_cast<int>(width), label, value);
   }
+  return out;
+}
+
+void PrintUpSummary(const std::string& jsonl, const JobInfo* job, int worker_restarts,
+                    int coordinator_restarts) {
+  std::fputs(UpSummary(jsonl, job, worker_restarts, coordinator_restarts).c_str(), stdout);
 }
 
 }  // namespace latchkey::cli

@@ -11,6 +11,7 @@
 #include "client/cli/format.h"
 #include "client/cli/up.h"
 #include "client/failure_report.h"
+#include "common/error_info.h"
 
 namespace latchkey::cli {
 namespace {
@@ -147,6 +148,10 @@ bool UpSupervisor::ShouldRestart(const Death& d) {
   }
   ClientOptions client = config_.client;
   client.timeout = absl::Seconds(3);
+  // The training diverged: the worker reported it and the job failed; a restart would diverge
+  // the same way. The report below is for a job that has not heard of it (the worker's own
+  // report lost): it fails the job the same way, and changes nothing on an ended one.
+  const bool diverged = d.exit.signal == 0 && d.exit.code == kExitTrainingDiverged;
   // A stalled rank's verdict and a fenced worker's own exit are known to the coordinator.
   const bool report = !d.stall_kill && !(d.exit.signal == 0 && d.exit.code == kRestartMeExitCode);
   if (report) {
@@ -156,7 +161,13 @@ bool UpSupervisor::ShouldRestart(const Death& d) {
     f.worker_id = WorkerIdOf(d.pid);
     f.rank = d.rank;
     f.message = DeathMessage(d.exit);
+    if (diverged) {
+      f.message += " (training diverged)";
+      f.permanent = true;
+      f.reason = error_reason::kTrainingDiverged;
+    }
     const absl::StatusOr<WorkerFailureResult> r = ReportWorkerFailure(client, f);
+    if (diverged) return false;
     if (r.ok()) return !IsTerminal(r->state);
     if (r.status().code() == absl::StatusCode::kFailedPrecondition) return false;  // job over
   }

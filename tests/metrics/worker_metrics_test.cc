@@ -6,6 +6,7 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -65,6 +66,34 @@ TEST(WorkerMetrics, TrainingSeriesExistFromTheStart) {
        {"latchkey_learning_rate", "latchkey_eval_loss", "latchkey_eval_collective_calls_total"}) {
     EXPECT_EQ(Sample(text, series), 0) << series << "\n" << text;
   }
+}
+
+// A diverged step (common/step_report.h StepDiverged) applied no update: the optimizer step
+// counter stays, the loss and grad norm gauges say NaN and +Inf (which the text format and promtool
+// accept).
+TEST(WorkerMetrics, ADivergedStepCountsNoOptimizerStepAndShowsItsValues) {
+  WorkerMetrics m;
+  StepReport ok;
+  ok.step = 0;
+  ok.loss = 5.5;
+  ok.grad_norm = 1.25;
+  m.ObserveStep(ok, 128, 1, 1);
+  StepReport diverged = ok;
+  diverged.step = 1;
+  diverged.loss = std::nan("");
+  diverged.grad_norm = INFINITY;
+  m.ObserveStep(diverged, 128, 1, 1);
+  const std::string text = m.Serialize();
+  EXPECT_EQ(Sample(text, "latchkey_optimizer_steps_total"), 1) << text;
+  EXPECT_TRUE(std::isnan(Sample(text, "latchkey_loss"))) << text;
+  EXPECT_TRUE(std::regex_search(text, std::regex("\nlatchkey_loss nan\n", std::regex::icase)))
+      << text;
+  EXPECT_EQ(Sample(text, "latchkey_grad_norm"), INFINITY) << text;
+  EXPECT_EQ(Sample(text, "latchkey_tokens_total"), 256) << text;  // both windows ran
+  const std::string path = ::testing::TempDir() + "/diverged-metrics.txt";
+  std::ofstream(path) << text;
+  const Captured lint = RunAndCapture({"/bin/sh", "-c", "promtool check metrics < " + path});
+  EXPECT_EQ(lint.exit_code, 0) << lint.output << text;
 }
 
 TEST(WorkerMetrics, EndpointCountsMatchJsonlAndPassPromtool) {

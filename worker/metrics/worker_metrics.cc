@@ -255,7 +255,9 @@ void WorkerMetrics::ObserveStep(const StepReport& r, int64_t rank_tokens, int64_
   f_->replicated_allreduce->Add(mode).Increment(static_cast<double>(r.replicated_allreduce_calls));
   f_->replicated_planned->Add(mode).Increment(static_cast<double>(replicated_planned));
   f_->step_seconds->Observe(r.step_seconds);
-  f_->optimizer_steps->Increment();
+  // A diverged step ran its window but applied no update (common/step_report.h StepDiverged);
+  // its loss and grad norm gauges say why (NaN or ±Inf, as Prometheus writes them).
+  if (!StepDiverged(r)) f_->optimizer_steps->Increment();
   f_->tokens->Increment(static_cast<double>(rank_tokens));
   f_->loss->Set(r.loss);
   f_->grad_norm->Set(r.grad_norm);

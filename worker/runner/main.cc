@@ -19,7 +19,9 @@
 // flags, then runs the mode.
 //
 // Exit 0 on success; otherwise one line "latchkey-worker: <field>: <reason>" and exit 1
-// (2 for a usage error).
+// (2 for a usage error; kExitTrainingDiverged, 3, when the training diverged: a non-finite loss
+// or gradient norm, "loss is NaN at step 1 (rank 0)", after which no supervisor restarts it;
+// 75, kExitRestartMe, from a worker stuck in a fenced attempt).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,7 +29,9 @@
 #include <string>
 #include <vector>
 
+#include "common/error_info.h"
 #include "common/job_spec.h"
+#include "common/worker_protocol.h"
 #include "latchkey_version.h"
 #include "worker/data/token_source.h"
 #include "worker/memory/memory.h"
@@ -53,6 +57,16 @@ int RunFailed(absl::string_view msg) {
   return kRunFailed;
 }
 
+// The run's end: 0, or its error's line and exit code (a diverged training's own).
+int RunEnded(const absl::Status& st) {
+  if (st.ok()) return 0;
+  const int code = latchkey::HasErrorReason(st, latchkey::error_reason::kTrainingDiverged)
+                       ? latchkey::kExitTrainingDiverged
+                       : kRunFailed;
+  std::cerr << "latchkey-worker: " << st.message() << "\n";
+  return code;
+}
+
 int Tokenize(const std::vector<std::string>& args) {
   if (args.size() != 3) return UsageError("tokenize takes TEXT_FILE OUT.bin");
   auto n = latchkey::TokenizeBytesFile(args[1], args[2]);
@@ -75,8 +89,7 @@ int Standalone(const latchkey::WorkerFlags& flags, const latchkey::WorkerEnv& en
   if (absl::Status st = latchkey::CheckStandaloneOptions(opts, *spec); !st.ok()) {
     return UsageError(std::string(st.message()));
   }
-  absl::Status st = latchkey::RunStandalone(opts, *std::move(spec), env);
-  return st.ok() ? 0 : RunFailed(st.message());
+  return RunEnded(latchkey::RunStandalone(opts, *std::move(spec), env));
 }
 
 #ifdef LATCHKEY_WITH_COORDINATOR
@@ -103,8 +116,7 @@ int Coordinated(const latchkey::WorkerFlags& flags, const latchkey::WorkerEnv& e
   opts.run = flags.run;
   opts.collective_timeout = flags.collective_timeout;
   opts.join_timeout = flags.join_timeout;
-  absl::Status st = latchkey::RunCoordinated(opts, env);
-  return st.ok() ? 0 : RunFailed(st.message());
+  return RunEnded(latchkey::RunCoordinated(opts, env));
 }
 #endif
 

@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "absl/strings/str_replace.h"
+#include "common/error_info.h"
 #include "worker/checkpoint/files.h"
 #include "worker/train/step_jsonl.h"
 #ifdef LATCHKEY_WITH_METRICS
@@ -30,6 +32,14 @@ namespace {
 
 std::string ForRank(const std::string& pattern, int rank) {
   return absl::StrReplaceAll(pattern, {{"{rank}", std::to_string(rank)}});
+}
+
+// A per-step line's value: printf's `format`, or NaN / Inf / -Inf (never printf's "-nan").
+std::string Measure(double v, const char* format) {
+  if (!std::isfinite(v)) return NonFiniteName(v);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, v);
+  return buf;
 }
 
 }  // namespace
@@ -126,11 +136,12 @@ void RankOutputs::OnStep(const JobSpec& spec, const Latch& latch, const StepRepo
     std::string eval;
     if (report.eval_loss) eval = "  eval_loss " + std::to_string(*report.eval_loss);
     const std::string who = options_.log_steps ? "rank " + std::to_string(rank_) + " " : "";
-    std::fprintf(
-        stderr, "%sstep %lld/%lld  loss %.6f  grad_norm %.4f  lr %.3g  kv %s x%lld  %.3fs%s\n",
-        who.c_str(), static_cast<long long>(report.step + 1), static_cast<long long>(spec.steps),
-        report.loss, report.grad_norm, report.lr, KvModeName(report.kv_mode),
-        static_cast<long long>(report.kv_allreduce_calls), report.step_seconds, eval.c_str());
+    std::fprintf(stderr, "%sstep %lld/%lld  loss %s  grad_norm %s  lr %.3g  kv %s x%lld  %.3fs%s\n",
+                 who.c_str(), static_cast<long long>(report.step + 1),
+                 static_cast<long long>(spec.steps), Measure(report.loss, "%.6f").c_str(),
+                 Measure(report.grad_norm, "%.4f").c_str(), report.lr, KvModeName(report.kv_mode),
+                 static_cast<long long>(report.kv_allreduce_calls), report.step_seconds,
+                 eval.c_str());
   }
 }
 

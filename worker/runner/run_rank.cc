@@ -1,6 +1,7 @@
 #include "worker/runner/run_rank.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/error_info.h"
 #include "common/job_uid.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/comm/collective_error.h"
@@ -62,6 +64,39 @@ struct RankProcess {
   // The checkpoint driver: its host staging buffers are reused by every save of the process.
   CheckpointSaver saver{true};
 };
+
+// The end of a run at a window that diverged (StepDiverged: its update was not applied). Every
+// rank gets here at the same window, after the commit due at its boundary (an asynchronous save
+// of an earlier step: the state it staged is good). The step's record goes out as any step's
+// (JSONL, metrics, TensorBoard, the coordinator's report), nothing is saved for it, and the rank
+// ends with TRAINING_DIVERGED (common/error_info.h), which fails the job without a recovery.
+// Every rank's reports (rank 0's checkpoint, each rank's step) are in before any rank reports
+// the divergence, which ends the job: one barrier over the world, after the step's record.
+absl::Status EndDiverged(const StepReport& report, comm::ProcessGroups& groups,
+                         RankOutputs& outputs, LatchSource& source, const JobSpec& spec,
+                         const Latch& latch, double waited) {
+  const int rank = groups.rank;
+  outputs.OnStep(spec, latch, report, waited);
+  const bool loss_bad = !std::isfinite(report.loss);
+  const absl::Status diverged =
+      TrainingDivergedError(loss_bad ? "loss" : "grad_norm",
+                            loss_bad ? report.loss : report.grad_norm, report.step, rank);
+  // The verdict stands whatever the report's fate (a coordinator that does not take it): said
+  // in the rank's log, not returned.
+  if (absl::Status st = source.StepDone(report); !st.ok()) {
+    std::cerr << "latchkey-worker: rank " << rank << ": ReportStep of diverged step " << report.step
+              << ": " << st.message() << std::endl;
+  }
+  if (groups.world_size > 1) {
+    if (absl::Status st = groups.world->Barrier(); !st.ok()) {
+      std::cerr << "latchkey-worker: rank " << rank << ": barrier after diverged step "
+                << report.step << ": " << st.message() << std::endl;
+    }
+  }
+  std::cerr << "latchkey-worker: rank " << rank << ": " << diverged.message()
+            << "; the update was not applied, the job ends here" << std::endl;
+  return diverged;
+}
 
 // One attempt: groups, engine, the checkpoint to resume, then every remaining window. The
 // engine is declared after the groups, so on any exit (a Status or an exception unwinding) it
@@ -187,7 +222,8 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
                                     std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(min_window_seconds)));
     }
-    const bool save = checkpoints && (s + 1) % spec.checkpoint.every_steps == 0;
+    const bool diverged = StepDiverged(*report);
+    const bool save = !diverged && checkpoints && (s + 1) % spec.checkpoint.every_steps == 0;
     // A background save commits at the boundary every rank derives from its step.
     const auto commit_due = [&]() -> absl::Status {
       auto due = saver.CommitDue(state, s, spec.steps);
@@ -210,6 +246,7 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
         if (absl::Status st = groups->world->Barrier(); !st.ok()) return st;
       }
     }
+    if (diverged) return EndDiverged(*report, *groups, outputs, source, spec, *latch, waited);
     if (save) {
       proc.recorder->SetPhase(RankPhase::kCheckpoint);
       double blocked = 0;

@@ -23,7 +23,9 @@ const char kWorkerUsage[] =
     "         --collective-timeout-seconds S (default 120)  --advertise-host ADDR\n"
     "         --join-timeout S (wait this long for the coordinator to answer the join;\n"
     "           default 120)\n"
-    "         --dump-grads DIR --dump-grads-step N  --dump-samples FILE N\n";
+    "         --dump-grads DIR --dump-grads-step N  --dump-samples FILE N\n"
+    "exit: 0 done, 1 error, 2 usage, 3 the training diverged (a non-finite loss or grad norm;\n"
+    "      not restarted), 75 stuck in a fenced attempt (restart me)\n";
 
 namespace {
 

@@ -1,6 +1,7 @@
 #include "worker/session/coordinator_latch_source.h"
 
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,11 @@ std::string EndMessage(const JobEnd& end) {
 // the job's configuration.
 bool IsSessionClosed(const absl::Status& error) {
   return HasErrorReason(error, error_reason::kSessionClosed);
+}
+
+// The training diverged (common/error_info.h TRAINING_DIVERGED): the job's end, not a fault.
+bool IsDiverged(const absl::Status& error) {
+  return HasErrorReason(error, error_reason::kTrainingDiverged);
 }
 
 // A peer vanished or stopped, or the attempt was fenced, or the session was closed under the
@@ -114,7 +120,11 @@ bool IsConfigurationError(const absl::Status& error) {
 absl::Status CoordinatorLatchSource::Report(absl::Status error) {
   std::string msg(error.message());
   if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-  (void)session_->ReportFailure(msg, IsConfigurationError(error));
+  const std::optional<ErrorInfo> info = GetErrorInfo(error);
+  const std::string reason = info && info->domain == kErrorDomain ? info->reason : "";
+  // A diverged training is also sent as permanent: a coordinator that does not know the reason
+  // fails the job at once too.
+  (void)session_->ReportFailure(msg, IsConfigurationError(error) || IsDiverged(error), reason);
   return error;
 }
 
@@ -139,6 +149,8 @@ absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Recover(absl::Status error) 
                               ")");
   };
   if (auto end = session_->job_end(); end.has_value()) return ended(*end);
+  // The verdict on a diverged training is known: the job fails with it, no new attempt comes.
+  if (IsDiverged(error)) return Report(std::move(error));
   if (!symptom) (void)Report(error);
   // The rank's log says what happened to it: `latchkey logs` shows every recovery.
   std::cerr << "latchkey-worker: rank " << session_->info().rank << ": attempt "

@@ -11,7 +11,8 @@
 // coordinator's verdict (up to liveness timeout * 1.5 + hang timeout + slack): a newer attempt
 // (the session joins it and Recover returns its plan) or the job's end (the rank exits: with
 // its own error, or ABORTED naming the job's end and the symptom). A symptom nobody named in
-// that time is reported as this rank's failure.
+// that time is reported as this rank's failure. A diverged training (TRAINING_DIVERGED,
+// common/error_info.h) is reported with its reason and returned at once: the job fails with it.
 // `base.recorder`, when set, hears each attempt's number (SetAttempt) at Begin.
 // Elastic jobs (JoinInfo::elastic): Begin waits (joining again) until every rank of the
 // attempt has joined before it hands out the plan, and a worker the coordinator made a spare

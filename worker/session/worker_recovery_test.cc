@@ -3,6 +3,7 @@
 // fail ABORTED at once), rejoin the job's current attempt, and CoordinatorLatchSource::Recover
 // turns all of it into the next attempt's plan; with max_restarts 0 a rank's own error fails
 // the job naming it; a rank stuck in a fenced attempt exits with kExitRestartMe.
+#include <cmath>
 #include <memory>
 #include <string>
 #include <thread>
@@ -236,6 +237,32 @@ TEST(WorkerSessionRecoveryTest, WithoutRestartsAnOwnErrorFailsTheJobNamingIt) {
   auto rec = other.Recover(absl::UnavailableError("peer 1 vanished"));
   ASSERT_FALSE(rec.ok());
   EXPECT_NE(rec.status().message().find("tokens_file"), std::string::npos) << rec.status();
+}
+
+// A diverged training (TRAINING_DIVERGED) is the job's end even with restarts left: Recover
+// reports it with its reason and returns it at once; the job fails with no new attempt.
+TEST(WorkerSessionRecoveryTest, ADivergedTrainingFailsTheJobWithRestartsLeft) {
+  InProcessCoordinator server(FastOptions());
+  const SubmittedJob job = Submit(server, 3);
+  auto sessions = JoinBoth(server.address(), job);
+  ASSERT_TRUE(sessions[0] && sessions[1]);
+  CoordinatorLatchSource source(sessions[0].get(), comm::RendezvousConfig{});
+  ASSERT_TRUE(source.Begin().ok());
+  const absl::Time start = absl::Now();
+  auto plan = source.Recover(TrainingDivergedError("loss", std::nan(""), 1, 0));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_TRUE(HasErrorReason(plan.status(), error_reason::kTrainingDiverged)) << plan.status();
+  EXPECT_EQ(plan.status().message(), "loss is NaN at step 1 (rank 0)");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  auto info = GetJob(server, job.job_id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->state, JobState::kFailed);
+  EXPECT_EQ(info->restarts, 0);
+  EXPECT_EQ(info->attempt, 1);
+  EXPECT_NE(info->failure_reason.find("loss is NaN at step 1 (rank 0) (training diverged: not "
+                                      "retried)"),
+            std::string::npos)
+      << info->failure_reason;
 }
 
 // Heartbeats carry the ranks' positions: the coordinator's hang detector reads them and names

@@ -30,14 +30,6 @@ std::string DefaultWorkerId() {
   return absl::StrCat(ProcessWorkerId(), ":", counter++);
 }
 
-// A closed session's calls end FAILED_PRECONDITION, reason SESSION_CLOSED (not CANCELLED: a
-// cancelled job; not ABORTED with ATTEMPT_FENCED: a fenced attempt).
-absl::Status SessionClosed() {
-  ErrorInfo info;
-  info.reason = error_reason::kSessionClosed;
-  return WithErrorInfo(absl::FailedPreconditionError("session closed"), info);
-}
-
 // gRPC measures its deadlines on the real clock, whatever the session's Clock says.
 std::chrono::system_clock::time_point GrpcDeadline(absl::Duration d) {
   return absl::ToChronoTime(absl::Now() + d);
@@ -171,7 +163,7 @@ struct WorkerSession::Impl {
     r.answered = &answered;
     r.said_retrying = &said_retrying;
     r.sleep = [this](absl::Duration d) { return Sleep(d); };
-    r.closed = SessionClosed();
+    r.closed = SessionClosedError();
     return RetryCall(r, call);
   }
 
@@ -201,13 +193,13 @@ struct WorkerSession::Impl {
         const absl::Duration poll = spare.heartbeat_interval > absl::ZeroDuration()
                                         ? spare.heartbeat_interval
                                         : opt.retry_max;
-        if (!Sleep(poll)) return SessionClosed();
+        if (!Sleep(poll)) return SessionClosedError();
         continue;
       }
       // The host is unknown only while rank 0 (of the attempt) has not joined (and the
       // submitter named none).
       if (!resp.rendezvous().host().empty() || clock->Now() - start > opt.rendezvous_wait) break;
-      if (!Sleep(opt.retry_max)) return SessionClosed();
+      if (!Sleep(opt.retry_max)) return SessionClosedError();
     }
     return FromProto(resp);
   }
@@ -509,7 +501,7 @@ absl::StatusOr<ReceivedLatch> WorkerSession::AwaitLatch(int64_t window, absl::Du
       return absl::FailedPreconditionError(msg);
     }
     if (!im.stream_error.ok()) return im.stream_error;
-    if (im.closed) return SessionClosed();
+    if (im.closed) return SessionClosedError();
     if (im.clock->Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("latch(", window, ") not published within ", absl::FormatDuration(timeout)));
@@ -527,9 +519,10 @@ absl::Status WorkerSession::ReportStep(const StepMetrics& m) {
                         &v1::WorkerService::Stub::ReportStep);
 }
 
-absl::Status WorkerSession::ReportFailure(const std::string& message, bool permanent) {
+absl::Status WorkerSession::ReportFailure(const std::string& message, bool permanent,
+                                          const std::string& reason) {
   const v1::ReportFailureRequest req =
-      MakeReportFailureRequest(impl_->Identity(), impl_->Rank(), message, permanent);
+      MakeReportFailureRequest(impl_->Identity(), impl_->Rank(), message, permanent, reason);
   v1::ReportFailureResponse resp;
   absl::Status s = impl_->Retry(
       [&](grpc::ClientContext* ctx) { return impl_->stub->ReportFailure(ctx, req, &resp); });
@@ -558,7 +551,7 @@ void WorkerSession::BeginRecovery() {
 absl::Status WorkerSession::Rejoin() {
   {
     absl::MutexLock lock(&impl_->mu);
-    if (impl_->closed) return SessionClosed();
+    if (impl_->closed) return SessionClosedError();
   }
   impl_->StopReader();
   impl_->outbox.Drop();  // what the old attempt queued is moot: the coordinator refuses it

@@ -154,8 +154,11 @@ class WorkerSession {
   // cannot take now (see Resilience) and return OK; a queued report that is later refused (or
   // undeliverable past reconnect_timeout) is the error of the next report and of Flush().
   absl::Status ReportStep(const StepMetrics& metrics);
-  // `permanent`: a configuration error no restart can fix; the job fails at once.
-  absl::Status ReportFailure(const std::string& message, bool permanent = false);
+  // `permanent`: a configuration error no restart can fix; the job fails at once. `reason`: the
+  // error's ErrorInfo reason (common/error_info.h), "" when it has none; TRAINING_DIVERGED also
+  // fails the job at once, marked as a diverged training.
+  absl::Status ReportFailure(const std::string& message, bool permanent = false,
+                             const std::string& reason = "");
   // A checkpoint after `step` was committed (rank 0 reports it). Idempotent.
   absl::Status ReportCheckpoint(int64_t step, const std::string& manifest_sha256, int64_t bytes,
                                 double blocked_seconds);

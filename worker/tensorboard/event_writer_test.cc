@@ -88,6 +88,35 @@ std::vector<Event> Events(const std::string& path) {
   return out;
 }
 
+// A diverged step's loss and grad norm are written as they are (NaN, +Inf: TensorBoard plots
+// them as such); the step's other scalars as on any step.
+TEST(EventWriterTest, NonFiniteScalarsAreWrittenAsTheyAre) {
+  const std::string dir = ::testing::TempDir() + "/tb-nan-" + std::to_string(getpid());
+  fs::remove_all(dir);
+  StepReport r;
+  r.step = 1;
+  r.loss = std::nan("");
+  r.grad_norm = INFINITY;
+  r.lr = 1e9;
+  std::string path;
+  {
+    auto w = EventFileWriter::Open(dir, 1);
+    ASSERT_TRUE(w.ok()) << w.status();
+    path = (*w)->path();
+    ASSERT_TRUE((*w)->WriteScalars(1, StepScalars(r)).ok());
+  }
+  const std::vector<Event> ev = Events(path);
+  ASSERT_EQ(ev.size(), 3u);
+  ASSERT_TRUE(ev[2].has_summary());
+  EXPECT_EQ(ev[2].step(), 1);
+  EXPECT_EQ(ev[2].summary().value(0).tag(), "loss");
+  EXPECT_TRUE(std::isnan(ev[2].summary().value(0).simple_value()));
+  EXPECT_EQ(ev[2].summary().value(1).tag(), "lr");
+  EXPECT_EQ(ev[2].summary().value(1).simple_value(), 1e9f);
+  EXPECT_EQ(ev[2].summary().value(2).tag(), "grad_norm");
+  EXPECT_EQ(ev[2].summary().value(2).simple_value(), INFINITY);
+}
+
 TEST(EventWriterTest, FilesStartWithVersionAndSessionStartAndHoldOneValuePerScalar) {
   const std::string dir = ::testing::TempDir() + "/tb-" + std::to_string(getpid());
   fs::remove_all(dir);

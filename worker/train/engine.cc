@@ -141,9 +141,12 @@ class EngineImpl final : public Engine {
     const double lr = schedule_.ForStep(latch.window);
     absl::StatusOr<double> loss = Window(latch, lr);
     if (!loss.ok()) return loss.status();
-    state_.position = {
-        latch.window, latch.generation, latch.first_micro_batch + latch.n,
-        FirstSample(latch) + static_cast<int64_t>(latch.n) * g_->dp * spec_.micro_batch_size};
+    const bool applied = std::isfinite(*loss) && std::isfinite(last_norm_);
+    if (applied) {
+      state_.position = {
+          latch.window, latch.generation, latch.first_micro_batch + latch.n,
+          FirstSample(latch) + static_cast<int64_t>(latch.n) * g_->dp * spec_.micro_batch_size};
+    }
     StepReport r;
     r.lr = lr;
     r.step = latch.window;
@@ -166,8 +169,8 @@ class EngineImpl final : public Engine {
     r.peak_memory_bytes = mem.peak_bytes;
     r.activation_memory_bytes = activation_bytes_;
     r.reserved_memory_bytes = mem.reserved_bytes;
-    // After the update, outside the step's time and collective counts (its own tag).
-    if (evaluator_ && evaluator_->Due(latch.window)) {
+    // After an applied update, outside the step's time and collective counts (its own tag).
+    if (applied && evaluator_ && evaluator_->Due(latch.window)) {
       if (g_->recorder) g_->recorder->SetPhase(RankPhase::kEval);
       absl::StatusOr<double> eval_loss = evaluator_->Run(*model_);
       if (!eval_loss.ok()) return eval_loss.status();
@@ -216,9 +219,12 @@ class EngineImpl final : public Engine {
 
   // Runs the window and its update with learning rate `lr`; returns the window's mean loss.
   // Three stages, in this order: the micro-batches, the boundary reduction, the optimizer step.
+  // A loss or global grad norm that is not finite stops the window before its optimizer step
+  // (Megatron's --check-for-nan-in-loss-and-grad): nothing applied, on every rank alike.
   absl::StatusOr<double> Window(const Latch& latch, double lr) {
     LK_ASSIGN_OR_RETURN(const double loss_sum, MicroBatches(latch));
     LK_ASSIGN_OR_RETURN(const double loss, ReduceGrads(latch, loss_sum / latch.n));
+    if (!std::isfinite(loss) || !std::isfinite(last_norm_)) return loss;
     if (latch.window == opts_.dump_grads_step && !opts_.dump_grads_dir.empty()) {
       if (!opts_.write_grads) {
         return absl::FailedPreconditionError(
@@ -390,6 +396,8 @@ class EngineImpl final : public Engine {
   // over TP -> the DP reduction (ZeRO-0: the mean all-reduce, the loss riding in the spare slot;
   // ZeRO-1: the reduce-scatter into this rank's partition) -> the global grad norm (last_norm_).
   // `loss` is this rank's mean loss; returns the window's, the mean over DP.
+  // Both are the same on every rank, non-finite ones too (Window's verdict): ZeRO-0 reduces the
+  // loss over DP only, so a "loss not finite" flag rides in the norm's TP sum.
   absl::StatusOr<double> ReduceGrads(const Latch& latch, double loss) {
     const at::Tensor& grads = store_->flat_grads();
     const int64_t numel = store_->numel();
@@ -449,7 +457,10 @@ class EngineImpl final : public Engine {
       }
       norm_sq = LocalGradNormSq(*ops_, grads, store_->segments(), 0, numel, count_replicated);
       if (comm::is_parallel(g_->tp_group)) {
-        if (absl::Status st = SumScalars(g_->tp_group.get(), &norm_sq, 1); !st.ok()) return st;
+        double both[2] = {norm_sq, std::isfinite(loss) ? 0.0 : 1.0};
+        if (absl::Status st = SumScalars(g_->tp_group.get(), both, 2); !st.ok()) return st;
+        norm_sq = both[0];
+        if (both[1] != 0.0 && std::isfinite(loss)) loss = std::nan("");
       }
     }
     last_norm_ = std::sqrt(norm_sq);

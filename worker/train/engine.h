@@ -97,6 +97,10 @@ class Engine {
  public:
   virtual ~Engine() = default;
   // Runs window latch.window (and, where due, the evaluation after it: StepReport::eval_loss).
+  // A window whose loss or global grad norm is not finite (StepDiverged(report), the same
+  // verdict on every rank) is not applied: no optimizer step, no evaluation, state() stays
+  // after the previous window; its report carries the non-finite values. Run no further
+  // windows after it (the job ends there: common/error_info.h TRAINING_DIVERGED).
   // REQUIRES: windows run in order, each latch valid for this job.
   virtual absl::StatusOr<StepReport> RunWindow(const Latch& latch) = 0;
   // Optimizer state bytes held by this rank (ZeRO-1 partitions it over DP).

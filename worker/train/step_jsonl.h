@@ -15,6 +15,8 @@ namespace latchkey {
 // allocator reserved any), latch_wait_seconds, lr, eval_loss on the steps where evaluation ran,
 // checkpoint_seconds on the steps that saved a resumable checkpoint, and
 // checkpoint_background_seconds on the steps at whose boundary an asynchronous save committed.
+// A loss, grad_norm or eval_loss that is not finite (a diverged step, StepDiverged) is null:
+// JSON has no NaN or Inf.
 std::string StepReportJson(int rank, const StepReport& r);
 
 }  // namespace latchkey
