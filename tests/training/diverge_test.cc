@@ -89,13 +89,15 @@ TEST_P(DivergeInProcess, TheFirstNonFiniteWindowIsNotAppliedOnAnyRank) {
     TrainingState& state = (*engine)->state();
     Outcome out;
     for (int64_t s = 0; s < kMaxSteps; ++s) {
-      const at::Tensor params = state.params->flat_params().clone();
+      // bf16: the compute copy (the fp32 store's own copy is dropped) and the fp32 master.
+      at::Tensor& live = state.bf16() ? state.params->flat_compute() : state.params->flat_params();
+      const at::Tensor params = live.clone();
       const at::Tensor master = state.bf16() ? state.master.clone() : at::Tensor();
       absl::StatusOr<StepReport> r = (*engine)->RunWindow(LatchFor(*spec, s));
       ASSERT_TRUE(r.ok()) << "rank " << g.rank << " step " << s << ": " << r.status();
       if (!StepDiverged(*r)) continue;
       out.diverged = s;
-      out.params_kept = at::equal(params, state.params->flat_params());
+      out.params_kept = at::equal(params, live);
       out.master_kept = !state.bf16() || at::equal(master, state.master);
       out.position_step = state.position.step;
       break;
