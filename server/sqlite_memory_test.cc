@@ -54,7 +54,8 @@ TEST(SqliteMemoryColumnsTest, MigratesAVersion7FileAndStoresTheMemoryOfNewReport
   testing::ScopedTempDir dir;
   const std::string path = dir.path() + "/coord.db";
   {
-    // A v7 file: today's schema without the three columns v8 adds, holding one report.
+    // A v7 file: today's schema without the three columns v8 adds (and v10's job_uid),
+    // holding one report.
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE((*store)->InsertStepReport(Report(0, 0)).ok());
@@ -63,6 +64,7 @@ TEST(SqliteMemoryColumnsTest, MigratesAVersion7FileAndStoresTheMemoryOfNewReport
                  "ALTER TABLE step_reports DROP COLUMN peak_memory_bytes;"
                  "ALTER TABLE step_reports DROP COLUMN activation_memory_bytes;"
                  "ALTER TABLE step_reports DROP COLUMN reserved_memory_bytes;"
+                 "ALTER TABLE jobs DROP COLUMN job_uid;"
                  "PRAGMA user_version = 7;"),
             "");
   ASSERT_EQ(Int(path, "PRAGMA user_version"), 7);

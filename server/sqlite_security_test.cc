@@ -47,10 +47,11 @@ TEST(SqliteSecurityTest, MigratesAVersion4FileHashingJoinTokensAndAddingTheSubmi
     j.join_token = raw;  // as a v4 coordinator stored it
     ASSERT_TRUE((*store)->CreateJob(j).ok());
   }
-  // Back to the v4 layout: no submitter or first_sample columns, no attempts table, no memory
-  // columns in step_reports, the version 4 (v7 rebuilds the latches table by column name,
-  // whatever else it holds).
+  // Back to the v4 layout: no submitter, first_sample or job_uid columns, no attempts table,
+  // no memory columns in step_reports, the version 4 (v7 rebuilds the latches table by column
+  // name, whatever else it holds).
   ASSERT_EQ(RawSql(path,
+                   "ALTER TABLE jobs DROP COLUMN job_uid; "
                    "ALTER TABLE jobs DROP COLUMN submitter; ALTER TABLE jobs DROP COLUMN "
                    "next_first_sample; ALTER TABLE latches DROP COLUMN first_sample; "
                    "DROP TABLE attempts; ALTER TABLE step_reports DROP COLUMN peak_memory_bytes; "

@@ -5,7 +5,8 @@
 // coordinator's resume step, asserted) and ends as an uninterrupted run of its spec does (every
 // step's loss and the final weights, bit for bit; the two specs differ in their seed, so loading
 // the other job's checkpoint of a step would show). At the end the folder holds the newest
-// `keep` checkpoints of each job, each verifying and carrying its job's uid, and nothing else;
+// `keep` checkpoints of each job and the one it resumed from, each verifying and carrying its
+// job's uid, and nothing else;
 // the second `up` warned of the first job's checkpoints at its start; `latchkey checkpoints`
 // lists each job's own, from the run registry and from the coordinator.
 #include <gtest/gtest.h>
@@ -40,7 +41,7 @@ using std::chrono::seconds;
 
 constexpr int kSteps = 16;
 constexpr int kEvery = 2;  // committed after steps 1, 3, ..., 15
-constexpr int kKeep = 3;   // each job ends with 11, 13 and 15
+constexpr int kKeep = 3;   // each job ends with 11, 13 and 15 (and the one it resumed from)
 
 nlohmann::json Spec(int seed, const std::string& checkpoint_dir) {
   SpecParams p;
@@ -294,15 +295,17 @@ TEST(SharedCheckpointFolder, TwoJobsOfTwoCoordinatorsEachResumeAndKeepTheirOwn) 
     EXPECT_EQ(inspect.exit_code, 0) << inspect.output;
     EXPECT_NE(inspect.output.find("job_uid " + uid), std::string::npos) << inspect.output;
   }
-  const std::set<int64_t> kept = {11, 13, 15};
-  EXPECT_EQ(steps_of[uid_a], kept);
-  EXPECT_EQ(steps_of[uid_b], kept);
+  // The newest three of each, and the one its second attempt resumed from (never pruned).
+  const std::set<int64_t> kept_a = {newest_a, 11, 13, 15};
+  const std::set<int64_t> kept_b = {newest_b, 11, 13, 15};
+  EXPECT_EQ(steps_of[uid_a], kept_a);
+  EXPECT_EQ(steps_of[uid_b], kept_b);
   EXPECT_EQ(steps_of.size(), 2u);
 
   // `latchkey checkpoints` lists each job's own: by the uid its run record keeps, and by the uid
   // its coordinator answers.
-  for (const auto& [up, uid, after] :
-       {std::tuple(&a, uid_a, &after_a), std::tuple(&b, uid_b, &after_b)}) {
+  for (const auto& [up, uid, after, kept] :
+       {std::tuple(&a, uid_a, &after_a, kept_a), std::tuple(&b, uid_b, &after_b, kept_b)}) {
     const Captured listed = Cli(up->state(), {"--json", "checkpoints", job_a});
     ASSERT_EQ(listed.exit_code, 0) << listed.output;
     const nlohmann::json from_run =

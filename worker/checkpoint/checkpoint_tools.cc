@@ -44,12 +44,12 @@ absl::StatusOr<std::string> InspectCheckpoint(const std::string& step_dir) {
   std::string out = absl::StrCat(
       "checkpoint ", step_dir, "\n", "format ",
       m.version >= 2 ? kTrainCheckpointFormat : kTrainCheckpointFormatV1, "\n", "job ", m.job_id,
-      "  step ", m.step, "  attempt ", m.attempt, "  latch_generation ", m.latch_generation, "\n",
-      "next_window ", m.next_window, "  next_first_micro_batch ", m.next_first_micro_batch,
-      "  next_first_sample ", m.next_first_sample, "  seed ", m.seed, "\n", "layout world ",
-      m.world_size, " = tp ", m.tp, " x dp ", m.dp, "  zero_stage ", m.zero_stage, "  bf16 ",
-      m.bf16 ? "true" : "false", "  optimizer ", m.optimizer, " (step ",
-      o->reader->optimizer_step(), ")\n", "model ",
+      m.job_uid.empty() ? std::string() : absl::StrCat("  job_uid ", m.job_uid), "  step ", m.step,
+      "  attempt ", m.attempt, "  latch_generation ", m.latch_generation, "\n", "next_window ",
+      m.next_window, "  next_first_micro_batch ", m.next_first_micro_batch, "  next_first_sample ",
+      m.next_first_sample, "  seed ", m.seed, "\n", "layout world ", m.world_size, " = tp ", m.tp,
+      " x dp ", m.dp, "  zero_stage ", m.zero_stage, "  bf16 ", m.bf16 ? "true" : "false",
+      "  optimizer ", m.optimizer, " (step ", o->reader->optimizer_step(), ")\n", "model ",
       ModelConfigToJson(m.model, ModelJsonFormat::kManifest).dump(), "\n");
   int64_t pieces = 0, elements = 0;
   std::string lines;
