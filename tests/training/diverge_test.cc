@@ -162,10 +162,10 @@ TEST(DivergeWorkers, EveryRankExitsDivergedAfterTheLastGoodCheckpoint) {
   // of the diverged step; the newest verifies.
   const std::string root = run.dir + "/ckpt";
   EXPECT_FALSE(fs::exists(root + "/" + CheckpointStepDirName(step))) << root;
-  auto newest = NewestValidCheckpoint(root, "");
+  auto newest = NewestValidCheckpoint(root, CheckpointOwner());
   ASSERT_TRUE(newest.ok()) << newest.status();
   ASSERT_TRUE(newest->has_value()) << root;
-  EXPECT_EQ(**newest, step - 1);
+  EXPECT_EQ((*newest)->step, step - 1);
   auto verified = VerifyCheckpoint(root + "/" + CheckpointStepDirName(step - 1), "");
   ASSERT_TRUE(verified.ok()) << verified.status();
   EXPECT_EQ(verified->step, step - 1);
