@@ -55,6 +55,17 @@ Captured RunWithEnv(const std::vector<std::string>& args, const std::vector<std:
 std::string ConfigHome() { return Homes() + "/config"; }
 std::string StateHome() { return Homes() + "/state"; }
 
+bool Has(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+bool WaitForStep(const std::string& jsonl, int step) {
+  const std::string needle = "\"step\":" + std::to_string(step) + ",";
+  const std::string text = WaitForFile(
+      jsonl, [&](const std::string& t) { return Has(t, needle); }, std::chrono::seconds(240));
+  return Has(text, needle);
+}
+
 Captured Cli(const std::vector<std::string>& args, const std::vector<std::string>& global,
              std::chrono::seconds deadline) {
   std::vector<std::string> argv = {LATCHKEY_CLI_BIN};

@@ -16,6 +16,11 @@
 
 namespace latchkey::testing {
 
+// True when `text` contains `needle`.
+bool Has(const std::string& text, const std::string& needle);
+// Waits (up to 240 s) until the steps JSONL at `jsonl` has a line for `step`.
+bool WaitForStep(const std::string& jsonl, int step);
+
 // `latchkey GLOBAL... ARGS...`, stdin from /dev/null, stdout+stderr captured.
 Captured Cli(const std::vector<std::string>& args, const std::vector<std::string>& global = {},
              std::chrono::seconds deadline = std::chrono::seconds(60));

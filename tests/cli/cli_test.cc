@@ -29,10 +29,6 @@ namespace {
 using json = nlohmann::json;
 using std::chrono::seconds;
 
-bool Has(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
-
 TEST(CliErrors, UnknownCommandIsNamedWithTheList) {
   const Captured c = Cli({"stauts", "job-1"});
   EXPECT_EQ(c.exit_code, 2) << c.output;

@@ -25,23 +25,12 @@ namespace {
 using json = nlohmann::json;
 using std::chrono::seconds;
 
-bool Has(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
-
 // The built-in job with `steps` steps (its schedule too).
 json ShortSpec(int steps) {
   json spec = BuiltInSpec();
   spec["latchkey"]["steps"] = steps;
   spec["scheduler"]["params"]["total_num_steps"] = steps;
   return spec;
-}
-
-bool WaitForStep(const std::string& jsonl, int step) {
-  const std::string needle = "\"step\":" + std::to_string(step) + ",";
-  return Has(WaitForFile(
-                 jsonl, [&](const std::string& t) { return Has(t, needle); }, seconds(240)),
-             needle);
 }
 
 std::vector<json> Jsonl(const std::string& path) {

@@ -21,10 +21,6 @@ namespace {
 using json = nlohmann::json;
 using std::chrono::seconds;
 
-bool Has(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
-
 void Touch(const std::string& path) { std::ofstream(path) << "x"; }
 
 json WithData(const json& data) {

@@ -26,6 +26,7 @@
 #include "common/sha256.h"
 #include "common/subprocess.h"
 #include "tests/cli/cli_support.h"
+#include "tests/support/proc_scan.h"
 #include "tests/support/temp_dir.h"
 #include "worker/data/megatron_test_util.h"
 
@@ -36,63 +37,6 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-bool Has(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
-
-// Live processes whose command line names `needle`.
-std::set<int> ProcessesNaming(const std::string& needle) {
-  std::set<int> found;
-  DIR* d = opendir("/proc");
-  if (d == nullptr) return found;
-  while (dirent* e = readdir(d)) {
-    const int pid = std::atoi(e->d_name);
-    if (pid <= 0 || pid == getpid()) continue;
-    // A process that exits while its /proc files are read makes the read throw (ESRCH).
-    std::string args;
-    try {
-      std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
-      args.assign(std::istreambuf_iterator<char>(cmd), {});
-    } catch (const std::exception&) {
-      continue;
-    }
-    std::replace(args.begin(), args.end(), '\0', ' ');
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string text;
-    std::getline(stat, text);
-    const size_t paren = text.rfind(')');
-    const bool zombie =
-        paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] == 'Z';
-    if (!zombie && args.find(needle) != std::string::npos) found.insert(pid);
-  }
-  closedir(d);
-  return found;
-}
-
-// The pids named in the control blocks of the shm segments in /dev/shm (docs/transport.md: the
-// header's rank count at byte 12, rank r's block at 4096 + 64 r with its pid at byte 12).
-std::set<int> ShmPids() {
-  std::set<int> out;
-  DIR* d = opendir("/dev/shm");
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    if (std::strncmp(e->d_name, "latchkey-shm-", 13) != 0) continue;
-    std::ifstream in(std::string("/dev/shm/") + e->d_name, std::ios::binary);
-    char header[16] = {0};
-    if (!in.read(header, sizeof(header))) continue;
-    uint32_t ranks = 0;
-    std::memcpy(&ranks, header + 12, 4);
-    for (uint32_t r = 0; r < std::min<uint32_t>(ranks, 4096); ++r) {
-      int32_t pid = 0;
-      in.seekg(4096 + 64 * static_cast<std::streamoff>(r) + 12);
-      if (!in.read(reinterpret_cast<char*>(&pid), 4)) break;
-      if (pid > 0) out.insert(pid);
-    }
-  }
-  closedir(d);
-  return out;
-}
 
 // The pids `up` printed for its coordinator and workers.
 std::set<int> PrintedPids(const std::string& text) {
@@ -131,13 +75,6 @@ struct Up {
     return "";
   }
 };
-
-bool WaitForStep(const std::string& jsonl, int step) {
-  const std::string needle = "\"step\":" + std::to_string(step) + ",";
-  return Has(WaitForFile(
-                 jsonl, [&](const std::string& t) { return Has(t, needle); }, seconds(240)),
-             needle);
-}
 
 TEST(Walkthrough, FromAnEmptyFolder) {
   const ScopedTempDir dir("cli-walkthrough");
@@ -244,20 +181,19 @@ TEST(Walkthrough, FromAnEmptyFolder) {
   // Nothing left: no process naming the run folder, no new /dev/shm segment, and the
   // credentials file without the entry of the coordinators `up` stopped.
   const auto until = Clock::now() + seconds(10);
-  while (!ProcessesNaming(run).empty() && Clock::now() < until) {
+  while (!LiveProcesses(run).empty() && Clock::now() < until) {
     std::this_thread::sleep_for(milliseconds(100));
   }
-  EXPECT_TRUE(ProcessesNaming(run).empty());
+  EXPECT_TRUE(LiveProcesses(run).empty());
   std::set<int> pids = PrintedPids(ReadText(dir / "up-1.log"));
   for (int p : PrintedPids(again.Output())) pids.insert(p);
   EXPECT_GE(pids.size(), 6u);  // two coordinators and four workers
   for (int p : pids) {
-    std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
-    std::string text;
-    const bool gone = !std::getline(stat, text) || text.find(") Z") != std::string::npos;
-    EXPECT_TRUE(gone) << "pid " << p << " of a run still alive: " << text;
+    EXPECT_FALSE(ProcessAlive(p)) << "pid " << p << " of a run still alive: " << ReadProcFile(p, "stat");
   }
-  for (int p : ShmPids()) EXPECT_EQ(pids.count(p), 0u) << "a /dev/shm segment of pid " << p;
+  for (const auto& [segment, owners] : ShmSegmentPids()) {
+    for (int p : owners) EXPECT_EQ(pids.count(p), 0u) << segment << " names pid " << p << " of a run";
+  }
   const json creds = json::parse(ReadText(ConfigHome() + "/latchkey/credentials"), nullptr, false);
   EXPECT_TRUE(!creds.is_object() || !creds.contains(address)) << creds.dump();
 }

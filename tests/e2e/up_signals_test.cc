@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/subprocess.h"
+#include "tests/support/proc_scan.h"
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
@@ -37,65 +38,6 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 constexpr auto kCleanupBudget = seconds(10);  // from the signal to nothing left
-
-// A process is gone once it no longer exists or is a zombie nobody reaped yet.
-bool Alive(int pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  if (!std::getline(stat, text)) return false;
-  const size_t paren = text.rfind(')');
-  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
-}
-
-// Every live process whose command line mentions `needle`, and every child of `parent`.
-std::set<int> ProcessesOf(const std::string& needle, int parent) {
-  std::set<int> found;
-  DIR* d = opendir("/proc");
-  if (d == nullptr) return found;
-  while (dirent* e = readdir(d)) {
-    const int pid = std::atoi(e->d_name);
-    if (pid <= 0 || pid == getpid()) continue;
-    std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
-    std::string args((std::istreambuf_iterator<char>(cmd)), {});
-    std::replace(args.begin(), args.end(), '\0', ' ');
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string text;
-    std::getline(stat, text);
-    const size_t paren = text.rfind(')');
-    int ppid = -1;
-    if (paren != std::string::npos) std::sscanf(text.c_str() + paren + 2, "%*c %d", &ppid);
-    if ((args.find(needle) != std::string::npos || (parent > 0 && ppid == parent)) && Alive(pid)) {
-      found.insert(pid);
-    }
-  }
-  closedir(d);
-  return found;
-}
-
-// The pids named in the control blocks of the shm segments in /dev/shm (docs/transport.md: the
-// header's rank count at byte 12, rank r's block at 4096 + 64 r with its pid at byte 12).
-std::map<std::string, std::set<int>> SegmentPids() {
-  std::map<std::string, std::set<int>> out;
-  DIR* d = opendir("/dev/shm");
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    if (std::strncmp(e->d_name, "latchkey-shm-", 13) != 0) continue;
-    std::ifstream in(std::string("/dev/shm/") + e->d_name, std::ios::binary);
-    char header[16] = {0};
-    if (!in.read(header, sizeof(header))) continue;
-    uint32_t ranks = 0;
-    std::memcpy(&ranks, header + 12, 4);
-    std::set<int>& pids = out[e->d_name];
-    for (uint32_t r = 0; r < std::min<uint32_t>(ranks, 4096); ++r) {
-      int32_t pid = 0;
-      in.seekg(4096 + 64 * static_cast<std::streamoff>(r) + 12);
-      if (!in.read(reinterpret_cast<char*>(&pid), 4)) break;
-      if (pid > 0) pids.insert(pid);
-    }
-  }
-  closedir(d);
-  return out;
-}
 
 struct JobRow {
   int state = -1;  // JobState: 1 pending, 2 running, 3 succeeded, 4 failed, 5 cancelled
@@ -145,7 +87,7 @@ class UpRun {
       kill(-pid_, SIGKILL);
       WaitProcess(pid_, seconds(10));
     }
-    for (int p : ProcessesOf(run_, -1)) kill(p, SIGKILL);  // never leave one behind
+    for (int p : LiveProcesses(run_, -1)) kill(p, SIGKILL);  // never leave one behind
   }
   static constexpr int kRunning = -1000;
 
@@ -208,14 +150,14 @@ class UpRun {
     do {
       alive.clear();
       for (int p : pids) {
-        if (Alive(p)) alive.insert(p);
+        if (ProcessAlive(p)) alive.insert(p);
       }
-      for (int p : ProcessesOf(run_, -1)) alive.insert(p);
+      for (int p : LiveProcesses(run_, -1)) alive.insert(p);
       if (alive.empty()) break;
       std::this_thread::sleep_for(milliseconds(50));
     } while (Clock::now() < signalled_ + kCleanupBudget);
     for (int p : alive) ADD_FAILURE() << "pid " << p << " of the run still alive\n" << text;
-    for (const auto& [name, owners] : SegmentPids()) {
+    for (const auto& [name, owners] : ShmSegmentPids()) {
       for (int p : owners) {
         EXPECT_EQ(pids.count(p), 0u) << "/dev/shm/" << name << " belongs to pid " << p;
       }
@@ -224,7 +166,7 @@ class UpRun {
 
  private:
   void Remember() {
-    for (int p : ProcessesOf(run_, pid_)) children_.insert(p);
+    for (int p : LiveProcesses(run_, pid_)) children_.insert(p);
   }
 
   std::string run_;
@@ -431,7 +373,7 @@ TEST(UpSignals, WorkersOtherThanTheWorldSizeAreRefused) {
         << c.output;
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
     EXPECT_FALSE(std::ifstream(dir.path() + "/run-" + n + "/coordinator.db").good());
-    for (int p : ProcessesOf(dir.path() + "/run-" + n, -1)) kill(p, SIGKILL);  // a run it began
+    for (int p : LiveProcesses(dir.path() + "/run-" + n, -1)) kill(p, SIGKILL);  // a run it began
   }
 }
 
