@@ -189,10 +189,12 @@ TEST(Walkthrough, FromAnEmptyFolder) {
   for (int p : PrintedPids(again.Output())) pids.insert(p);
   EXPECT_GE(pids.size(), 6u);  // two coordinators and four workers
   for (int p : pids) {
-    EXPECT_FALSE(ProcessAlive(p)) << "pid " << p << " of a run still alive: " << ReadProcFile(p, "stat");
+    EXPECT_FALSE(ProcessAlive(p)) << "pid " << p
+                                  << " of a run still alive: " << ReadProcFile(p, "stat");
   }
   for (const auto& [segment, owners] : ShmSegmentPids()) {
-    for (int p : owners) EXPECT_EQ(pids.count(p), 0u) << segment << " names pid " << p << " of a run";
+    for (int p : owners)
+      EXPECT_EQ(pids.count(p), 0u) << segment << " names pid " << p << " of a run";
   }
   const json creds = json::parse(ReadText(ConfigHome() + "/latchkey/credentials"), nullptr, false);
   EXPECT_TRUE(!creds.is_object() || !creds.contains(address)) << creds.dump();
