@@ -13,6 +13,7 @@
 #include "common/job_spec_data.h"
 #include "common/json_reader.h"
 #include "common/status_macros.h"
+#include "common/validate_job_spec.h"
 #include "nlohmann/json.hpp"
 
 namespace latchkey {
@@ -353,34 +354,7 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
   return s.RefuseUnknown();
 }
 
-// latchkey.elastic against the layout: a smaller dp' must exist at all (whole replicas, the
-// global batch kept by an integer GAS'), else the key could never act and is a mistake.
-absl::Status CheckElastic(const JobSpec& spec) {
-  if (!spec.elastic.enabled()) return absl::OkStatus();
-  const int dp = spec.dp();
-  if (spec.elastic.min_dp > dp) {
-    return Err("latchkey.elastic.min_dp",
-               absl::StrCat(spec.elastic.min_dp, " exceeds the spec's dp (", dp,
-                            " = latchkey.world_size / tensor_parallel.autotp_size)"));
-  }
-  if (!spec.managed_gradient_accumulation) {
-    return Err("latchkey.elastic",
-               "needs managed windows (managed_gradient_accumulation: true): a "
-               "latchkey.window_schedule cannot be rescaled to another dp");
-  }
-  const int64_t global = static_cast<int64_t>(spec.gradient_accumulation_steps) * dp;
-  if (ElasticDp(spec.elastic.min_dp, dp - 1, spec.tp, spec.world_size, global) == 0) {
-    return Err(
-        "latchkey.elastic",
-        absl::StrCat("min_dp ", spec.elastic.min_dp, " admits no dp' in [", spec.elastic.min_dp,
-                     ", ", dp - 1, "] for which gradient_accumulation_steps * dp (",
-                     spec.gradient_accumulation_steps, " * ", dp,
-                     ") / dp' is an integer: the job could never shrink"));
-  }
-  return absl::OkStatus();
-}
-
-// The DeepSpeed keys (top level) and the cross-field checks.
+// The DeepSpeed keys (top level), then the cross-field rules (common/validate_job_spec.h).
 absl::Status ParseTop(const json& root, const std::string& base_dir, JobSpec* spec) {
   JsonObjectReader top(root, "");
   const json* obj = nullptr;
@@ -451,58 +425,20 @@ absl::Status ParseTop(const json& root, const std::string& base_dir, JobSpec* sp
       ParseLatchkey(top.Child("latchkey", *obj), base_dir, spec, &has_world_size, &has_schedule));
   top.WarnUnknown(&spec->warnings);
 
-  // Cross-field rules.
-  LK_RETURN_IF_ERROR(ValidateModelForTp(spec->model, spec->tp, spec->has_partition_config));
-  if (spec->seq_len > spec->model.n_positions) {
-    return Err("latchkey.seq_len", absl::StrCat(spec->seq_len, " exceeds model.n_positions (",
-                                                spec->model.n_positions, ")"));
-  }
+  // Defaults that depend on other keys, and what a key means next to another.
   if (!has_world_size) spec->world_size = spec->tp;
-  if (spec->overlap_dp_reduction && spec->zero_stage == 0) {
-    return Err("latchkey.overlap_dp_reduction",
-               "needs zero_optimization.stage 1 (stage 2 always overlaps its reduction with the "
-               "backward; stage 0's mean all-reduce is not bucketed)");
+  if (spec->managed_gradient_accumulation && has_schedule) {
+    return Err("latchkey.window_schedule",
+               "only valid with managed_gradient_accumulation: false (managed windows use "
+               "gradient_accumulation_steps)");
   }
   if (spec->sequence_parallel && spec->tp == 1) {
     spec->warnings.push_back(
         "tensor_parallel.sequence_parallel: ignored with autotp_size 1 (nothing to shard over)");
     spec->sequence_parallel = false;
   }
-  if (spec->sequence_parallel && spec->seq_len % spec->tp != 0) {
-    return Err("tensor_parallel.sequence_parallel",
-               absl::StrCat("latchkey.seq_len (", spec->seq_len,
-                            ") must be divisible by tensor_parallel.autotp_size (", spec->tp, ")"));
-  }
-  if (spec->world_size % spec->tp != 0) {
-    return Err("latchkey.world_size",
-               absl::StrCat(spec->world_size, " is not divisible by tensor_parallel.autotp_size (",
-                            spec->tp, ")"));
-  }
-  if (spec->managed_gradient_accumulation && has_schedule) {
-    return Err("latchkey.window_schedule",
-               "only valid with managed_gradient_accumulation: false (managed windows use "
-               "gradient_accumulation_steps)");
-  }
-  if (!spec->no_sync.empty()) {
-    if (!spec->managed_gradient_accumulation) {
-      return Err("latchkey.no_sync", "only valid with managed windows (one mask for every window)");
-    }
-    if (static_cast<int>(spec->no_sync.size()) != spec->gradient_accumulation_steps) {
-      return Err("latchkey.no_sync", absl::StrCat("has ", spec->no_sync.size(),
-                                                  " entries; gradient_accumulation_steps is ",
-                                                  spec->gradient_accumulation_steps));
-    }
-    if (spec->no_sync.back()) {
-      return Err(absl::StrCat("latchkey.no_sync[", spec->no_sync.size() - 1, "]"),
-                 "the boundary micro-batch always synchronizes and cannot be no_sync");
-    }
-  }
-  if (!spec->managed_gradient_accumulation && spec->window_schedule.empty()) {
-    return Err("latchkey.window_schedule",
-               "a non-empty schedule is required when managed_gradient_accumulation is false");
-  }
-  LK_RETURN_IF_ERROR(ResolveMegatronData(spec));
-  return CheckElastic(*spec);
+  LK_RETURN_IF_ERROR(ValidateJobSpec(*spec));
+  return ResolveMegatronData(spec);
 }
 
 }  // namespace
@@ -533,36 +469,6 @@ int64_t JobSpec::FirstMicroBatch(int64_t s) const {
   for (int64_t i = 0; i < std::min(s, listed); ++i) m += window_schedule[i];
   if (s > listed) m += (s - listed) * window_schedule.back();  // the last length repeats
   return m;
-}
-
-absl::Status ValidateModelForTp(const ModelConfig& model, int tp, bool has_partition_config) {
-  if (tp < 1) return Err("tensor_parallel.autotp_size", absl::StrCat("must be >= 1, got ", tp));
-  if (model.n_head < 1)
-    return Err("model.n_head", absl::StrCat("must be >= 1, got ", model.n_head));
-  if (model.n_embd < 1)
-    return Err("model.n_embd", absl::StrCat("must be >= 1, got ", model.n_embd));
-  if (model.n_embd % model.n_head != 0) {
-    return Err("model.n_embd", absl::StrCat(model.n_embd, " is not divisible by model.n_head (",
-                                            model.n_head, ")"));
-  }
-  if (tp > model.n_head) {
-    return Err("tensor_parallel.autotp_size",
-               absl::StrCat(tp, " exceeds model.n_head (", model.n_head, ")"));
-  }
-  if (model.n_head % tp != 0) {
-    return Err("tensor_parallel.autotp_size",
-               absl::StrCat(tp, " does not divide model.n_head (", model.n_head, ")"));
-  }
-  if (model.inner() % tp != 0) {
-    return Err("tensor_parallel.autotp_size",
-               absl::StrCat(tp, " does not divide model.n_inner (", model.inner(), ")"));
-  }
-  if (has_partition_config && model.multi_query) {
-    return Err("tensor_parallel.partition_config",
-               "not supported for a multi_query model (its single K/V head is replicated; "
-               "latchkey shards MQA itself)");
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view json_text, const std::string& base_dir) {

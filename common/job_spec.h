@@ -225,8 +225,6 @@ int ElasticDp(int min_dp, int max_dp, int tp, int workers, int64_t global_micro_
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view json_text, const std::string& base_dir);
 // Reads the file and calls ParseJobSpec with its folder as base_dir.
 absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
-// The validation of `model` alone against a TP size (used by the model builder too).
-absl::Status ValidateModelForTp(const ModelConfig& model, int tp, bool has_partition_config);
 
 // The canonical JSON of a spec: every field explicit, keys sorted, paths as stored (absolute after
 // parsing). ParseJobSpec accepts it back to an equal spec, whatever base_dir it is given.

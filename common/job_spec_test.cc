@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "common/latch.h"
+#include "common/validate_job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -83,6 +83,11 @@ absl::Status CheckPathUnderRoots(const std::string& field, const std::string& pa
 }
 
 absl::Status CheckSpecLimits(const JobSpec& spec, const SpecLimits& limits) {
+  if (spec.world_size > limits.max_world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("latchkey.world_size: ", spec.world_size,
+                                                   " exceeds the coordinator's limit of ",
+                                                   limits.max_world_size));
+  }
   const int64_t params = ModelParameterCount(spec.model);
   if (params > limits.max_model_parameters) {
     char message[160];

@@ -21,10 +21,12 @@ int64_t ModelParameterCount(const ModelConfig& m);
 
 struct SpecLimits {
   int64_t max_model_parameters = 20000000000;  // --max-model-parameters
+  int max_world_size = 65536;                  // ranks of one job
   std::vector<std::string> data_roots;         // --data-root (repeatable); empty = unconfined
 };
 
-// INVALID_ARGUMENT naming the field when the spec's model exceeds the budget or a path it names
+// INVALID_ARGUMENT naming the field when the spec's world size or model exceeds its limit, or a
+// path it names
 // (latchkey.data.tokens_file, latchkey.data.path_prefix, latchkey.data.blend[i].path_prefix,
 // latchkey.data.cache_dir, latchkey.eval.tokens_file, latchkey.init_from,
 // latchkey.checkpoint.dir) lies outside every data root.

@@ -76,6 +76,20 @@ TEST(ModelParameterCountTest, SaturatesInsteadOfOverflowing) {
   EXPECT_GT(ModelParameterCount(zero), 0);
 }
 
+TEST(CheckSpecLimitsTest, RefusesAWorldOverTheLimitNamingIt) {
+  JobSpec spec;
+  spec.world_size = 65536;
+  EXPECT_TRUE(CheckSpecLimits(spec, SpecLimits{}).ok());  // equal to the limit is allowed
+  spec.world_size = 65537;
+  EXPECT_EQ(Msg(CheckSpecLimits(spec, SpecLimits{})),
+            "latchkey.world_size: 65537 exceeds the coordinator's limit of 65536");
+  SpecLimits small;
+  small.max_world_size = 8;
+  spec.world_size = 16;
+  EXPECT_EQ(Msg(CheckSpecLimits(spec, small)),
+            "latchkey.world_size: 16 exceeds the coordinator's limit of 8");
+}
+
 TEST(CheckSpecLimitsTest, RefusesAModelOverTheBudgetNamingTheSize) {
   JobSpec spec;
   spec.model.n_layer = 100000;

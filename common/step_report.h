@@ -13,6 +13,10 @@
 
 namespace latchkey {
 
+// The tag of every collective the evaluation issues (comm::CollectiveOptions::tag): counted in
+// CollectiveStats and the worker's metrics, never in a step's collective_calls.
+inline constexpr const char* kEvalTag = "eval";
+
 struct StepReport {
   int64_t step = 0;
   int micro_batches = 0;

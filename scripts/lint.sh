@@ -31,7 +31,18 @@ train_ckpt=$(git grep -nE '#include "worker/checkpoint/' -- 'worker/train/' |
 comm_up=$(git grep -nE '#include "worker/(checkpoint|train|runner)/' -- 'worker/comm/' || true)
 # Programs are started through common/subprocess.h with an argv, never through a shell.
 shell=$(git grep -n 'std::system(' -- '*.cc' '*.h' ':!third_party/' || true)
-for rule in msg_tests train_ckpt comm_up shell; do
+# The folders' edges (docs/architecture.md, "Layering"); tests may reach further.
+common_up=$(git grep -nE '#include "(worker|server|client|proto)/' -- 'common/' ':!*_test.cc' || true)
+proto_up=$(git grep -nE '#include "(worker|server|client)/' -- 'proto/' ':!*_test.cc' || true)
+worker_up=$(git grep -nE '#include "(server|client)/' -- 'worker/' ':!*_test.cc' || true)
+server_out=$(git grep -nE '#include "(worker|client)/' -- 'server/' ':!*_test.cc' || true)
+# The CLI reads checkpoints through the torch-free format library only.
+client_worker=$(git grep -nE '#include "worker/' -- 'client/' ':!*_test.cc' |
+  grep -vE '#include "worker/checkpoint/(checkpoint_tools|train_checkpoint|checkpoint_root|safetensors|hf_checkpoint|files|logical_layout|pieces)\.h"' || true)
+# Metrics observe reports, not the engine.
+metrics_train=$(git grep -nE '#include "worker/train/' -- 'worker/metrics/' || true)
+for rule in msg_tests train_ckpt comm_up shell common_up proto_up worker_up server_out \
+  client_worker metrics_train; do
   found=${!rule}
   if [ -n "$found" ]; then
     case $rule in
@@ -39,6 +50,12 @@ for rule in msg_tests train_ckpt comm_up shell; do
       train_ckpt) echo "lint: worker/train/ includes worker/checkpoint/ beyond training_state.h:" >&2 ;;
       comm_up) echo "lint: worker/comm/ includes worker/checkpoint/, worker/train/ or worker/runner/:" >&2 ;;
       shell) echo "lint: std::system( (start programs through common/subprocess.h with an argv):" >&2 ;;
+      common_up) echo "lint: common/ includes worker/, server/, client/ or proto/:" >&2 ;;
+      proto_up) echo "lint: proto/ includes worker/, server/ or client/:" >&2 ;;
+      worker_up) echo "lint: worker/ includes server/ or client/:" >&2 ;;
+      server_out) echo "lint: server/ includes worker/ or client/:" >&2 ;;
+      client_worker) echo "lint: client/ includes worker/ beyond the torch-free checkpoint format:" >&2 ;;
+      metrics_train) echo "lint: worker/metrics/ includes worker/train/:" >&2 ;;
     esac
     printf '%s\n' "$found" | sed 's/^/  /' >&2
     status=1

@@ -327,11 +327,6 @@ absl::StatusOr<SubmitResult> Coordinator::SubmitJob(const JobSubmission& args,
   }
   // Parse outside the lock: it is pure and may take a while on a large spec.
   LK_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(args.spec_json, args.base_dir));
-  if (spec.world_size > options_.max_world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("latchkey.world_size: ", spec.world_size,
-                                                   " exceeds the coordinator's limit of ",
-                                                   options_.max_world_size));
-  }
   LK_RETURN_IF_ERROR(CheckSpecLimits(spec, options_.spec_limits));
   if (!args.job_id.empty()) LK_RETURN_IF_ERROR(CheckClientJobId(args.job_id));
   std::string token_hash;

@@ -98,7 +98,6 @@ struct CoordinatorOptions {
   int rendezvous_port_first = 29500;
   int rendezvous_port_last = 29999;
   size_t max_spec_bytes = 256 * 1024;
-  int max_world_size = 65536;
   // Model-size budget and data roots every submitted spec must respect (CheckSpecLimits).
   SpecLimits spec_limits;
   size_t recent_steps = 64;  // completed step summaries kept in memory per job for watchers

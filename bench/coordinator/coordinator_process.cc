@@ -17,42 +17,11 @@
 
 namespace latchkey::bench {
 
-CoordinatorProcess StartCoordinator(const std::string& bin, const std::string& dir,
-                                    const std::vector<std::string>& extra, const std::string& log) {
-  CoordinatorProcess c;
-  c.db = dir + "/coord.db";
-  const std::string port_file = dir + "/ports.json";
-  std::vector<std::string> args = {bin,    "--listen",    "127.0.0.1:0",
-                                   "--db", c.db,          "--metrics-port",
-                                   "-1",   "--port-file", port_file};
-  args.insert(args.end(), extra.begin(), extra.end());
-  auto pid = Spawn({args, {}, log});
-  if (!pid.ok()) {
-    std::cerr << pid.status() << "\n";
-    return c;
-  }
-  c.pid = *pid;
-  for (int i = 0; i < 300 && c.port == 0; ++i) {
-    std::ifstream in(port_file);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t at = text.find("\"grpc_port\": ");
-    if (at != std::string::npos) c.port = std::atoi(text.c_str() + at + 13);
-    if (c.port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return c;
-}
-
 void RaiseOpenFileLimit() {
   rlimit lim{};
   getrlimit(RLIMIT_NOFILE, &lim);
   lim.rlim_cur = lim.rlim_max;
   setrlimit(RLIMIT_NOFILE, &lim);
-}
-
-bool StopCoordinator(const CoordinatorProcess& c) {
-  if (c.pid <= 0) return false;
-  kill(c.pid, SIGTERM);
-  return WaitOrKill(c.pid, std::chrono::seconds(30)) == 0;
 }
 
 double ProcessCpuSeconds(pid_t pid) {

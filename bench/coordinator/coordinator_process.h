@@ -1,6 +1,6 @@
-// The coordinator benchmarks' view of one latchkey-coordinator process: started on loopback
-// with its own database, measured from /proc (CPU, memory) and from its database files, and
-// stopped with SIGTERM (SIGKILL after a deadline).
+// The coordinator benchmarks' view of one latchkey-coordinator process: started and stopped as
+// the tests do (tests/support/coordinator_process.h), measured from /proc (CPU, memory) and
+// from its database files.
 #ifndef LATCHKEY_BENCH_COORDINATOR_COORDINATOR_PROCESS_H_
 #define LATCHKEY_BENCH_COORDINATOR_COORDINATOR_PROCESS_H_
 
@@ -10,22 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/coordinator_process.h"
+
 namespace latchkey::bench {
 
-struct CoordinatorProcess {
-  pid_t pid = -1;
-  int port = 0;  // 0: it did not start serving
-  std::string db;
-};
-
-// Starts `bin` listening on 127.0.0.1 (any free port) with its database in `dir`, the metrics
-// port off, and `extra` flags after the others; waits up to 30 s for its port file. Its output
-// goes to `log` ("": inherited).
-CoordinatorProcess StartCoordinator(const std::string& bin, const std::string& dir,
-                                    const std::vector<std::string>& extra,
-                                    const std::string& log = "");
-// SIGTERM, then SIGKILL if it has not exited within 30 s. Returns whether it exited with 0.
-bool StopCoordinator(const CoordinatorProcess& c);
+using testing::CoordinatorProcess;
+using testing::StartCoordinator;
+using testing::StopCoordinator;
 
 // utime + stime of a process (/proc/PID/stat), in seconds.
 double ProcessCpuSeconds(pid_t pid);

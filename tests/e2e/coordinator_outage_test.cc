@@ -47,15 +47,6 @@ int StartCoordinator(const std::string& dir, int port, int n) {
   return pid;
 }
 
-std::vector<nlohmann::json> Jsonl(const std::string& path) {
-  std::vector<nlohmann::json> rows;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
-  }
-  return rows;
-}
-
 struct Stored {
   int state = -1;  // JobState: 3 succeeded
   int attempt = -1;
@@ -162,7 +153,7 @@ TEST(CoordinatorOutage, WorkersRideThroughAKilledAndRestartedCoordinator) {
 
   // No rank waited for a latch: the published lookahead covered the outage.
   for (int r = 0; r < 2; ++r) {
-    const auto rows = Jsonl(dir + "/steps-" + std::to_string(r) + ".jsonl");
+    const auto rows = StepRecords(dir + "/steps-" + std::to_string(r) + ".jsonl");
     ASSERT_EQ(rows.size(), static_cast<size_t>(kSteps));
     for (const auto& row : rows) {
       if (row["step"].get<int>() < 2) continue;  // before the outage (the first has the join)

@@ -26,15 +26,6 @@ using std::chrono::seconds;
 
 std::string NewDir(const std::string& name) { return MakeTempDir("e2e-" + name); }
 
-std::vector<nlohmann::json> Jsonl(const std::string& path) {
-  std::vector<nlohmann::json> rows;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
-  }
-  return rows;
-}
-
 size_t Lines(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
 
 // Field by proto name or its JSON (lowerCamel) name.
@@ -140,8 +131,8 @@ TEST(EndToEnd, PolicyUpdateMidJobAndMetrics) {
   EXPECT_EQ(watch.exit_code, 0) << watch.output;  // SUCCEEDED
 
   // Per-step K/V all-reduces: 2L = 4 (deferred) before the update's window, 2L*GAS = 16 from it.
-  std::vector<std::vector<nlohmann::json>> rows = {Jsonl(dir + "/steps-0.jsonl"),
-                                                   Jsonl(dir + "/steps-1.jsonl")};
+  std::vector<std::vector<nlohmann::json>> rows = {StepRecords(dir + "/steps-0.jsonl"),
+                                                   StepRecords(dir + "/steps-1.jsonl")};
   for (const auto& rank : rows) {
     ASSERT_EQ(rank.size(), static_cast<size_t>(steps));
     for (int s = 0; s < steps; ++s) {
@@ -203,7 +194,7 @@ TEST(EndToEnd, BareUpRunsTheBuiltInJobFromAnEmptyFolder) {
   // The built-in job: the demo model (TP 2, two workers) for 40 steps on seeded synthetic data.
   constexpr int kSteps = 40;
   for (int r = 0; r < 2; ++r) {
-    const auto rows = Jsonl(dir + "/run/steps-" + std::to_string(r) + ".jsonl");
+    const auto rows = StepRecords(dir + "/run/steps-" + std::to_string(r) + ".jsonl");
     ASSERT_EQ(rows.size(), static_cast<size_t>(kSteps)) << "rank " << r << "\n" << log;
     for (int s = 0; s < kSteps; ++s) EXPECT_EQ(rows[s]["step"].get<int>(), s) << "rank " << r;
     // It trains: the synthetic sequences are learnable, so the loss falls well below its start.
@@ -268,7 +259,7 @@ TEST(EndToEnd, UpShowsTheLrScheduleAndTheEvalLoss) {
   ASSERT_EQ(code, 0) << log;
 
   const std::set<int> evaluated = {4, 9, 11};
-  const auto rows = Jsonl(dir + "/run/steps-0.jsonl");
+  const auto rows = StepRecords(dir + "/run/steps-0.jsonl");
   ASSERT_EQ(rows.size(), static_cast<size_t>(kSteps)) << log;
   std::vector<double> lr;
   std::vector<double> evals;

@@ -60,20 +60,10 @@ nlohmann::json ElasticSpec(bool elastic) {
   return SpecObject(p);
 }
 
-std::vector<nlohmann::json> Jsonl(const std::string& path) {
-  std::vector<nlohmann::json> rows;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("step")) rows.push_back(std::move(j));
-  }
-  return rows;
-}
-
 // The last record of each step (a resumed rank appends).
 std::map<int64_t, nlohmann::json> LastByStep(const std::string& path) {
   std::map<int64_t, nlohmann::json> out;
-  for (auto& r : Jsonl(path)) out[r["step"].get<int64_t>()] = r;
+  for (auto& r : StepRecords(path)) out[r["step"].get<int64_t>()] = r;
   return out;
 }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/subprocess.h"
+#include "tests/support/coordinator_process.h"
 #include "tests/support/proc_scan.h"
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
@@ -291,7 +292,10 @@ TEST(UpSignals, InterruptWhileTheCoordinatorDoesNotAnswer) {
 // rank lost, killed the attempt and spent a restart).
 TEST(UpSignals, CoordinatorStoppedLongerThanEveryTimeoutSpendsNoRestart) {
   const ScopedTempDir dir("up-signals-paused");
-  UpRun up(dir.path());
+  // Timeouts shorter than up's defaults (liveness 10 s, collectives 30 s) so the stop can outlast
+  // each of them, and the built-in spec's 20 s hang timeout, in 25 s rather than 45 s. Liveness
+  // stays at 5 s, five heartbeat periods, so a loaded machine does not miss it before the stop.
+  UpRun up(dir.path(), {"--liveness-timeout", "5", "--collective-timeout", "8"});
   const std::string job = up.Job();
   ASSERT_FALSE(job.empty()) << up.log();
   ASSERT_TRUE(up.WaitForStep(1)) << up.log();
@@ -299,7 +303,7 @@ TEST(UpSignals, CoordinatorStoppedLongerThanEveryTimeoutSpendsNoRestart) {
   ASSERT_FALSE(coordinator.empty()) << up.log();
   const int pid = std::stoi(coordinator);
   ASSERT_EQ(kill(pid, SIGSTOP), 0);
-  std::this_thread::sleep_for(seconds(45));
+  std::this_thread::sleep_for(seconds(25));
   ASSERT_EQ(kill(pid, SIGCONT), 0);
   EXPECT_EQ(WaitProcess(up.pid(), seconds(240)), 0) << up.log();
   const std::string text = up.log();
@@ -307,7 +311,7 @@ TEST(UpSignals, CoordinatorStoppedLongerThanEveryTimeoutSpendsNoRestart) {
   const JobRow row = ReadJob(up.run() + "/coordinator.db", job);
   EXPECT_EQ(row.state, 3) << row.reason;
   const std::string coordinator_log = ReadText(up.run() + "/coordinator.log");
-  EXPECT_NE(coordinator_log.find("coordinator did not run for 4"), std::string::npos)
+  EXPECT_NE(coordinator_log.find("coordinator did not run for 2"), std::string::npos)
       << coordinator_log;
   EXPECT_EQ(coordinator_log.find("stalled"), std::string::npos) << coordinator_log;
   EXPECT_EQ(coordinator_log.find("missed the liveness deadline"), std::string::npos)
@@ -322,23 +326,13 @@ TEST(UpSignals, CoordinatorCancelsItsJobsOnShutdownOnlyWhenAsked) {
     const ScopedTempDir dir("up-signals-coordinator");
     const std::string d = dir.path();
     std::ofstream(d + "/spec.json") << SpecObject(SpecParams{}).dump(2);
-    std::vector<std::string> args = {LATCHKEY_COORDINATOR_BIN,
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--db",
-                                     d + "/coordinator.db",
-                                     "--port-file",
-                                     d + "/ports.json",
-                                     "--metrics-port",
-                                     "-1"};
-    if (cancel) args.push_back("--cancel-on-shutdown");
-    const int pid = StartProcess(args, {}, d + "/coordinator.log");
-    const std::string ports = WaitForFile(
-        d + "/ports.json",
-        [](const std::string& t) { return t.find("grpc_port") != std::string::npos; }, seconds(20));
-    const auto j = nlohmann::json::parse(ports, nullptr, false);
-    ASSERT_FALSE(j.is_discarded()) << ReadText(d + "/coordinator.log");
-    const std::string address = "127.0.0.1:" + std::to_string(j["grpc_port"].get<int>());
+    std::vector<std::string> extra;
+    if (cancel) extra.push_back("--cancel-on-shutdown");
+    const CoordinatorProcess c = StartCoordinator(LATCHKEY_COORDINATOR_BIN, d, extra,
+                                                  d + "/coordinator.log", d + "/coordinator.db");
+    ASSERT_GT(c.port, 0) << ReadText(d + "/coordinator.log");
+    const int pid = c.pid;
+    const std::string address = c.address();
     const Captured sub = RunAndCapture(
         {LATCHKEY_CLI_BIN, "--coordinator", address, "submit", d + "/spec.json"}, seconds(30));
     ASSERT_EQ(sub.exit_code, 0) << sub.output;

@@ -119,6 +119,16 @@ WorkerRun WaitWorkers(WorkerGroup group, std::chrono::seconds deadline) {
   return run;
 }
 
+std::vector<nlohmann::json> StepRecords(const std::string& jsonl_path) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(jsonl_path);
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step")) rows.push_back(std::move(j));
+  }
+  return rows;
+}
+
 std::vector<double> TensorValues(const StTensor& t) {
   std::vector<double> out(t.data.size() / 4);
   for (size_t i = 0; i < out.size(); ++i) {

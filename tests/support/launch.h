@@ -44,6 +44,9 @@ WorkerRun WaitWorkers(WorkerGroup group, std::chrono::seconds deadline = std::ch
 // The stderr a rank has written so far.
 std::string RankStderr(const WorkerGroup& group, int rank);
 
+// The step records of a steps JSONL (docs/observability.md), in file order: each line that is a
+// JSON object with a "step"; a line a writer has not finished yet is skipped.
+std::vector<nlohmann::json> StepRecords(const std::string& jsonl_path);
 // Every tensor of a safetensors file of F32 tensors, as doubles (empty if it does not read).
 std::map<std::string, std::vector<double>> TensorsOf(const std::string& safetensors_path);
 // L2 norm (fp64) of every tensor of such a file.

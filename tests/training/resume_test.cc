@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/latch.h"
+#include "tests/support/launch.h"
 #include "tests/support/rank_threads.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
@@ -263,8 +264,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Resume,
                                            Variant{"zero0_adamw_bf16_dropout", true, 0, "AdamW"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// A checkpoint after step 0 of the fp32 ZeRO-1 AdamW job, under `root`.
-CheckpointCommit SaveOneStep(const std::string& root) {
+// A checkpoint after step 0 of the fp32 ZeRO-1 AdamW job, under `root`; with `hf_dir`, its
+// weights exported there too.
+CheckpointCommit SaveOneStep(const std::string& root, const std::string& hf_dir = "") {
   const JobSpec spec = MakeSpec(Variant{"zero1", false, 1, "AdamW"});
   Reports reports;
   RunRankThreads(kWorld, kTp, [&](comm::ProcessGroups& g) {
@@ -272,20 +274,38 @@ CheckpointCommit SaveOneStep(const std::string& root) {
     ASSERT_TRUE(engine.ok()) << engine.status();
     RunWindows(**engine, spec, g.rank, 0, 1, reports);
     Save(**engine, g, spec, root, 0, reports);
+    if (!hf_dir.empty()) ASSERT_TRUE(SaveHfCheckpoint((*engine)->state(), hf_dir).ok());
   });
   return reports.commits[0];
 }
 
-// Every rank's LoadTrainingCheckpoint status for `spec` on a dp x tp grid.
+// Every rank's LoadTrainingCheckpoint status for `spec` on a dp x tp grid; with `hf_dir`, the
+// loaded weights exported there (every rank takes part; only when every rank loaded).
 std::vector<absl::Status> LoadEverywhere(const JobSpec& spec, int tp, const std::string& step_dir,
-                                         const std::string& job_id = "") {
+                                         const std::string& job_id = "",
+                                         const std::string& hf_dir = "") {
   std::vector<absl::Status> out(kWorld);
   RunRankThreads(kWorld, tp, [&](comm::ProcessGroups& g) {
     auto engine = CreateEngine(spec, &g);
     ASSERT_TRUE(engine.ok()) << engine.status();
     out[g.rank] = LoadTrainingCheckpoint((*engine)->state(), step_dir, job_id, "");
+    if (!hf_dir.empty() && out[g.rank].ok()) {
+      ASSERT_TRUE(SaveHfCheckpoint((*engine)->state(), hf_dir).ok());
+    }
   });
   return out;
+}
+
+// The tensors of an exported model.safetensors, exactly equal to the saved run's.
+void ExpectSameWeights(const std::string& want_hf, const std::string& got_hf) {
+  const auto want = TensorsOf(want_hf + "/model.safetensors");
+  const auto got = TensorsOf(got_hf + "/model.safetensors");
+  ASSERT_FALSE(want.empty());
+  ASSERT_EQ(want.size(), got.size());
+  for (const auto& [name, values] : want) {
+    ASSERT_EQ(got.count(name), 1u) << name;
+    EXPECT_TRUE(got.at(name) == values) << name << " loaded other values";
+  }
 }
 
 TEST(ResumeRefusal, CorruptedRankFileIsDataLoss) {
@@ -323,14 +343,18 @@ TEST(ResumeRefusal, CorruptedRankFileIsDataLoss) {
 TEST(ResumeRefusal, AnotherJobOrOptimizerIsRefusedNamingTheFieldAnotherLayoutLoads) {
   ConfigureComputeThreads(kWorld);
   const ScopedTempDir dir("resume");
-  const CheckpointCommit c = SaveOneStep(dir / "ckpt");
-  // DP 4 x TP 1 and ZeRO-0: same world size, another layout.
-  for (const absl::Status& st : LoadEverywhere(MakeSpec({"tp1", false, 1, "AdamW"}, 1), 1, c.dir)) {
+  const CheckpointCommit c = SaveOneStep(dir / "ckpt", dir / "saved-hf");
+  // DP 4 x TP 1 and ZeRO-0: same world size, another layout; each loads the saved weights.
+  for (const absl::Status& st :
+       LoadEverywhere(MakeSpec({"tp1", false, 1, "AdamW"}, 1), 1, c.dir, "", dir / "tp1-hf")) {
     EXPECT_TRUE(st.ok()) << st;
   }
-  for (const absl::Status& st : LoadEverywhere(MakeSpec({"z0", false, 0, "AdamW"}), kTp, c.dir)) {
+  ExpectSameWeights(dir / "saved-hf", dir / "tp1-hf");
+  for (const absl::Status& st :
+       LoadEverywhere(MakeSpec({"z0", false, 0, "AdamW"}), kTp, c.dir, "", dir / "z0-hf")) {
     EXPECT_TRUE(st.ok()) << st;
   }
+  ExpectSameWeights(dir / "saved-hf", dir / "z0-hf");
   for (const absl::Status& st : LoadEverywhere(MakeSpec({"sgd", false, 1, "SGD"}), kTp, c.dir)) {
     EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
     EXPECT_NE(st.message().find("optimizer AdamW, this job has SGD"), std::string::npos) << st;

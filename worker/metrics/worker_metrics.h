@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
 #include "common/latch.h"
-#include "worker/train/engine.h"
+#include "common/step_report.h"
 
 namespace prometheus {
 class Registry;

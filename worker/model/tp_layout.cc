@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/validate_job_spec.h"
 
 namespace latchkey {
 namespace {

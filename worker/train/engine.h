@@ -48,10 +48,6 @@ namespace latchkey {
 class ParamStore;
 struct TrainingState;  // worker/checkpoint/training_state.h
 
-// The tag of every collective the evaluation issues (comm::CollectiveOptions::tag): counted in
-// CollectiveStats and the worker's metrics, never in a step's collective_calls.
-inline constexpr const char* kEvalTag = "eval";
-
 struct EngineOptions {
   bool skip_kv_reduction_for_testing = false;
   // ZeRO-1 over DP > 1: the boundary reduce-scatter is bucketed and issued during the last
