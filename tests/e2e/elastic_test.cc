@@ -55,7 +55,11 @@ nlohmann::json ElasticSpec(bool elastic) {
   p.extra_latchkey = {{"checkpoint", {{"dir", "ckpt"}, {"every_steps", 4}}}};
   if (elastic) {
     p.extra_latchkey["elastic"] = {{"min_dp", 1}};
-    p.extra_latchkey["rejoin_timeout_seconds"] = 3;
+    // Every rank of a new attempt (the survivors of a shrink; the survivors and the spares of a
+    // grow) rejoins and forms its groups within this. 3 s was enough on an idle machine and
+    // too little beside another test on two cores (a grow then failed, one rank late): 10 s,
+    // which the shrink also waits for the killed ranks before going on without them.
+    p.extra_latchkey["rejoin_timeout_seconds"] = 10;
   }
   return SpecObject(p);
 }

@@ -274,7 +274,9 @@ CheckpointCommit SaveOneStep(const std::string& root, const std::string& hf_dir 
     ASSERT_TRUE(engine.ok()) << engine.status();
     RunWindows(**engine, spec, g.rank, 0, 1, reports);
     Save(**engine, g, spec, root, 0, reports);
-    if (!hf_dir.empty()) ASSERT_TRUE(SaveHfCheckpoint((*engine)->state(), hf_dir).ok());
+    if (!hf_dir.empty()) {
+      ASSERT_TRUE(SaveHfCheckpoint((*engine)->state(), hf_dir).ok());
+    }
   });
   return reports.commits[0];
 }
