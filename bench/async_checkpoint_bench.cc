@@ -4,7 +4,7 @@
 //
 //   bench_checkpoint_async [--reps N] [--gas N] [--dir DIR]
 //
-// Both modes go through the runner's driver (worker/runner/checkpoint_saver.h), alternating per
+// Both modes go through the runner's driver (worker/checkpoint/checkpoint_saver.h), alternating per
 // repetition after one warm-up of each, into the same folder:
 //   sync   window, then the synchronous save (Stage, Write, Commit on the training thread):
 //          "sync total" is its wall time, all of it blocked;
@@ -26,11 +26,11 @@
 #include "common/job_spec.h"
 #include "common/latch.h"
 #include "tests/support/free_port.h"
+#include "worker/checkpoint/checkpoint_saver.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/checkpoint/train_checkpoint.h"
 #include "worker/checkpoint/training_state.h"
 #include "worker/comm/process_groups.h"
-#include "worker/runner/checkpoint_saver.h"
 #include "worker/train/engine.h"
 #include "worker/train/threads.h"
 

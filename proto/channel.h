@@ -11,26 +11,13 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/channel_credentials.h"
 
 namespace latchkey {
 
-// How a client proves who it is and checks whom it talks to. All empty: plaintext, no token.
-struct ChannelCredentials {
-  // Sent as `authorization: Bearer TOKEN` on every call (a role token of --auth-tokens).
-  std::string token{};
-  // PEM file of the CA that signed the coordinator's certificate: the channel uses TLS.
-  // Empty: plaintext.
-  std::string tls_ca{};
-  // PEM files of a client certificate and its key, for a coordinator that requires client
-  // certificates (--tls-client-ca). Both or neither; they need tls_ca.
-  std::string tls_cert{};
-  std::string tls_key{};
-
-  bool tls() const { return !tls_ca.empty(); }
-};
-
-// INVALID_ARGUMENT naming the field (--tls-ca, --tls-cert, --tls-key, --token) when a file
-// cannot be read or the token cannot travel in a header.
+// The channel for `credentials` (common/channel_credentials.h). INVALID_ARGUMENT naming the
+// field (--tls-ca, --tls-cert, --tls-key, --token) when a file cannot be read or the token
+// cannot travel in a header.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeCoordinatorChannel(
     const std::string& target, const ChannelCredentials& credentials);
 // Plaintext, no token.

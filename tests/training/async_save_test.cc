@@ -16,10 +16,10 @@
 #include "tests/support/rank_threads.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
+#include "worker/checkpoint/checkpoint_saver.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/checkpoint/train_checkpoint.h"
 #include "worker/checkpoint/training_state.h"
-#include "worker/runner/checkpoint_saver.h"
 #include "worker/train/engine.h"
 #include "worker/train/threads.h"
 

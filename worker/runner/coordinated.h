@@ -10,8 +10,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/channel_credentials.h"
 #include "common/timeouts.h"
-#include "proto/channel.h"
 #include "worker/runner/env.h"
 #include "worker/runner/run_rank.h"
 

@@ -50,6 +50,7 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnv() {
   env.tls_ca = Str("LATCHKEY_TLS_CA");
   env.tls_cert = Str("LATCHKEY_TLS_CERT");
   env.tls_key = Str("LATCHKEY_TLS_KEY");
+  env.test_min_window_seconds = std::atof(Str("LATCHKEY_TEST_MIN_WINDOW_SECONDS").c_str());
   return env;
 }
 

@@ -25,6 +25,9 @@ struct WorkerEnv {
   std::string tls_ca{};     // LATCHKEY_TLS_CA: PEM CA of the coordinator's certificate
   std::string tls_cert{};   // LATCHKEY_TLS_CERT: PEM client certificate (mTLS)
   std::string tls_key{};    // LATCHKEY_TLS_KEY: its key
+  // LATCHKEY_TEST_MIN_WINDOW_SECONDS (tests only): the least time a window lasts, read as atof
+  // reads it (0 when unset or not a number).
+  double test_min_window_seconds = 0;
 };
 
 // INVALID_ARGUMENT naming the variable when a number is not a non-negative integer.

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -12,12 +11,12 @@
 
 #include "common/error_info.h"
 #include "common/job_uid.h"
+#include "worker/checkpoint/checkpoint_manager.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/comm/collective_error.h"
 #include "worker/comm/collective_stats.h"
 #include "worker/comm/flight_recorder.h"
 #include "worker/comm/store.h"
-#include "worker/runner/checkpoint_saver.h"
 #include "worker/train/threads.h"
 
 namespace latchkey {
@@ -98,9 +97,6 @@ absl::Status EndDiverged(const StepReport& report, comm::ProcessGroups& groups,
   return diverged;
 }
 
-// One attempt: groups, engine, the checkpoint to resume, then every remaining window. The
-// engine is declared after the groups, so on any exit (a Status or an exception unwinding) it
-// is destroyed first and the groups after it.
 // The spec an attempt runs: the job's, in the attempt's layout. An elastic attempt may run
 // fewer ranks than the spec names, with more micro-batches per window (the global batch kept);
 // the engine, the data placement and the checkpoint see this layout, never the spec's.
@@ -115,9 +111,21 @@ JobSpec AttemptSpec(const JobSpec& job_spec, const AttemptPlan& plan) {
   return spec;
 }
 
-absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOptions& options,
-                        AttemptPlan plan, RankProcess& proc) {
-  const JobSpec spec = AttemptSpec(job.spec, plan);
+// An open attempt: the attempt's spec and plan, its groups, and its engine, declared after the
+// groups so that on any exit (a Status or an exception unwinding) it is destroyed first.
+struct Attempt {
+  JobSpec spec;
+  AttemptPlan plan;
+  comm::ProcessGroups groups;
+  std::unique_ptr<Engine> engine;
+};
+
+// Opens attempt `a` (a.plan set): its groups, the job uid of a standalone run, the process's
+// outputs (the first attempt opens them), the engine, and the checkpoint it resumes.
+absl::Status OpenAttempt(const RankJob& job, const RunOptions& options, RankProcess& proc,
+                         Attempt& a) {
+  AttemptPlan& plan = a.plan;
+  a.spec = AttemptSpec(job.spec, plan);
   proc.recorder->SetAttempt(plan.attempt);
   proc.recorder->SetPhase(RankPhase::kIdle);
   plan.rendezvous.stats = proc.stats;
@@ -126,85 +134,105 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
   plan.rendezvous.device = job.device;
   auto groups = comm::CreateProcessGroups(job.backend, plan.rendezvous);
   if (!groups.ok()) return groups.status();
+  a.groups = *std::move(groups);
   if (plan.job_id == "standalone" && plan.job_uid.empty()) {
-    absl::StatusOr<std::string> uid = DrawStandaloneJobUid(*groups, plan.rendezvous);
+    absl::StatusOr<std::string> uid = DrawStandaloneJobUid(a.groups, plan.rendezvous);
     if (!uid.ok()) return Prefixed(uid.status(), "job uid: ");
     plan.job_uid = *uid;
   }
-  const CheckpointOwner owner(plan.job_id, plan.job_uid);
   if (proc.outputs == nullptr) {
     OutputOptions output_options = options.outputs;
     // A fresh run (attempt 1, nothing to resume) starts its JSONL afresh; a resumed or
     // restarted rank appends to what its earlier process wrote.
     output_options.fresh_jsonl = plan.attempt == 1 && plan.resume_step < 0;
-    auto outputs = RankOutputs::Open(output_options, groups->rank, proc.stats.get());
+    auto outputs = RankOutputs::Open(output_options, a.groups.rank, proc.stats.get());
     if (!outputs.ok()) return outputs.status();
     proc.outputs = *std::move(outputs);
   }
-  RankOutputs& outputs = *proc.outputs;
-  if (absl::Status st = outputs.BeginAttempt(spec, groups->rank, plan.first_window()); !st.ok()) {
+  if (absl::Status st = proc.outputs->BeginAttempt(a.spec, a.groups.rank, plan.first_window());
+      !st.ok()) {
     return st;
   }
   EngineOptions engine_options = options.engine;
   engine_options.device = job.device;
   engine_options.load_init_from = LoadInitFrom;
   engine_options.write_grads = WriteGradDump;
-  auto engine = CreateEngine(spec, &*groups, engine_options);
+  auto engine = CreateEngine(a.spec, &a.groups, engine_options);
   if (!engine.ok()) return engine.status();
-  TrainingState& state = (*engine)->state();
-  const std::string& root = spec.checkpoint.dir;
-  if (plan.resume_step >= 0) {
-    // Whatever layout wrote it: the load reshards (checkpointer.h). Under the coordinator the
-    // step's folder of this job: step-N, or step-N.<uid> when another job's took step-N.
-    std::string step_dir = plan.resume_dir;
-    if (step_dir.empty()) {
-      absl::StatusOr<std::string> found =
-          FindCheckpointDir(root, plan.resume_step, owner, plan.resume_manifest_sha256);
-      if (!found.ok()) return Prefixed(found.status(), "resume: ");
-      step_dir = *found;
-    }
-    const bool standalone = plan.job_id == "standalone";
-    if (absl::Status st =
-            LoadTrainingCheckpoint(state, step_dir, standalone ? "" : plan.job_id,
-                                   plan.resume_manifest_sha256, standalone ? "" : plan.job_uid);
-        !st.ok()) {
-      return Prefixed(st, "resume: ");
-    }
+  a.engine = *std::move(engine);
+  if (plan.resume_step < 0) return absl::OkStatus();
+  // Whatever layout wrote it: the load reshards (checkpointer.h). Under the coordinator the
+  // step's folder of this job: step-N, or step-N.<uid> when another job's took step-N.
+  std::string step_dir = plan.resume_dir;
+  if (step_dir.empty()) {
+    absl::StatusOr<std::string> found =
+        FindCheckpointDir(a.spec.checkpoint.dir, plan.resume_step,
+                          CheckpointOwner(plan.job_id, plan.job_uid), plan.resume_manifest_sha256);
+    if (!found.ok()) return Prefixed(found.status(), "resume: ");
+    step_dir = *found;
   }
-  const bool checkpoints = spec.checkpoint.enabled();
-  CheckpointSaver& saver = proc.saver;
-  saver.set_async(spec.checkpoint.async);
-  // Whatever ends the attempt, its in-flight background write is waited for and, unless it
-  // committed, dropped: nothing of it is loaded (its temporary folder is pruned later).
-  struct AbandonOnExit {
-    CheckpointSaver& saver;
-    ~AbandonOnExit() { saver.Abandon(); }
-  } abandon_on_exit{saver};
-  TrainingCheckpointRequest req;
-  req.root = root;
-  req.job_id = plan.job_id;
-  req.job_uid = plan.job_uid;
-  req.attempt = plan.attempt;
-  req.compute_threads = proc.compute_threads;
-  // A committed save: metrics, the source (the coordinator's resume step), pruning (rank 0).
-  const auto committed = [&](const CommittedSave& c) -> absl::Status {
-    outputs.OnCheckpoint(c.commit, c.background_seconds);
+  const bool standalone = plan.job_id == "standalone";
+  if (absl::Status st =
+          LoadTrainingCheckpoint(a.engine->state(), step_dir, standalone ? "" : plan.job_id,
+                                 plan.resume_manifest_sha256, standalone ? "" : plan.job_uid);
+      !st.ok()) {
+    return Prefixed(st, "resume: ");
+  }
+  return absl::OkStatus();
+}
+
+// The checkpoint manager of attempt `a` (checkpoint_manager.h): each committed save goes to the
+// rank's metrics and to the source (the coordinator's resume step) before rank 0 prunes.
+CheckpointManagerOptions CheckpointOptions(const Attempt& a, RankProcess& proc,
+                                           LatchSource& source) {
+  CheckpointManagerOptions o;
+  o.config = a.spec.checkpoint;
+  o.steps = a.spec.steps;
+  o.request.root = a.spec.checkpoint.dir;
+  o.request.job_id = a.plan.job_id;
+  o.request.job_uid = a.plan.job_uid;
+  o.request.attempt = a.plan.attempt;
+  o.request.compute_threads = proc.compute_threads;
+  o.owner = CheckpointOwner(a.plan.job_id, a.plan.job_uid);
+  o.resume_step = a.plan.resume_step;
+  o.rank = a.groups.rank;
+  o.world = a.groups.world.get();
+  o.world_size = a.groups.world_size;
+  o.recorder = proc.recorder.get();
+  RankOutputs* outputs = proc.outputs.get();
+  o.on_commit = [outputs, &source](const CommittedSave& c) -> absl::Status {
+    outputs->OnCheckpoint(c.commit, c.background_seconds);
     if (absl::Status st = source.CheckpointCommitted(c.commit); !st.ok()) {
       return Prefixed(st, "ReportCheckpoint: ");
     }
-    if (groups->rank == 0) {
-      if (absl::Status st = PruneCheckpoints(root, owner, spec.checkpoint.keep, plan.resume_step);
-          !st.ok()) {
-        return Prefixed(st, "latchkey.checkpoint.keep: pruning: ");
-      }
-    }
     return absl::OkStatus();
   };
-  // LATCHKEY_TEST_MIN_WINDOW_SECONDS (tests only, docs/fault-tolerance.md): every window lasts
-  // at least this long, as a larger model's would.
-  const char* min_window_env = std::getenv("LATCHKEY_TEST_MIN_WINDOW_SECONDS");
-  const double min_window_seconds = min_window_env ? std::atof(min_window_env) : 0.0;
-  for (int64_t s = plan.first_window(); s < spec.steps; ++s) {
+  return o;
+}
+
+// The checkpoint work at a window's boundary, in its record: the training time a save started
+// here blocked, and the background time of the asynchronous saves committed here.
+void NoteCheckpoint(const WindowCheckpoint& c, StepReport& report) {
+  if (c.background_seconds) {
+    report.checkpoint_background_seconds =
+        report.checkpoint_background_seconds.value_or(0) + *c.background_seconds;
+  }
+  if (c.blocked_seconds) report.checkpoint_seconds = *c.blocked_seconds;
+}
+
+// One attempt: open it (groups, engine, the checkpoint to resume), then every remaining window.
+absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOptions& options,
+                        AttemptPlan plan, RankProcess& proc) {
+  Attempt a;
+  a.plan = std::move(plan);
+  if (absl::Status st = OpenAttempt(job, options, proc, a); !st.ok()) return st;
+  const JobSpec& spec = a.spec;
+  RankOutputs& outputs = *proc.outputs;
+  TrainingState& state = a.engine->state();
+  // Whatever ends the attempt, its in-flight background write is waited for and, unless it
+  // committed, dropped (the manager's destructor): nothing of it is loaded.
+  CheckpointManager checkpoints(proc.saver, CheckpointOptions(a, proc, source));
+  for (int64_t s = a.plan.first_window(); s < spec.steps; ++s) {
     proc.recorder->BeginWindow(s, RankPhase::kLatch);
     const auto wait_start = Clock::now();
     auto latch = source.Await(s);
@@ -214,70 +242,33 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
       throw std::logic_error("injected fault in window " + std::to_string(s));
     }
     const auto window_start = Clock::now();
-    auto report = (*engine)->RunWindow(*latch);
+    auto report = a.engine->RunWindow(*latch);
     if (!report.ok()) return report.status();
     report->latch_wait_seconds = waited;
-    if (min_window_seconds > 0) {  // tests: a slow step without the compute
+    if (options.min_window_seconds > 0) {  // tests: a slow step without the compute
       std::this_thread::sleep_until(window_start +
                                     std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(min_window_seconds)));
+                                        std::chrono::duration<double>(options.min_window_seconds)));
     }
     const bool diverged = StepDiverged(*report);
-    const bool save = !diverged && checkpoints && (s + 1) % spec.checkpoint.every_steps == 0;
-    // A background save commits at the boundary every rank derives from its step.
-    const auto commit_due = [&]() -> absl::Status {
-      auto due = saver.CommitDue(state, s, spec.steps);
-      if (!due.ok()) {
-        return Prefixed(due.status(),
-                        "checkpoint after step " + std::to_string(saver.staged().step()) + ": ");
-      }
-      if (!due->has_value()) return absl::OkStatus();
-      // every_steps 1: the last boundary commits two saves (the previous one's and its own).
-      report->checkpoint_background_seconds =
-          report->checkpoint_background_seconds.value_or(0) + *(*due)->background_seconds;
-      return committed(**due);
-    };
-    if (saver.pending()) {
-      proc.recorder->SetPhase(RankPhase::kCheckpoint);
-      if (absl::Status st = commit_due(); !st.ok()) return st;
-      // Rank 0 has just pruned the job's temporary folders: a save starting at the same boundary
-      // (every_steps 1) may write its own only once every rank knows the pruning is done.
-      if (save && !saver.pending() && groups->world_size > 1) {
-        if (absl::Status st = groups->world->Barrier(); !st.ok()) return st;
-      }
-    }
-    if (diverged) return EndDiverged(*report, *groups, outputs, source, spec, *latch, waited);
-    if (save) {
-      proc.recorder->SetPhase(RankPhase::kCheckpoint);
-      double blocked = 0;
-      auto started = saver.Start(state, req, groups->rank, &blocked);
-      if (!started.ok()) {
-        return Prefixed(started.status(), "checkpoint after step " + std::to_string(s) + ": ");
-      }
-      report->checkpoint_seconds = blocked;
-      if (started->has_value()) {
-        if (absl::Status st = committed(**started); !st.ok()) return st;
-      } else if (absl::Status st = commit_due(); !st.ok()) {  // the run's last window
-        return st;
-      }
-    }
+    // Commits what is due here, then starts the save due here (not after a diverged window).
+    absl::StatusOr<WindowCheckpoint> saved = checkpoints.AfterWindow(state, s, diverged);
+    if (!saved.ok()) return saved.status();
+    NoteCheckpoint(*saved, *report);
+    if (diverged) return EndDiverged(*report, a.groups, outputs, source, spec, *latch, waited);
     outputs.OnStep(spec, *latch, *report, waited);
-    // The write starts once the step's record is out.
-    saver.Launch();
+    checkpoints.Launch();  // the background write starts once the step's record is out
     if (absl::Status st = source.StepDone(*report); !st.ok()) {
       return Prefixed(st, "ReportStep: ");
     }
   }
-  if (saver.pending()) {  // CommitBoundary() is never past the last window
-    return absl::InternalError("checkpoint after step " + std::to_string(saver.pending_step()) +
-                               ": not committed by the end of the run");
-  }
+  if (absl::Status st = checkpoints.CheckAllCommitted(); !st.ok()) return st;
   proc.recorder->SetPhase(RankPhase::kIdle);
   if (!options.save_dir.empty()) {
     if (absl::Status st = SaveHfCheckpoint(state, options.save_dir); !st.ok()) {
       return Prefixed(st, "--save: ");
     }
-    if (groups->rank == 0 && !options.outputs.quiet) {
+    if (a.groups.rank == 0 && !options.outputs.quiet) {
       std::cerr << "saved " << options.save_dir << "\n";
     }
   }

@@ -1,13 +1,15 @@
 // The one runner loop of a rank, whatever drives it (standalone or the coordinator). The
-// process keeps one CollectiveStats, one FlightRecorder and its outputs (JSONL, metrics endpoint,
-// progress) across attempts. Per attempt (LatchSource::Begin, then Recover after a failure):
-// form the process groups, build the engine, load the attempt's checkpoint (resume_step >= 0),
-// then for every remaining window take its latch from the source, run it, save a resumable
-// checkpoint when latchkey.checkpoint says so (checkpoint_saver.h: synchronous, or staged and
-// written in the background and committed at a later boundary; the training time blocked is the
-// JSONL's checkpoint_seconds, outside step_seconds), emit the outputs and tell the source; at
-// the end save the HF checkpoint (when asked) and linger. A failed attempt's in-flight
-// background write is waited for before the attempt ends, and never committed.
+// process keeps one CollectiveStats, one FlightRecorder, its outputs (JSONL, metrics endpoint,
+// progress) and its checkpoint saver across attempts. Per attempt (LatchSource::Begin, then
+// Recover after a failure): open it (form the process groups, build the engine, load the
+// attempt's checkpoint when resume_step >= 0), then for every remaining window take its latch
+// from the source, run it, hand the boundary to the checkpoint manager
+// (worker/checkpoint/checkpoint_manager.h: the save latchkey.checkpoint asks for, synchronous or
+// staged and written in the background and committed at a later boundary, the commit's report
+// to the source and pruning; the training time blocked is the JSONL's checkpoint_seconds,
+// outside step_seconds), emit the outputs and tell the source; at the end save the HF
+// checkpoint (when asked) and linger. A failed attempt's in-flight background write is waited
+// for before the attempt ends, and never committed.
 //
 // Errors by meaning: every exception that escapes libtorch or a backend is caught here, once,
 // and becomes a Status: a collective's own failure keeps its code (DEADLINE_EXCEEDED for a
@@ -44,6 +46,9 @@ struct RunOptions {
   EngineOptions engine;
   // Test-only fault: window N throws a std::logic_error, as a bug inside the engine would.
   int64_t throw_at_window_for_testing = -1;
+  // Tests only (--test-min-window-seconds, LATCHKEY_TEST_MIN_WINDOW_SECONDS;
+  // docs/fault-tolerance.md): every window lasts at least this long, as a larger model's would.
+  double min_window_seconds = 0;
 };
 
 // Runs every window of `job` on this rank. OK when all ran (and the outputs were written).

@@ -150,6 +150,11 @@ const std::vector<Flag>& FlagTable() {
               f.run.throw_at_window_for_testing = std::atoll(v.c_str());
               return absl::OkStatus();
             }),
+      Value("--test-min-window-seconds", "--test-min-window-seconds needs a number",
+            [](WorkerFlags& f, const std::string& v) {
+              f.run.min_window_seconds = std::atof(v.c_str());
+              return absl::OkStatus();
+            }),
       Switch("--test-skip-kv-reduce",
              [](WorkerFlags& f) { f.run.engine.skip_kv_reduction_for_testing = true; }),
       Switch("--quiet", [](WorkerFlags& f) { f.run.outputs.quiet = true; }),
@@ -169,6 +174,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   flags.tls_ca = env.tls_ca;
   flags.tls_cert = env.tls_cert;
   flags.tls_key = env.tls_key;
+  flags.run.min_window_seconds = env.test_min_window_seconds;
   const std::vector<Flag>& table = FlagTable();
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];

@@ -47,6 +47,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/channel_credentials.h"
 #include "common/clock.h"
 #include "common/join_info.h"
 #include "common/latch.h"
@@ -55,7 +56,6 @@
 #include "common/step_report.h"
 #include "common/timeouts.h"
 #include "common/worker_protocol.h"
-#include "proto/channel.h"
 
 namespace latchkey {
 
@@ -67,7 +67,7 @@ struct WorkerSessionOptions {
   std::string coordinator = kDefaultCoordinatorAddress;
   std::string job_id;
   std::string join_token;
-  // TLS to the coordinator (proto/channel.h); the join token travels in each request.
+  // TLS to the coordinator (common/channel_credentials.h); the join token travels in each request.
   ChannelCredentials credentials{};
   // Stable for the process, e.g. ProcessWorkerId() ("host:pid"); a rejoin presents it again.
   // Empty: ProcessWorkerId() and a count.

@@ -1,5 +1,6 @@
-// The runner's driver of resumable checkpoints (latchkey.checkpoint): when a save starts, when
-// it commits, and on which thread each phase of checkpointer.h runs.
+// The driver of resumable checkpoints (latchkey.checkpoint) under the checkpoint manager
+// (checkpoint_manager.h, which decides when to call it): how a save starts, when it commits, and
+// on which thread each phase of checkpointer.h runs.
 //
 // Synchronous (latchkey.checkpoint.async false): the save after window s runs whole at the
 // boundary after s (SaveTrainingCheckpoint), as it always did.
@@ -19,8 +20,8 @@
 //
 // Torch-free (the runner never includes torch). Thread-safety: every method is called by the
 // training thread; the object owns the one background thread. Errors: the phases' Status.
-#ifndef LATCHKEY_WORKER_RUNNER_CHECKPOINT_SAVER_H_
-#define LATCHKEY_WORKER_RUNNER_CHECKPOINT_SAVER_H_
+#ifndef LATCHKEY_WORKER_CHECKPOINT_CHECKPOINT_SAVER_H_
+#define LATCHKEY_WORKER_CHECKPOINT_CHECKPOINT_SAVER_H_
 
 #include <chrono>
 #include <cstdint>
@@ -105,4 +106,4 @@ class CheckpointSaver {
 
 }  // namespace latchkey
 
-#endif  // LATCHKEY_WORKER_RUNNER_CHECKPOINT_SAVER_H_
+#endif  // LATCHKEY_WORKER_CHECKPOINT_CHECKPOINT_SAVER_H_

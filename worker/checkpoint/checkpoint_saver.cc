@@ -1,4 +1,4 @@
-#include "worker/runner/checkpoint_saver.h"
+#include "worker/checkpoint/checkpoint_saver.h"
 
 #include <exception>
 #include <string>

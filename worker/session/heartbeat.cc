@@ -1,0 +1,122 @@
+// The heartbeat thread of a WorkerSession (worker_session.h, session_impl.h): heartbeats at the
+// interval the coordinator asked for (and at once when the rank moved to another window or
+// attempt), and the stuck-rank watchdog. As c10d's heartbeat monitor beside its watchdog, this
+// thread has one job apart from the latch reader's and the unary calls': keep the coordinator's
+// view of the rank fresh, and end a process that can no longer leave a fenced attempt.
+//
+// Thread contract:
+//   HeartbeatLoop, CheckStuck
+//               run on the heartbeat thread (`heart`), started by Join (options.heartbeat) and
+//               joined by Close. Under `mu` they read info, fenced, fenced_since, recovering,
+//               end, closed; options.position is called without `mu`. CheckStuck may _exit the
+//               process (kExitRestartMe).
+//   BeginRecovery
+//               the training thread: sets recovering under `mu`, which disarms CheckStuck.
+//   HeartbeatOnce
+//               the heartbeat thread (no retry), or the training thread (Heartbeat(), retried).
+//               Reads info under `mu`; the call runs without it; its answer sets end and the
+//               attempt / fence under `mu` (SetEnd, NoteAttempt, NoteRefusal).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "proto/grpc_status.h"
+#include "proto/wire.h"
+#include "worker/session/session_impl.h"
+
+namespace latchkey {
+
+absl::Status WorkerSession::Impl::HeartbeatOnce(bool retry) {
+  const WorkerIdentity who = Identity();
+  std::optional<RankPosition> position;
+  if (opt.position) position = opt.position();
+  const v1::HeartbeatRequest req =
+      MakeHeartbeatRequest(who, Rank(), position ? &*position : nullptr);
+  v1::HeartbeatResponse resp;
+  grpc::Status st;
+  if (retry) {
+    (void)Retry([&](grpc::ClientContext* ctx) {
+      st = stub->Heartbeat(ctx, req, &resp);
+      return st;
+    });
+  } else {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(GrpcDeadline(opt.rpc_timeout));
+    st = stub->Heartbeat(&ctx, req, &resp);
+  }
+  absl::Status s = FromGrpcStatus(st);
+  if (s.ok()) {
+    const WorkerReply reply = FromProto(resp);
+    SetEnd(reply.state, reply.reason);
+    NoteAttempt(reply.attempt);
+  } else {
+    NoteRefusal(s, /*always=*/true, who.attempt);
+  }
+  return s;
+}
+
+// The watchdog: a fenced session whose training thread never came back to recover is stuck
+// where no error reaches it (a collective with a stopped peer).
+void WorkerSession::Impl::CheckStuck() {
+  if (opt.stuck_exit_after == absl::InfiniteDuration()) return;
+  int rank = 0;
+  int64_t mine = 0;
+  int64_t theirs = 0;
+  {
+    absl::MutexLock lock(&mu);
+    if (!fenced || recovering || end || closed) return;
+    if (clock->Now() - fenced_since < opt.stuck_exit_after) return;
+    rank = info.rank;
+    mine = info.attempt;
+    theirs = JobAttemptLocked();
+  }
+  const std::string where = opt.position ? WhereName(opt.position()) : "training";
+  std::fprintf(stderr,
+               "latchkey-worker: rank %d stuck in %s of attempt %lld while the job is at "
+               "attempt %lld; exiting for a restart\n",
+               rank, where.c_str(), static_cast<long long>(mine), static_cast<long long>(theirs));
+  std::fflush(stderr);
+  _exit(kExitRestartMe);
+}
+
+// Heartbeats every `period`, and also as soon as the rank entered another window or attempt
+// (checked every tick), so the coordinator's last view of a rank that goes silent is fresh.
+void WorkerSession::Impl::HeartbeatLoop() {
+  absl::Duration period = opt.heartbeat_interval;
+  if (period <= absl::ZeroDuration()) {
+    absl::MutexLock lock(&mu);
+    period = info.heartbeat_interval;
+  }
+  period = std::max(absl::Milliseconds(50), period);
+  // The watchdog and the position look more often than the heartbeat goes out.
+  const absl::Duration tick = std::min(period, absl::Milliseconds(100));
+  absl::Time next = clock->Now() + period;
+  int64_t sent_window = -1;
+  int64_t sent_attempt = 0;
+  while (Sleep(tick)) {
+    CheckStuck();
+    bool moved = false;
+    if (opt.position) {
+      const RankPosition p = opt.position();
+      moved = p.window != sent_window || p.attempt != sent_attempt;
+      sent_window = p.window;
+      sent_attempt = p.attempt;
+    }
+    if (!moved && clock->Now() < next) continue;
+    next = clock->Now() + period;
+    (void)HeartbeatOnce(/*retry=*/false);
+  }
+}
+
+absl::Status WorkerSession::Heartbeat() { return impl_->HeartbeatOnce(/*retry=*/true); }
+
+void WorkerSession::BeginRecovery() {
+  absl::MutexLock lock(&impl_->mu);
+  impl_->recovering = true;
+}
+
+}  // namespace latchkey
