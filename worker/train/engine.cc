@@ -1,12 +1,10 @@
 #include "worker/train/engine.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not via ATen.h in torch 2.x)
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -20,8 +18,8 @@
 #include "worker/model/param_store.h"
 #include "worker/train/evaluator.h"
 #include "worker/train/flat_ops.h"
-#include "worker/train/grad_buckets.h"
 #include "worker/train/grad_norm.h"
+#include "worker/train/grad_sync.h"
 #include "worker/train/kv_reducer.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/optimizer.h"
@@ -55,20 +53,15 @@ class EngineImpl final : public Engine {
     LK_ASSIGN_OR_RETURN(memory_, memory::MakeMemoryMeter(!device_.is_cpu(), device_.index()));
     memory::ScopedAccount account(memory_->account());  // the model's buffers are its bytes
     // ZeRO-1 and 2 partition the optimizer state alike; 2 also keeps only the gradient partition.
-    const bool zero1 = spec_.zero_stage >= 1 && comm::is_parallel(g_->dp_group);
-    zero2_ = spec_.zero_stage == 2 && zero1;
+    const GradSyncPlan plan = PlanGradSync(spec_, *g_, opts_.overlap_dp_reduction);
+    const bool zero1 = plan.partitioned();
     store_ = std::make_unique<ParamStore>(*std::move(layout), zero1 ? g_->dp : 1, device_,
-                                          /*attach_grads=*/!zero2_);
+                                          /*attach_grads=*/plan.kind != GradSyncKind::kPartition);
     if (spec_.bf16) store_->EnableBf16Compute();
     LK_RETURN_IF_ERROR(LoadInitialWeights());
     model_ = std::make_unique<GptBigCode>(spec_.model, store_.get(), g_->tp_group.get(), spec_.seed,
                                           spec_.sequence_parallel);
     model_->set_activation_checkpointing(spec_.activation_checkpointing);
-    // Under sequence parallelism the LayerNorm and row-parallel bias gradients are partial per
-    // TP rank: summed with the K/V rows, in the same reduction.
-    kv_ = std::make_unique<KvReducer>(store_->segments(), g_->tp_group.get(), ops_.get(),
-                                      spec_.sequence_parallel);
-    kv_->set_enabled_for_testing(!opts_.skip_kv_reduction_for_testing);
     auto data = OpenDataSource(spec_);
     if (!data.ok()) return data.status();
     data_ = *std::move(data);
@@ -99,20 +92,18 @@ class EngineImpl final : public Engine {
     if (spec_.bf16) state_.master = store_->TakeMaster(state_.part_begin, state_.part_end);
     optimizer_ = MakeOptimizer(spec_.optimizer, state_.part_numel(), ops_.get());
     state_.optimizer = optimizer_.get();
-    overlap1_ = (opts_.overlap_dp_reduction || spec_.overlap_dp_reduction) &&
-                spec_.zero_stage == 1 && zero1;
-    if (zero2_ || overlap1_) {
-      // After EnableBf16Compute and TakeMaster: the hooks go on the parameters the model uses.
-      buckets_ = std::make_unique<GradBuckets>(store_.get(), g_->dp_group.get(), ops_.get(),
-                                               GradBuckets::DefaultBucketElements(store_->numel()),
-                                               spec_.sequence_parallel);
-    }
-    if (zero2_) {
-      kv_part_ = std::make_unique<KvReducer>(
-          KvReducer::ForPartition(store_->segments(), state_.part_begin, state_.part_end,
-                                  g_->tp_group.get(), ops_.get(), spec_.sequence_parallel));
-      kv_part_->set_enabled_for_testing(!opts_.skip_kv_reduction_for_testing);
-    }
+    // After EnableBf16Compute and TakeMaster: bucket hooks go on the parameters the model uses.
+    // Under sequence parallelism the LayerNorm and row-parallel bias gradients are partial per
+    // TP rank: summed with the K/V rows, in the same reduction.
+    GradSyncEnv env;
+    env.spec = &spec_;
+    env.groups = g_;
+    env.store = store_.get();
+    env.ops = ops_.get();
+    env.state = &state_;
+    env.device = device_;
+    env.skip_kv_reduction_for_testing = opts_.skip_kv_reduction_for_testing;
+    sync_ = MakeGradSync(plan, env);
     return absl::OkStatus();
   }
 
@@ -132,12 +123,9 @@ class EngineImpl final : public Engine {
     const auto start = Clock::now();
     memory::ScopedAccount account(memory_->account());
     memory_->ResetPeak();
-    boundary_wait_ = -1.0;
     const auto stats_before = g_->stats->Snapshot();
     const int64_t kv_before = g_->stats->TaggedCalls(comm::kKvTag);
     const int64_t replicated_before = ReplicatedCalls(*g_->stats);
-    grad_peak_ = 0;
-    if (buckets_) buckets_->ResetPeak();
     const double lr = schedule_.ForStep(latch.window);
     absl::StatusOr<double> loss = Window(latch, lr);
     if (!loss.ok()) return loss.status();
@@ -164,7 +152,7 @@ class EngineImpl final : public Engine {
     r.tokens = static_cast<int64_t>(latch.n) * spec_.micro_batch_size * g_->dp * spec_.seq_len;
     r.optimizer_state_bytes = optimizer_state_bytes();
     r.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    r.boundary_wait_seconds = std::max(boundary_wait_, 0.0);
+    r.boundary_wait_seconds = std::max(sync_->boundary_wait(), 0.0);
     const memory::MemoryReading mem = memory_->Read();
     r.peak_memory_bytes = mem.peak_bytes;
     r.activation_memory_bytes = activation_bytes_;
@@ -188,14 +176,12 @@ class EngineImpl final : public Engine {
 
   BucketTrace last_bucket_trace() const override {
     BucketTrace t;
-    if (buckets_) t.issued = buckets_->issue_times();
+    t.issued = sync_->bucket_issue_times();
     t.backward_end = backward_end_;
     return t;
   }
 
-  int64_t peak_gradient_bytes() const override {
-    return std::max(grad_peak_, buckets_ ? buckets_->peak_bytes() : 0);
-  }
+  int64_t peak_gradient_bytes() const override { return sync_->peak_gradient_bytes(); }
 
  private:
   // The full weights this shard starts from: spec.init_from through the checkpoint module's
@@ -223,7 +209,7 @@ class EngineImpl final : public Engine {
   // (Megatron's --check-for-nan-in-loss-and-grad): nothing applied, on every rank alike.
   absl::StatusOr<double> Window(const Latch& latch, double lr) {
     LK_ASSIGN_OR_RETURN(const double loss_sum, MicroBatches(latch));
-    LK_ASSIGN_OR_RETURN(const double loss, ReduceGrads(latch, loss_sum / latch.n));
+    LK_ASSIGN_OR_RETURN(const double loss, ReduceGrads(loss_sum / latch.n));
     if (!std::isfinite(loss) || !std::isfinite(last_norm_)) return loss;
     if (latch.window == opts_.dump_grads_step && !opts_.dump_grads_dir.empty()) {
       if (!opts_.write_grads) {
@@ -237,29 +223,13 @@ class EngineImpl final : public Engine {
     return loss;
   }
 
-  // Forward and backward of every micro-batch of the window into the zeroed gradient buffer,
-  // with the per-micro-batch K/V sums and the DP means of micro-batches not marked no_sync (all
-  // but the last, which the boundary reduces). Returns the sum of this rank's losses.
+  // Forward and backward of every micro-batch of the window; the strategy synchronises the
+  // gradient around each backward (grad_sync.h). Returns the sum of this rank's losses.
   absl::StatusOr<double> MicroBatches(const Latch& latch) {
-    const at::Tensor& grads = store_->flat_grads();
-    const int64_t numel = store_->numel();
     const int mb = spec_.micro_batch_size;
     const int S = spec_.seq_len;
     const int64_t first_sample = FirstSample(latch);
-    store_->ZeroGrads();
-    kv_->BeginWindow();
-    if (zero2_) {
-      // The previous window's partition (it may be a view of the local gradient) goes now.
-      store_->ReleaseGrads();
-      kv_->Release();  // its snapshot of the released local gradient's K/V rows
-      grad_part_ = at::Tensor();
-      part_ = at::Tensor();
-      state_.grads_part = at::Tensor();
-      part_in_local_ = false;
-      syncs_ = 0;
-      kv_part_->BeginWindow();
-    }
-    NoteGradBytes();
+    sync_->BeginWindow(latch);
     double loss_sum = 0.0;
     at::Tensor tokens = at::empty({mb, S + 1}, at::kLong);  // host: the data source fills it
     std::vector<int64_t> rows(mb);
@@ -277,194 +247,25 @@ class EngineImpl final : public Engine {
       at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
       const bool last = m == latch.n - 1;
-      // ZeRO-2: a synchronised micro-batch reduce-scatters its gradient during the backward
-      // (grad_buckets.h); a no_sync one accumulates into the local full gradient, attached for
-      // it and folded into the next synchronised micro-batch's reduce-scatter.
-      const bool zero2_sync = zero2_ && (last || !latch.no_sync[m]);
-      if (zero2_ && !zero2_sync && !store_->grads_attached()) {
-        store_->AttachGrads();
-        kv_->BeginWindow();  // a fresh local buffer: the K/V snapshot starts from zero again
-      }
-      if (zero2_sync) ArmSynchronised(last);
-      // ZeRO-1 overlapped: the boundary reduce-scatter in place into the local buffer's chunk.
-      const bool overlap_last = overlap1_ && last;
-      if (overlap_last) {
-        buckets_->Arm(grads.narrow(0, state_.part_begin, state_.part_numel()), /*replace=*/true,
-                      HeldGradBytes());
-      }
+      sync_->BeforeBackward(m);
       const int64_t allocated_before = last ? memory_->AllocatedBytes() : 0;
       at::Tensor loss = model_->Loss(ids, labels, rows);
       if (last) activation_bytes_ = memory_->AllocatedBytes() - allocated_before;
       loss_sum += loss.item<double>();
       (loss / static_cast<double>(latch.n)).backward();
       if (last) backward_end_ = Clock::now();
-      if (zero2_sync) {
-        LK_RETURN_IF_ERROR(FinishSynchronised(latch));
-        continue;
-      }
-      AccumulateComputeGrads();
-      kv_->NoteBackward();
-      if (latch.kv_mode == KvMode::kPerMicroBatch) {
-        if (absl::Status st = kv_->ReducePending(grads, /*coalesced=*/false); !st.ok()) return st;
-      }
-      NoteGradBytes();
-      if (overlap_last) LK_RETURN_IF_ERROR(FinishOverlapped(latch));
-      if (!zero2_ && !last && !latch.no_sync[m] && comm::is_parallel(g_->dp_group)) {
-        // DDP semantics: the mean of the accumulated gradient (idempotent).
-        if (absl::Status st = DpMeanAllReduce(grads.narrow(0, 0, numel)); !st.ok()) return st;
-        if (absl::Status st = kv_->OnGradsReplaced(grads); !st.ok()) return st;
-      }
+      LK_RETURN_IF_ERROR(sync_->AfterBackward(m));
     }
     return loss_sum;
   }
 
-  // ZeRO-2, after a synchronised backward whose buckets the hooks issued: the per-micro-batch
-  // K/V sum over TP of what this backward added (on the attached local gradient, or on the K/V
-  // bucket's staging), then the rest of the buckets and the K/V bucket, then the local
-  // gradient is dropped.
-  // The partition a synchronised micro-batch reduces into. With the local gradient attached and
-  // no synchronised micro-batch before it in the window (the default mask's last micro-batch),
-  // that is the local gradient's own chunk, overwritten in place as ZeRO-1 does, so ZeRO-2 then
-  // holds what ZeRO-1 holds; otherwise a separate partition buffer that sums the micro-batches.
-  void ArmSynchronised(bool last) {
-    const bool in_local = store_->grads_attached() && last && syncs_ == 0;
-    if (in_local) {
-      part_ = store_->flat_grads().narrow(0, state_.part_begin, state_.part_numel());
-      part_in_local_ = true;
-    } else {
-      if (!grad_part_.defined()) {
-        grad_part_ =
-            at::zeros({state_.part_numel()}, at::TensorOptions().dtype(at::kFloat).device(device_));
-      }
-      part_ = grad_part_;
-    }
-    state_.grads_part = part_;
-    buckets_->Arm(part_, /*replace=*/in_local, HeldGradBytes());
-  }
-
-  absl::Status FinishSynchronised(const Latch& latch) {
-    NoteGradBytes();
-    const bool attached = store_->grads_attached();
-    if (attached) {
-      kv_->NoteBackward();
-      if (latch.kv_mode == KvMode::kPerMicroBatch) {
-        LK_RETURN_IF_ERROR(kv_->ReducePending(store_->flat_grads(), /*coalesced=*/false));
-      }
-    } else if (latch.kv_mode == KvMode::kPerMicroBatch) {
-      LK_RETURN_IF_ERROR(kv_->ReduceFresh(buckets_->kv_stage(), buckets_->kv_spans()));
-    }
-    LK_RETURN_IF_ERROR(buckets_->Finish());
-    kv_part_->NoteBackward();
-    ++syncs_;
-    if (!part_in_local_) {
-      store_->ReleaseGrads();
-      kv_->Release();
-    }
-    return absl::OkStatus();
-  }
-
-  // ZeRO-1 overlapped, after the last backward: the boundary K/V sum (it must precede the DP
-  // reduction of the K/V rows), then the buckets the hooks have not issued and the K/V bucket.
-  absl::Status FinishOverlapped(const Latch& latch) {
-    if (latch.kv_mode != KvMode::kPerMicroBatch) {
-      const auto kv_start = Clock::now();
-      LK_RETURN_IF_ERROR(
-          kv_->ReducePending(store_->flat_grads(), latch.kv_mode == KvMode::kCoalesced));
-      if (kv_->active()) NoteBoundaryWait(kv_start);
-    }
-    return buckets_->Finish();
-  }
-
-  // The bytes of gradient this rank holds now: the full flat buffer (while attached), ZeRO-2's
-  // partition, the K/V reducers' snapshot and staging, and in bf16 mode the bf16 gradients the
-  // compute parameters keep. The bucket staging is GradBuckets'.
-  int64_t HeldGradBytes() {
-    int64_t n = store_->grads_attached() ? store_->padded_numel() * 4 : 0;
-    if (grad_part_.defined()) n += grad_part_.numel() * 4;  // a view of the local counts there
-    n += kv_->buffer_bytes() + (kv_part_ ? kv_part_->buffer_bytes() : 0);
-    if (store_->bf16()) {
-      for (size_t i = 0; i < store_->layout().size(); ++i) {
-        const at::Tensor& g = store_->compute_grad(i);
-        if (g.defined()) n += g.numel() * 2;
-      }
-    }
-    return n;
-  }
-  void NoteGradBytes() { grad_peak_ = std::max(grad_peak_, HeldGradBytes()); }
-
-  // The boundary reduction, after Megatron-Core's finalize_model_grads: the deferred K/V sum
-  // over TP -> the DP reduction (ZeRO-0: the mean all-reduce, the loss riding in the spare slot;
-  // ZeRO-1: the reduce-scatter into this rank's partition) -> the global grad norm (last_norm_).
-  // `loss` is this rank's mean loss; returns the window's, the mean over DP.
-  // Both are the same on every rank, non-finite ones too (Window's verdict): ZeRO-0 reduces the
-  // loss over DP only, so a "loss not finite" flag rides in the norm's TP sum.
-  absl::StatusOr<double> ReduceGrads(const Latch& latch, double loss) {
-    const at::Tensor& grads = store_->flat_grads();
-    const int64_t numel = store_->numel();
-    if (latch.kv_mode != KvMode::kPerMicroBatch) {
-      const bool coalesced = latch.kv_mode == KvMode::kCoalesced;
-      const int64_t kv_calls = ReplicatedCalls(*g_->stats);
-      const auto kv_start = Clock::now();
-      // ZeRO-2: the TP sum runs on the partition, after its DP reduction (the sums commute).
-      if (absl::Status st = zero2_ ? kv_part_->ReducePending(part_, coalesced)
-                                   : kv_->ReducePending(grads, coalesced);
-          !st.ok()) {
-        return st;
-      }
-      if (ReplicatedCalls(*g_->stats) != kv_calls) NoteBoundaryWait(kv_start);
-      NoteGradBytes();
-      // The partition's K/V rows are summed once per window: nothing of the reducer is needed
-      // until the next boundary.
-      if (zero2_) kv_part_->Release();
-    }
-    double norm_sq = 0.0;
-    const bool count_replicated = g_->tp_rank == 0;
-    if (zero2_) {
-      // The partition holds the DP sum of every synchronised micro-batch: the mean, the norm.
-      ops_->Scale(part_, 1.0f / g_->dp);
-      double both[2] = {PartitionGradNormSq(*ops_, part_, store_->segments(), state_.part_begin,
-                                            state_.part_end, count_replicated),
-                        loss};
-      const auto sum_start = Clock::now();
-      if (absl::Status st = SumScalars(g_->world.get(), both, 2); !st.ok()) return st;
-      NoteBoundaryWait(sum_start);
-      norm_sq = both[0];
-      loss = both[1] / g_->world_size;
-    } else if (state_.zero1) {
-      const at::Tensor grads_part = grads.narrow(0, state_.part_begin, state_.part_numel());
-      // In place: the grads buffer is the scratch; only this rank's partition is used after.
-      if (!overlap1_) {  // overlapped: already reduce-scattered during the last backward
-        const auto dp_start = Clock::now();
-        LK_RETURN_IF_ERROR(
-            g_->dp_group->ReduceScatterSum(CommBuffer(grads), CommBuffer(grads_part)));
-        NoteBoundaryWait(dp_start);
-      }
-      ops_->Scale(grads_part, 1.0f / g_->dp);
-      double both[2] = {LocalGradNormSq(*ops_, grads, store_->segments(), state_.part_begin,
-                                        state_.part_end, count_replicated),
-                        loss};
-      if (absl::Status st = SumScalars(g_->world.get(), both, 2); !st.ok()) return st;
-      norm_sq = both[0];
-      loss = both[1] / g_->world_size;
-    } else {
-      if (comm::is_parallel(g_->dp_group)) {
-        ops_->Set(grads, numel, static_cast<float>(loss));  // the loss rides in the spare slot
-        const auto dp_start = Clock::now();
-        if (absl::Status st = DpMeanAllReduce(grads.narrow(0, 0, numel + 1)); !st.ok()) return st;
-        NoteBoundaryWait(dp_start);
-        loss = ops_->Get(grads, numel);
-        ops_->Set(grads, numel, 0.0f);
-      }
-      norm_sq = LocalGradNormSq(*ops_, grads, store_->segments(), 0, numel, count_replicated);
-      if (comm::is_parallel(g_->tp_group)) {
-        double both[2] = {norm_sq, std::isfinite(loss) ? 0.0 : 1.0};
-        if (absl::Status st = SumScalars(g_->tp_group.get(), both, 2); !st.ok()) return st;
-        norm_sq = both[0];
-        if (both[1] != 0.0 && std::isfinite(loss)) loss = std::nan("");
-      }
-    }
-    last_norm_ = std::sqrt(norm_sq);
-    return loss;
+  // The boundary reduction (grad_sync.h: Finish) -> the global grad norm (last_norm_). `loss` is
+  // this rank's mean loss; returns the window's, the mean over DP. Both are the same on every
+  // rank, non-finite ones too (Window's verdict).
+  absl::StatusOr<double> ReduceGrads(double loss) {
+    LK_ASSIGN_OR_RETURN(const GradSync::Result r, sync_->Finish(loss));
+    last_norm_ = std::sqrt(r.norm_sq);
+    return r.loss;
   }
 
   // The update of this rank's partition with learning rate `lr`: clip (by last_norm_) ->
@@ -472,8 +273,7 @@ class EngineImpl final : public Engine {
   // the compute copy rounded from the master -> ZeRO-1: the all-gather of every partition.
   absl::Status StepOptimizer(double lr) {
     const int64_t chunk = state_.part_numel();
-    const at::Tensor grads_part =
-        zero2_ ? part_ : store_->flat_grads().narrow(0, state_.part_begin, chunk);
+    const at::Tensor grads_part = sync_->partition();
     const at::Tensor params_part =
         state_.bf16() ? state_.master : store_->flat_params().narrow(0, state_.part_begin, chunk);
     const double coef = ClipCoefficient(last_norm_, spec_.gradient_clipping);
@@ -510,42 +310,6 @@ class EngineImpl final : public Engine {
     return latch.first_micro_batch * g_->dp * spec_.micro_batch_size;
   }
 
-  // The first boundary collective of the window sets boundary_wait_ (the straggler measure).
-  void NoteBoundaryWait(Clock::time_point start) {
-    if (boundary_wait_ < 0) {
-      boundary_wait_ = std::chrono::duration<double>(Clock::now() - start).count();
-    }
-  }
-
-  // bf16: folds the last backward's bf16 gradients into the fp32 accumulation buffer.
-  void AccumulateComputeGrads() {
-    if (!store_->bf16()) return;
-    const auto& layout = store_->layout();
-    for (size_t i = 0; i < layout.size(); ++i) {
-      at::Tensor& g = store_->compute_grad(i);
-      if (!g.defined()) continue;
-      ops_->AddTo(store_->flat_grads().narrow(0, store_->offset(i), layout[i].local_numel()),
-                  g.reshape({-1}));
-      at::NoGradGuard no_grad;
-      g.zero_();
-    }
-  }
-
-  absl::Status DpMeanAllReduce(const at::Tensor& grads) {
-    if (absl::Status st = g_->dp_group->AllReduceSum(CommBuffer(grads)); !st.ok()) return st;
-    ops_->Scale(grads, 1.0f / g_->dp);
-    return absl::OkStatus();
-  }
-
-  // Sums n host doubles over `group`, through a buffer on the training device (the same memory
-  // on the CPU).
-  absl::Status SumScalars(comm::Group* group, double* values, int64_t n) {
-    at::Tensor t = at::from_blob(values, {n}, at::kDouble).to(device_);
-    if (absl::Status st = group->AllReduceSum(CommBuffer(t)); !st.ok()) return st;
-    if (!t.is_cpu()) std::memcpy(values, t.cpu().data_ptr<double>(), n * sizeof(double));
-    return absl::OkStatus();
-  }
-
   JobSpec spec_;
   comm::ProcessGroups* g_;
   EngineOptions opts_;
@@ -554,18 +318,6 @@ class EngineImpl final : public Engine {
   std::unique_ptr<FlatOps> ops_;  // before everything that computes through it
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<GptBigCode> model_;
-  std::unique_ptr<KvReducer> kv_;
-  // ZeRO-2 over DP > 1: the fp32 gradient partition (state_.grads_part), the bucketed
-  // reduce-scatter that fills it, and the K/V reducer on it (deferred / coalesced).
-  bool zero2_ = false;
-  bool overlap1_ = false;  // EngineOptions::overlap_dp_reduction under ZeRO-1 over DP > 1
-  at::Tensor grad_part_;   // the separate partition buffer, when one is needed
-  at::Tensor part_;        // the window's partition: grad_part_ or the local gradient's chunk
-  bool part_in_local_ = false;
-  int syncs_ = 0;  // synchronised micro-batches so far in the window
-  std::unique_ptr<GradBuckets> buckets_;
-  std::unique_ptr<KvReducer> kv_part_;
-  int64_t grad_peak_ = 0;           // HeldGradBytes' high-water mark in the window running
   Clock::time_point backward_end_;  // of the last micro-batch of the last window
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<TokenSource> data_;
@@ -576,8 +328,10 @@ class EngineImpl final : public Engine {
   // The view of everything above a checkpoint saves, the ZeRO partition [part_begin, part_end),
   // the bf16 fp32 master of it, and the data position (training_state.h).
   TrainingState state_;
+  // The data-parallel gradient synchronisation (grad_sync.h): after everything it works on, so
+  // it goes (with its bucket hooks) first.
+  std::unique_ptr<GradSync> sync_;
   double last_norm_ = 0.0;
-  double boundary_wait_ = -1.0;  // of the window running; -1 until its first boundary collective
 };
 
 }  // namespace

@@ -7,8 +7,10 @@
 // rank's partition) -> global grad norm -> clip -> optimizer step -> (ZeRO-1) all-gather of
 // parameters. ZeRO-2 (DP > 1) instead reduce-scatters every synchronised micro-batch's gradient
 // during its backward, bucket by bucket, into the rank's gradient partition (grad_buckets.h), and
-// runs the deferred/coalesced K/V sum on that partition at the boundary (docs/memory.md). A latch
-// is never mixed with another mode inside its window. The update of step s
+// runs the deferred/coalesced K/V sum on that partition at the boundary (docs/memory.md). Each
+// ZeRO stage's gradient synchronisation is one strategy (grad_sync.h) the engine calls around
+// every backward and at the boundary. A latch is never mixed with another mode inside its
+// window. The update of step s
 // uses the learning rate of the spec's schedule (lr_schedule.h). With `latchkey.eval`, the
 // evaluation loss (evaluator.h) is computed after the update of the steps it is due on, outside
 // the step's `step_seconds` and its collective counts.
