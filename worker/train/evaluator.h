@@ -12,7 +12,7 @@
 //
 // Forward only: no autograd graph, no dropout, and no random number drawn from either dropout
 // stream, so training continues exactly as it would without evaluation. Every collective it
-// issues (the model's TP all-reduces and the DP sum) is tagged kEvalTag (engine.h).
+// issues (the model's TP all-reduces and the DP sum) is tagged kEvalTag (common/step_report.h).
 // Thread-safety: one thread (the training thread). Lifetime: `groups` outlives the evaluator.
 // Errors: a failed DP sum comes back as a Status; a TP collective failing inside the forward
 // throws comm::CollectiveError, as in training.
