@@ -20,17 +20,28 @@ endfunction()
 
 # latchkey_gtest(TARGET TIER <tier> [TIMEOUT <s>] [LABELS <area>...] [RUN_SERIAL])
 # One ctest entry per gtest case of TARGET, so failures are named and ctest -j spreads them.
+# gtest_discover_tests takes PROPERTIES as name/value pairs and flattens a list value, so the
+# labels (a list) are set by a script of our own that ctest runs after the discovered tests'
+# (TEST_INCLUDE_FILES, in order), over the list of names the discovery leaves in TARGET_TESTS.
 function(latchkey_gtest target)
   cmake_parse_arguments(ARG "RUN_SERIAL" "TIER;TIMEOUT" "LABELS" ${ARGN})
   _latchkey_check_tier("${ARG_TIER}" "latchkey_gtest(${target})")
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
-  set(props TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_TIER};${ARG_LABELS}")
+  set(props TIMEOUT ${ARG_TIMEOUT})
   if(ARG_RUN_SERIAL)
     list(APPEND props RUN_SERIAL TRUE)
   endif()
-  gtest_discover_tests(${target} DISCOVERY_TIMEOUT 60 PROPERTIES ${props})
+  gtest_discover_tests(${target} DISCOVERY_TIMEOUT 60 TEST_LIST ${target}_TESTS
+                       PROPERTIES ${props})
+  set(labels ${ARG_TIER} ${ARG_LABELS})
+  set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_labels.cmake")
+  file(WRITE "${labels_file}"
+       "foreach(t IN LISTS ${target}_TESTS)\n"
+       "  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${labels}\")\n"
+       "endforeach()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
 endfunction()
 
 # latchkey_process_test(<name> SOURCES <file>... TIER <tier> [NEEDS coordinator cli worker]
