@@ -3,8 +3,8 @@
 // every optional section on: tokens data with eval, checkpoints, TensorBoard, elastic recovery and
 // the window keys; Megatron data with a blend and an eval split. A key counts as documented when
 // it appears as a word inside a `code span` of the page (a table's `key`, or `{dir, keep}`).
+#include <cctype>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -29,21 +29,24 @@ void CollectKeys(const json& j, std::set<std::string>* keys) {
   }
 }
 
-// The words inside the page's inline code spans (each within one line; the fence lines of code
-// blocks are left out, so their backticks pair with nothing).
+// The words (letters, digits, `_`) inside the page's inline code spans, each span within one
+// line; the fence lines of code blocks are left out, so their backticks pair with nothing.
 std::set<std::string> CodeSpanWords(const std::string& markdown) {
-  std::string page;
+  std::set<std::string> words;
   std::istringstream lines(markdown);
   for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("```", 0) != 0) page += line + "\n";
-  }
-  std::set<std::string> words;
-  const std::regex span("`([^`\n]+)`");
-  const std::regex word("[A-Za-z_][A-Za-z0-9_]*");
-  for (std::sregex_iterator s(page.begin(), page.end(), span), end; s != end; ++s) {
-    const std::string text = (*s)[1];
-    for (std::sregex_iterator w(text.begin(), text.end(), word); w != end; ++w) {
-      words.insert(w->str());
+    if (line.rfind("```", 0) == 0) continue;
+    bool in_span = false;
+    std::string word;
+    for (const char ch : line + " ") {
+      const bool word_char = std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+      if (in_span && word_char) {
+        word += ch;
+        continue;
+      }
+      if (!word.empty() && !std::isdigit(static_cast<unsigned char>(word[0]))) words.insert(word);
+      word.clear();
+      if (ch == '`') in_span = !in_span;
     }
   }
   return words;
