@@ -126,6 +126,9 @@ class CoordinatorObserver {
   virtual void JobRestarted() {}
   // Every rank reported one window: max - min of their boundary waits.
   virtual void BoundaryArrivalLag(double /*seconds*/) {}
+  // One group commit of step reports took `seconds`; `lock_held`: with the coordinator's lock
+  // held all along (a store that cannot commit beside the other calls).
+  virtual void GroupCommitted(double /*seconds*/, bool /*lock_held*/) {}
 };
 
 struct JobView {

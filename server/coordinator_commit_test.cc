@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -131,7 +133,7 @@ TEST(SqliteGroupCommitTest, AFailedCommitKeepsTheReportsStagedForTheNextOne) {
   EXPECT_EQ(StoredReports(db, "j"), 2u);
 }
 
-TEST(SqliteGroupCommitTest, AnInsertThatRollsTheGroupBackLeavesTheEarlierReportsStaged) {
+TEST(SqliteGroupCommitTest, AnInsertThatFailsInTheCommitKeepsEveryReportStaged) {
   ScopedTempDir dir("group-commit");
   const std::string db = dir / "latchkey.db";
   {
@@ -139,40 +141,161 @@ TEST(SqliteGroupCommitTest, AnInsertThatRollsTheGroupBackLeavesTheEarlierReports
     ASSERT_NE(store, nullptr);
     WriteFault fault;
     ASSERT_TRUE(*store->StageStepReport(Report("j", 0, 0, 1)));
-    // Too large for the page cache: SQLite writes it into the WAL, fails, and rolls the whole
-    // transaction back.
-    auto large = store->StageStepReport(LargeReport("j", 1, 0));
-    EXPECT_FALSE(large.ok());
-    EXPECT_NE(large.status().code(), absl::StatusCode::kDataLoss) << large.status();
+    // Too large for the page cache: its INSERT writes into the WAL, fails, and SQLite rolls the
+    // whole transaction back. Nothing is lost: the reports are staged in memory.
+    ASSERT_TRUE(*store->StageStepReport(LargeReport("j", 1, 0)));
+    absl::Status commit = store->CommitGroup();
+    EXPECT_FALSE(commit.ok());
+    EXPECT_NE(commit.code(), absl::StatusCode::kDataLoss) << commit;
     EXPECT_TRUE(store->HasStaged());
     fault.Lift();
     ASSERT_TRUE(store->CommitGroup().ok());
+    EXPECT_FALSE(store->HasStaged());
   }
   std::unique_ptr<SqliteStore> reopened = OpenStore(db);
   ASSERT_NE(reopened, nullptr);
   EXPECT_TRUE(reopened->LoadStepReport("j", 0, 0).ok());
-  EXPECT_TRUE(absl::IsNotFound(reopened->LoadStepReport("j", 1, 0).status()));
+  EXPECT_TRUE(reopened->LoadStepReport("j", 1, 0).ok());
 }
 
-TEST(SqliteGroupCommitTest, ReportsThatCannotBeStagedAgainAreDataLoss) {
+// A trigger, made through a connection of the test's own, that refuses every INSERT into
+// step_reports after `deadline`: a report staged before it can never be stored after it.
+void RefuseReportsAfter(const std::string& db, absl::Time deadline) {
+  sqlite3* conn = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &conn), SQLITE_OK);
+  sqlite3_busy_timeout(conn, 5000);
+  const std::string sql = absl::StrCat(
+      "CREATE TRIGGER refuse_late BEFORE INSERT ON step_reports "
+      "WHEN (julianday('now') - 2440587.5) * 86400.0 > ",
+      absl::StrFormat("%.3f", absl::ToDoubleSeconds(deadline - absl::UnixEpoch())),
+      " BEGIN SELECT RAISE(ABORT, 'step_reports: refused after the deadline'); END");
+  char* err = nullptr;
+  EXPECT_EQ(sqlite3_exec(conn, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
+  sqlite3_free(err);
+  sqlite3_close(conn);
+}
+
+TEST(SqliteGroupCommitTest, AReportSqliteRefusesIsDataLossAndTheOthersAreStored) {
   ScopedTempDir dir("group-commit");
   const std::string db = dir / "latchkey.db";
   {
     std::unique_ptr<SqliteStore> store = OpenStore(db);
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(*store->StageStepReport(LargeReport("j", 0, 0)));  // part of it in the WAL
-    WriteFault fault;
-    // The commit fails, and staging the report again has to write into the WAL, which fails.
+    ASSERT_TRUE(*store->StageStepReport(Report("j", 0, 0, 1)));
+    ASSERT_TRUE(*store->StageStepReport(Report("j", 1, 0, 1)));
+    // Refused from now on, but only while the first report is written: the second is stored.
+    sqlite3* conn = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &conn), SQLITE_OK);
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(conn,
+                           "CREATE TRIGGER refuse_rank0 BEFORE INSERT ON step_reports "
+                           "WHEN NEW.rank = 0 BEGIN SELECT RAISE(ABORT, 'rank 0 refused'); END",
+                           nullptr, nullptr, &err),
+              SQLITE_OK)
+        << err;
+    sqlite3_free(err);
+    sqlite3_close(conn);
     absl::Status commit = store->CommitGroup();
     EXPECT_EQ(commit.code(), absl::StatusCode::kDataLoss) << commit;
     EXPECT_TRUE(absl::StrContains(commit.message(), "1 staged step reports lost")) << commit;
-    EXPECT_FALSE(store->HasStaged());
-    fault.Lift();
-    // Later commits keep saying so; other writes go on.
+    EXPECT_TRUE(absl::StrContains(commit.message(), "rank 0")) << commit;
+    EXPECT_TRUE(store->HasStaged());  // rank 1's report, not refused
+    // Later commits store what else is staged and keep saying the loss; other writes go on.
     EXPECT_EQ(store->CommitGroup().code(), absl::StatusCode::kDataLoss);
+    EXPECT_FALSE(store->HasStaged());
     EXPECT_TRUE(store->AppendEvent(Event("j")).ok());
   }
-  EXPECT_EQ(StoredReports(db, "j"), 0u);
+  std::unique_ptr<SqliteStore> reopened = OpenStore(db);
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_TRUE(absl::IsNotFound(reopened->LoadStepReport("j", 0, 0).status()));
+  EXPECT_TRUE(reopened->LoadStepReport("j", 1, 0).ok());
+}
+
+// Another connection holds SQLite's write lock (BEGIN IMMEDIATE) until Release: a commit of the
+// store waits for it (its busy timeout is 5 s), as it would for a slow disk.
+class WriteLockHolder {
+ public:
+  explicit WriteLockHolder(const std::string& db) {
+    EXPECT_EQ(sqlite3_open(db.c_str(), &conn_), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(conn_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  }
+  ~WriteLockHolder() { Release(); }
+  WriteLockHolder(const WriteLockHolder&) = delete;
+  WriteLockHolder& operator=(const WriteLockHolder&) = delete;
+  void Release() {
+    if (conn_ == nullptr) return;
+    sqlite3_exec(conn_, "COMMIT", nullptr, nullptr, nullptr);
+    sqlite3_close(conn_);
+    conn_ = nullptr;
+  }
+
+ private:
+  sqlite3* conn_ = nullptr;
+};
+
+TEST(SqliteGroupCommitTest, StagingAndReadsDoNotWaitForACommitInProgress) {
+  ScopedTempDir dir("group-commit");
+  const std::string db = dir / "latchkey.db";
+  std::unique_ptr<SqliteStore> store = OpenStore(db);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->CommitsBesideOtherCalls());
+  ASSERT_TRUE(*store->StageStepReport(Report("j", 0, 0, 1)));
+  WriteLockHolder holder(db);
+  absl::Notification committed;
+  absl::Status commit;
+  std::thread committer([&] {
+    commit = store->CommitGroup();  // waits for the write lock
+    committed.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_FALSE(committed.HasBeenNotified());
+  // Meanwhile, on this thread: staging, a repeat of the report being committed, and reads.
+  const absl::Time begin = absl::Now();
+  ASSERT_TRUE(*store->StageStepReport(Report("j", 1, 0, 1)));
+  EXPECT_FALSE(*store->StageStepReport(Report("j", 0, 0, 1)));
+  EXPECT_TRUE(store->HasStaged());
+  auto both = store->LoadStepReports("j", 0);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->size(), 2u);
+  EXPECT_TRUE(store->LoadJobs().ok());
+  // Far below the 5 s the commit may wait: nothing above waited for it.
+  EXPECT_LT(absl::Now() - begin, absl::Seconds(1));
+  EXPECT_FALSE(committed.HasBeenNotified());
+  holder.Release();
+  committer.join();
+  ASSERT_TRUE(commit.ok()) << commit;
+  // The commit took the report staged before it; the one staged meanwhile is still staged.
+  EXPECT_TRUE(store->HasStaged());
+  ASSERT_TRUE(store->CommitGroup().ok());
+  EXPECT_FALSE(store->HasStaged());
+  store.reset();
+  EXPECT_EQ(StoredReports(db, "j"), 2u);
+}
+
+TEST(SqliteGroupCommitTest, AnotherWriteWaitsForACommitInProgressThenCommitsWhatIsStaged) {
+  ScopedTempDir dir("group-commit");
+  const std::string db = dir / "latchkey.db";
+  std::unique_ptr<SqliteStore> store = OpenStore(db);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(*store->StageStepReport(Report("j", 0, 0, 1)));
+  WriteLockHolder holder(db);
+  std::thread committer([&] { EXPECT_TRUE(store->CommitGroup().ok()); });
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(*store->StageStepReport(Report("j", 1, 0, 1)));  // staged during the commit
+  absl::Notification written;
+  std::thread writer([&] {
+    EXPECT_TRUE(store->AppendEvent(Event("j")).ok());
+    written.Notify();
+  });
+  // The write waits: written now, it could be durable before the reports staged before it.
+  EXPECT_FALSE(written.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
+  holder.Release();
+  committer.join();
+  writer.join();
+  // It committed the report staged during the commit before its own row.
+  EXPECT_FALSE(store->HasStaged());
+  store.reset();
+  EXPECT_EQ(StoredReports(db, "j"), 2u);
 }
 
 // The answer of an asynchronous ReportStep.
@@ -273,23 +396,6 @@ std::shared_ptr<Answer> ReportAsync(Running& r, int rank, int64_t step) {
   return answer;
 }
 
-// A trigger, made through a connection of the test's own, that refuses every INSERT into
-// step_reports after `deadline`: a staged report cannot be written again after it.
-void RefuseReportsAfter(const std::string& db, absl::Time deadline) {
-  sqlite3* conn = nullptr;
-  ASSERT_EQ(sqlite3_open(db.c_str(), &conn), SQLITE_OK);
-  sqlite3_busy_timeout(conn, 5000);
-  const std::string sql = absl::StrCat(
-      "CREATE TRIGGER refuse_late BEFORE INSERT ON step_reports "
-      "WHEN (julianday('now') - 2440587.5) * 86400.0 > ",
-      absl::StrFormat("%.3f", absl::ToDoubleSeconds(deadline - absl::UnixEpoch())),
-      " BEGIN SELECT RAISE(ABORT, 'step_reports: refused after the deadline'); END");
-  char* err = nullptr;
-  EXPECT_EQ(sqlite3_exec(conn, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
-  sqlite3_free(err);
-  sqlite3_close(conn);
-}
-
 constexpr char kFailed[] = "group commit of step reports failed";
 constexpr char kRecovered[] = "group commit of step reports succeeded again";
 
@@ -337,6 +443,31 @@ TEST(CoordinatorCommitTest, AReportIsAcknowledgedOnlyOnceItsCommitWorks) {
   EXPECT_EQ(reopened->LoadStepReports(r.id, 0)->size(), 2u);
   absl::MutexLock lock(&heard.mu);
   EXPECT_TRUE(heard.fatal.empty());
+}
+
+TEST(CoordinatorCommitTest, HeartbeatsAndReadsAreAnsweredWhileACommitWaitsForTheDisk) {
+  ScopedTempDir dir("commit");
+  const std::string db = dir / "latchkey.db";
+  Heard heard;
+  Running r = Start(db, heard);
+  ASSERT_NE(r.c, nullptr);
+  WriteLockHolder holder(db);  // the commit waits (up to SQLite's 5 s busy timeout)
+  std::shared_ptr<Answer> report = ReportAsync(r, 0, 0);
+  absl::SleepFor(absl::Milliseconds(100) + Coordinator::kGroupCommitWindow);
+  // The coordinator's lock is not held by the waiting commit: each call is answered at once.
+  for (int i = 0; i < 5; ++i) {
+    const absl::Time begin = absl::Now();
+    auto beat = r.c->Heartbeat(r.calls[1]);
+    ASSERT_TRUE(beat.ok()) << beat.status();
+    ASSERT_TRUE(r.c->GetJob(r.id, false).ok());
+    EXPECT_LT(absl::Now() - begin, absl::Milliseconds(500)) << "call " << i;
+  }
+  EXPECT_FALSE(report->WaitFor(absl::Milliseconds(100))) << report->Get().status();
+  holder.Release();
+  ASSERT_TRUE(report->WaitFor(absl::Seconds(10)));
+  EXPECT_TRUE(report->Get().ok()) << report->Get().status();
+  r.c.reset();
+  EXPECT_EQ(StoredReports(db, r.id), 1u);
 }
 
 TEST(CoordinatorCommitTest, AnotherWriteThatFailsToCommitTheGroupDoesNotAcknowledgeIt) {

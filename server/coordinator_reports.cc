@@ -79,8 +79,17 @@ void Coordinator::CommitterLoop() {
       absl::SleepFor(kGroupCommitWindow);
       mu_.Lock();
     }
-    const uint64_t staged = staged_;
+    const uint64_t staged = staged_;  // every report staged so far is in this commit
+    // A store that orders its own writers commits with the lock released: the RPCs (heartbeats,
+    // latch streams, reports staging the next group) go on meanwhile.
+    const bool beside = store_->CommitsBesideOtherCalls();
+    const absl::Time begin = absl::Now();
+    if (beside) mu_.Unlock();
     absl::Status s = store_->CommitGroup();
+    if (beside) mu_.Lock();
+    if (observer_) {
+      observer_->GroupCommitted(absl::ToDoubleSeconds(absl::Now() - begin), !beside);
+    }
     if (s.ok()) {
       durable_ = staged;
       if (failures > 0) {
@@ -118,8 +127,19 @@ void Coordinator::CommitterLoop() {
       }
       TerminateOnLostReports(s);
     }
+    // A success answers the reports this commit covered; those staged while it ran (the lock
+    // released) wait for the next one, which follows at once. A failure for good (DATA_LOSS, or
+    // a failed commit while stopping) answers every waiting report with it.
     std::vector<std::pair<uint64_t, std::function<void(absl::Status)>>> ready;
-    ready.swap(durable_waiters_);
+    if (s.ok()) {
+      auto later = std::stable_partition(durable_waiters_.begin(), durable_waiters_.end(),
+                                         [&](const auto& w) { return w.first <= durable_; });
+      ready.assign(std::make_move_iterator(durable_waiters_.begin()),
+                   std::make_move_iterator(later));
+      durable_waiters_.erase(durable_waiters_.begin(), later);
+    } else {
+      ready.swap(durable_waiters_);
+    }
     const bool stop = committer_stop_;
     mu_.Unlock();
     for (auto& [ticket, fn] : ready) fn(s);

@@ -53,6 +53,22 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
                       .Register(*registry_)
                       .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05,
                                                                        0.1, 0.5, 1, 5, 10, 30, 60});
+  commit_ = &prometheus::BuildHistogram()
+                 .Name("latchkey_report_commit_seconds")
+                 .Help(
+                     "Group commits of step reports (one SQLite transaction each): the seconds "
+                     "each took.")
+                 .Register(*registry_)
+                 .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.005,
+                                                                  0.01, 0.05, 0.1, 0.5, 1, 5});
+  lock_held_by_commits_ =
+      &prometheus::BuildCounter()
+           .Name("latchkey_coordinator_lock_held_by_commits_seconds_total")
+           .Help(
+               "Seconds group commits held the coordinator's lock (every RPC waits meanwhile); "
+               "0 where the store commits beside the other calls (a database file).")
+           .Register(*registry_)
+           .Add({});
 }
 
 CoordinatorMetrics::~CoordinatorMetrics() = default;
@@ -70,6 +86,11 @@ void CoordinatorMetrics::AddStalledRanks(int delta) { stalled_->Increment(delta)
 void CoordinatorMetrics::JobRestarted() { restarts_->Increment(); }
 
 void CoordinatorMetrics::BoundaryArrivalLag(double seconds) { arrival_lag_->Observe(seconds); }
+
+void CoordinatorMetrics::GroupCommitted(double seconds, bool lock_held) {
+  commit_->Observe(seconds);
+  if (lock_held) lock_held_by_commits_->Increment(seconds);
+}
 
 std::string CoordinatorMetrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());

@@ -40,6 +40,7 @@ class CoordinatorMetrics : public CoordinatorObserver {
   void AddStalledRanks(int delta) override;
   void JobRestarted() override;
   void BoundaryArrivalLag(double seconds) override;
+  void GroupCommitted(double seconds, bool lock_held) override;
 
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
   // The text exposition (what /metrics serves).
@@ -53,6 +54,8 @@ class CoordinatorMetrics : public CoordinatorObserver {
   prometheus::Gauge* stalled_ = nullptr;
   prometheus::Counter* restarts_ = nullptr;
   prometheus::Histogram* arrival_lag_ = nullptr;
+  prometheus::Histogram* commit_ = nullptr;
+  prometheus::Counter* lock_held_by_commits_ = nullptr;
 };
 
 }  // namespace latchkey

@@ -2,13 +2,17 @@
 // and committed checkpoints (one per (job, step), the latest report kept).
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/sqlite_stmt.h"
@@ -17,27 +21,21 @@
 
 namespace latchkey {
 absl::StatusOr<bool> SqliteStore::InsertStepReport(const StepReportRecord& record) {
-  LK_RETURN_IF_ERROR(CommitOpenGroup());
+  LK_RETURN_IF_ERROR(CommitStaged());
   return WriteStepReport(record);
 }
 
 absl::StatusOr<bool> SqliteStore::StageStepReport(const StepReportRecord& record) {
-  if (!group_open_) {
-    LK_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-    group_open_ = true;
-  }
-  absl::StatusOr<bool> inserted = WriteStepReport(record);
-  if (inserted.ok()) {
-    if (*inserted) staged_.push_back(record);
-    return inserted;
-  }
-  // An I/O error or a full disk makes SQLite roll back the whole transaction, the group's earlier
-  // reports with it: they are staged again (or lost: DATA_LOSS).
-  if (group_open_ && sqlite3_get_autocommit(db_)) {
-    absl::Status restaged = Restage(inserted.status());
-    if (restaged.code() == absl::StatusCode::kDataLoss) return restaged;
-  }
-  return inserted.status();
+  absl::MutexLock lock(&staged_mu_);
+  if (keys_.count({record.job_id, record.rank, record.report.step}) > 0) return false;
+  // Stored already? Read on this connection: in WAL it does not wait for the group writer.
+  LK_ASSIGN_OR_RETURN(
+      std::vector<StepReportRecord> stored,
+      QueryStepReports(record.job_id, record.report.step, record.report.step, record.rank));
+  if (!stored.empty()) return false;
+  pending_.push_back(record);
+  keys_.insert({record.job_id, record.rank, record.report.step});
+  return true;
 }
 
 // The first report of a (job, rank, step) is kept: a repeat of the key is no change (false), and
@@ -69,31 +67,83 @@ absl::StatusOr<bool> SqliteStore::WriteStepReport(const StepReportRecord& record
 }
 
 absl::StatusOr<std::vector<RankProgress>> SqliteStore::LoadProgress() {
+  std::map<std::pair<std::string, int>, int64_t> newest;
+  {
+    absl::MutexLock lock(&staged_mu_);  // read before the table: see MergeStaged
+    for (const auto& batch : {&committing_, &pending_}) {
+      for (const StepReportRecord& r : *batch) {
+        int64_t& step = newest.try_emplace({r.job_id, r.rank}, r.report.step).first->second;
+        step = std::max(step, r.report.step);
+      }
+    }
+  }
   LK_ASSIGN_STMT(st, "SELECT job_id, rank, MAX(step) FROM step_reports GROUP BY job_id, rank");
-  std::vector<RankProgress> out;
   while (true) {
     LK_ASSIGN_OR_RETURN(bool row, st.Step());
     if (!row) break;
-    out.push_back({st.Text(0), static_cast<int>(st.Int(1)), st.Int(2)});
+    int64_t& step =
+        newest.try_emplace({st.Text(0), static_cast<int>(st.Int(1))}, st.Int(2)).first->second;
+    step = std::max(step, st.Int(2));
   }
   st.Reset();
+  std::vector<RankProgress> out;
+  for (const auto& [key, step] : newest) out.push_back({key.first, key.second, step});
   return out;
 }
 
 absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::LoadStepReports(
     const std::string& job_id, int64_t from_step) {
-  return QueryStepReports(job_id, from_step, std::numeric_limits<int64_t>::max(), -1);
+  const int64_t to_step = std::numeric_limits<int64_t>::max();
+  const std::vector<StepReportRecord> staged = StagedOf(job_id, from_step, to_step, -1);
+  LK_ASSIGN_OR_RETURN(std::vector<StepReportRecord> out,
+                      QueryStepReports(job_id, from_step, to_step, -1));
+  MergeStaged(staged, out);
+  return out;
 }
 
 absl::StatusOr<StepReportRecord> SqliteStore::LoadStepReport(const std::string& job_id, int rank,
                                                              int64_t step) {
+  const std::vector<StepReportRecord> staged = StagedOf(job_id, step, step, rank);
   LK_ASSIGN_OR_RETURN(std::vector<StepReportRecord> found,
                       QueryStepReports(job_id, step, step, rank));
+  MergeStaged(staged, found);
   if (found.empty()) {
     return absl::NotFoundError(
         absl::StrCat("step report ", step, " of job ", job_id, " rank ", rank, ": not stored"));
   }
   return std::move(found.front());
+}
+
+// Copied before the table is read: a commit that ends in between moves a report from memory to
+// the table, where the read then finds it.
+std::vector<StepReportRecord> SqliteStore::StagedOf(const std::string& job_id, int64_t from_step,
+                                                    int64_t to_step, int rank) const {
+  std::vector<StepReportRecord> out;
+  absl::MutexLock lock(&staged_mu_);
+  for (const auto& batch : {&committing_, &pending_}) {
+    for (const StepReportRecord& r : *batch) {
+      if (r.job_id != job_id || r.report.step < from_step || r.report.step > to_step) continue;
+      if (rank >= 0 && r.rank != rank) continue;
+      out.push_back(r);
+      // As the table gives it back: the boundary wait is stored, collective seconds are not.
+      out.back().boundary_wait_stored = true;
+      out.back().collective_seconds_stored = false;
+    }
+  }
+  return out;
+}
+
+void SqliteStore::MergeStaged(const std::vector<StepReportRecord>& staged,
+                              std::vector<StepReportRecord>& stored) {
+  if (staged.empty()) return;
+  std::set<std::pair<int64_t, int>> in_table;
+  for (const StepReportRecord& r : stored) in_table.insert({r.report.step, r.rank});
+  for (const StepReportRecord& r : staged) {
+    if (in_table.count({r.report.step, r.rank}) == 0) stored.push_back(r);
+  }
+  std::stable_sort(stored.begin(), stored.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.report.step, a.rank) < std::tie(b.report.step, b.rank);
+  });
 }
 
 absl::StatusOr<std::vector<StepReportRecord>> SqliteStore::QueryStepReports(

@@ -63,11 +63,12 @@ class SqliteStore::Reader : public AuditReader {
 SqliteStore::SqliteStore(sqlite3* db) : db_(db), cache_(std::make_unique<StmtCache>()) {}
 
 SqliteStore::~SqliteStore() {
-  // The reader closes first: the writer, closing last, checkpoints the WAL and removes it as it
-  // did when it was the only connection.
-  reader_.reset();
   CommitGroup().IgnoreError();  // what is staged was not acknowledged; store it if possible
-  cache_.reset();               // finalize statements before closing
+  // The other connections close first: the writer, closing last, checkpoints the WAL and
+  // removes it as it did when it was the only connection.
+  reader_.reset();
+  group_writer_.reset();
+  cache_.reset();  // finalize statements before closing
   sqlite3_close(db_);
 }
 
@@ -98,8 +99,33 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   auto mode = store->QueryText("PRAGMA journal_mode");
   // Only with WAL do a reader and the writer not block each other. Without a reader the audit is
   // read on the writer's connection, as `latchkey audit` reads it: correct, only serialised.
-  if (mode.ok() && *mode == "wal") store->reader_ = OpenReader(db);
+  if (mode.ok() && *mode == "wal") {
+    store->reader_ = OpenReader(db);
+    store->group_writer_ = OpenGroupWriter(db, sync);
+  }
   return store;
+}
+
+std::unique_ptr<SqliteStore> SqliteStore::OpenGroupWriter(sqlite3* writer, SqliteSync sync) {
+  const char* file = sqlite3_db_filename(writer, "main");
+  if (file == nullptr || *file == '\0') return nullptr;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(file, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
+    sqlite3_close(db);
+    return nullptr;
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<SqliteStore> conn(new SqliteStore(db));
+  // The journal mode is the file's; durability is each connection's own.
+  if (!conn->Exec(sync == SqliteSync::kFull ? "PRAGMA synchronous=FULL;"
+                                            : "PRAGMA synchronous=NORMAL;")
+           .ok()) {
+    return nullptr;
+  }
+  auto mode = conn->QueryText("PRAGMA journal_mode");
+  if (!mode.ok() || *mode != "wal") return nullptr;
+  return conn;
 }
 
 std::unique_ptr<SqliteStore::Reader> SqliteStore::OpenReader(sqlite3* writer) {
@@ -141,72 +167,99 @@ absl::Status SqliteStore::Exec(const char* sql) {
 }
 
 absl::StatusOr<SqliteStore::Stmt*> SqliteStore::Prepared(const char* sql, bool in_group) {
+  Stmt* st = nullptr;
   auto it = cache_->by_sql.find(sql);
   if (it != cache_->by_sql.end()) {
-    if (group_open_ && !in_group && !it->second->read_only()) {
-      LK_RETURN_IF_ERROR(CommitOpenGroup());
+    st = it->second.get();
+    st->Reset();
+  } else {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr) != SQLITE_OK) {
+      return absl::InternalError(absl::StrCat("sqlite: prepare: ", sqlite3_errmsg(db_)));
     }
-    it->second->Reset();
-    return it->second.get();
+    auto owned = std::make_unique<Stmt>(db_, stmt);
+    st = owned.get();
+    cache_->by_sql.emplace(sql, std::move(owned));
   }
-  sqlite3_stmt* stmt = nullptr;
-  if (sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr) != SQLITE_OK) {
-    return absl::InternalError(absl::StrCat("sqlite: prepare: ", sqlite3_errmsg(db_)));
+  // A write outside a transaction commits what is staged first (inside one, InTransaction did).
+  if (!in_group && !st->read_only() && sqlite3_get_autocommit(db_)) {
+    LK_RETURN_IF_ERROR(CommitStaged());
   }
-  auto owned = std::make_unique<Stmt>(db_, stmt);
-  Stmt* raw = owned.get();
-  cache_->by_sql.emplace(sql, std::move(owned));
-  if (group_open_ && !in_group && !raw->read_only()) LK_RETURN_IF_ERROR(CommitOpenGroup());
-  return raw;
+  return st;
+}
+
+bool SqliteStore::HasStaged() const {
+  absl::MutexLock lock(&staged_mu_);
+  return !pending_.empty() || !committing_.empty();
 }
 
 absl::Status SqliteStore::CommitGroup() {
-  if (!lost_.ok()) return lost_;
-  return CommitOpenGroup();
+  absl::MutexLock lock(&group_mu_);
+  absl::Status s = WriteStaged(group_writer_ ? *group_writer_ : *this);
+  return lost_.ok() ? s : lost_;
 }
 
-absl::Status SqliteStore::CommitOpenGroup() {
-  if (!group_open_) return absl::OkStatus();
-  absl::Status s = Exec("COMMIT");
+absl::Status SqliteStore::CommitStaged() {
+  if (!HasStaged()) return absl::OkStatus();
+  absl::MutexLock lock(&group_mu_);
+  return WriteStaged(group_writer_ ? *group_writer_ : *this);
+}
+
+namespace {
+
+// Errors of a row itself, which no retry of the same INSERT can store.
+bool RowRefused(int code) {
+  const int primary = code & 0xff;
+  return primary == SQLITE_CONSTRAINT || primary == SQLITE_TOOBIG || primary == SQLITE_MISMATCH ||
+         primary == SQLITE_RANGE;
+}
+
+}  // namespace
+
+absl::Status SqliteStore::WriteStaged(SqliteStore& conn) {
+  std::vector<StepReportRecord> batch;
+  {
+    absl::MutexLock lock(&staged_mu_);
+    committing_.insert(committing_.end(), std::make_move_iterator(pending_.begin()),
+                       std::make_move_iterator(pending_.end()));
+    pending_.clear();
+    batch = committing_;
+  }
+  if (batch.empty()) return absl::OkStatus();
+  absl::Status s = conn.Exec("BEGIN IMMEDIATE");
+  size_t refused = batch.size();  // the index of a row SQLite refused, if any
+  for (size_t i = 0; s.ok() && i < batch.size(); ++i) {
+    s = conn.WriteStepReport(batch[i]).status();
+    if (!s.ok() && RowRefused(sqlite3_extended_errcode(conn.db_))) refused = i;
+  }
+  if (s.ok()) s = conn.Exec("COMMIT");
+  absl::MutexLock lock(&staged_mu_);
   if (s.ok()) {
-    group_open_ = false;
-    staged_.clear();
+    for (const StepReportRecord& r : committing_) keys_.erase({r.job_id, r.rank, r.report.step});
+    committing_.clear();
     return s;
   }
-  return Restage(s);
-}
-
-absl::Status SqliteStore::Restage(const absl::Status& cause) {
   // SQLite rolls a transaction back by itself after some failures (an I/O error in COMMIT, a
-  // full disk); otherwise the group's transaction is still open and is rolled back here, so the
-  // group starts again from the records alone.
-  if (!sqlite3_get_autocommit(db_)) Exec("ROLLBACK").IgnoreError();
-  group_open_ = false;
-  // Only INSERT OR IGNOREs that found their row stored were in the group: nothing to lose.
-  if (staged_.empty()) return absl::OkStatus();
-  absl::Status again = Exec("BEGIN IMMEDIATE");
-  if (again.ok()) {
-    group_open_ = true;
-    for (const StepReportRecord& record : staged_) {
-      absl::StatusOr<bool> inserted = WriteStepReport(record);
-      if (!inserted.ok()) {
-        again = inserted.status();
-        break;
-      }
-    }
+  // full disk); otherwise it is rolled back here. The reports stay staged, before any staged
+  // meanwhile.
+  if (!sqlite3_get_autocommit(conn.db_)) conn.Exec("ROLLBACK").IgnoreError();
+  if (refused < batch.size()) {
+    const StepReportRecord& r = committing_[refused];
+    keys_.erase({r.job_id, r.rank, r.report.step});
+    lost_ = absl::DataLossError(absl::StrCat(
+        "1 staged step reports lost: SQLite refused the report of step ", r.report.step, " of job ",
+        r.job_id, " rank ", r.rank, " (", s.message(), ")"));
+    committing_.erase(committing_.begin() + static_cast<std::ptrdiff_t>(refused));
+    s = lost_;
   }
-  if (again.ok()) return cause;  // staged again: the next CommitGroup retries them
-  if (!sqlite3_get_autocommit(db_)) Exec("ROLLBACK").IgnoreError();
-  group_open_ = false;
-  lost_ = absl::DataLossError(
-      absl::StrCat(staged_.size(), " staged step reports lost: their group failed (",
-                   cause.message(), ") and staging them again failed (", again.message(), ")"));
-  staged_.clear();
-  return lost_;
+  pending_.insert(pending_.begin(), std::make_move_iterator(committing_.begin()),
+                  std::make_move_iterator(committing_.end()));
+  committing_.clear();
+  return s;
 }
 
 absl::Status SqliteStore::InTransaction(const std::function<absl::Status()>& body) {
-  LK_RETURN_IF_ERROR(CommitOpenGroup());
+  LK_RETURN_IF_ERROR(CommitStaged());
   LK_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   absl::Status s = body();
   if (!s.ok()) {

@@ -21,18 +21,35 @@
 // (":memory:") cannot be opened twice, and in a rollback journal a reader would block commits:
 // there, and if the second connection cannot be opened, audit_reader() is null.
 //
-// Thread-safety: the JobStore calls none (the Coordinator serialises them); audit_reader() is
+// Group commit (step reports): StageStepReport keeps a report in memory (after checking, on the
+// writer's connection, that it is not stored already); CommitGroup writes every staged report
+// in one transaction (BEGIN IMMEDIATE, an INSERT each, COMMIT). For a file in WAL that is done
+// on a connection of its own, the group writer, so a commit runs beside the other calls
+// (CommitsBesideOtherCalls()): SQLite's write lock orders the two connections' transactions,
+// and every other write first waits for a commit in progress and commits what is staged
+// (group_mu_), so nothing written later is durable before a staged report. In WAL the writer's
+// reads never wait for the group writer's commit. A failed commit keeps every report staged
+// (in memory: nothing to write again), except a row SQLite refuses for itself (a constraint,
+// too big): that report is DATA_LOSS. Without a second connection (":memory:") the commit runs
+// on the writer's connection and CommitsBesideOtherCalls() is false.
+//
+// Thread-safety: the JobStore calls none (the Coordinator serialises them), except CommitGroup
+// and HasStaged beside the others when CommitsBesideOtherCalls(); audit_reader() is
 // thread-safe (its connection is used under its own mutex) and may run alongside them.
 #ifndef LATCHKEY_SERVER_SQLITE_STORE_H_
 #define LATCHKEY_SERVER_SQLITE_STORE_H_
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "server/store.h"
 
 struct sqlite3;
@@ -75,19 +92,11 @@ class SqliteStore : public JobStore {
                              int64_t next_first_sample) override;
   absl::Status AppendPolicyChange(const PolicyChangeRecord& change) override;
   absl::StatusOr<bool> InsertStepReport(const StepReportRecord& report) override;
-  // One transaction holds the staged reports until CommitGroup (or another write) commits it.
-  // The store also keeps in memory the records the group inserted: when the group's COMMIT
-  // fails, whichever call commits it, the transaction is rolled back and begun again with them
-  // (BEGIN IMMEDIATE, one INSERT each), so the group stays open and the next commit retries
-  // it; the call returns the COMMIT's error. When SQLite rolls the group back because a staged
-  // INSERT failed (an I/O error, a full disk), the group's earlier records are staged again the
-  // same way and the INSERT's error is returned. Only when staging them again fails too are
-  // they lost: the call returns DATA_LOSS naming how many, the group is closed, and every later
-  // CommitGroup returns that DATA_LOSS (whoever staged them must not take them for durable;
-  // other writes go on).
+  // See "Group commit" above.
   absl::StatusOr<bool> StageStepReport(const StepReportRecord& report) override;
   absl::Status CommitGroup() override;
-  bool HasStaged() const override { return group_open_; }
+  bool HasStaged() const override;
+  bool CommitsBesideOtherCalls() const override { return group_writer_ != nullptr; }
 
   absl::StatusOr<std::vector<JobRecord>> LoadJobs() override;
   absl::StatusOr<std::vector<WorkerRecord>> LoadWorkers() override;
@@ -113,6 +122,8 @@ class SqliteStore : public JobStore {
   // The read-only connection to the file of `writer`'s main database; null where there is none
   // (see "Audit reader").
   static std::unique_ptr<Reader> OpenReader(sqlite3* writer);
+  // A second read-write connection to it, for group commits; null where there is none.
+  static std::unique_ptr<SqliteStore> OpenGroupWriter(sqlite3* writer, SqliteSync sync);
   // The first column of the first row of `sql`.
   absl::StatusOr<std::string> QueryText(const char* sql);
   absl::StatusOr<int> SchemaVersion();
@@ -144,26 +155,40 @@ class SqliteStore : public JobStore {
   // `in_group` (the staged report's own INSERT).
   absl::StatusOr<Stmt*> Prepared(const char* sql, bool in_group = false);
 
-  // The step reports' INSERT, with the group open or not.
+  // The step reports' INSERT, inside the caller's transaction or on its own.
   absl::StatusOr<bool> WriteStepReport(const StepReportRecord& record);
-  // Commits the open group (CommitGroup without the earlier loss): what every other write does
-  // first.
-  absl::Status CommitOpenGroup();
-  // After the group's COMMIT or one of its INSERTs failed (`cause`): rolls the group back and
-  // stages staged_ again. Returns `cause` with the group open again; OK with the group closed
-  // when staged_ is empty (the group held only reports already stored); DATA_LOSS (lost_) with
-  // the group closed when staging them again failed.
-  absl::Status Restage(const absl::Status& cause);
+  // What every other write does first: waits for a commit in progress and commits what is
+  // staged (as CommitGroup, without an earlier loss).
+  absl::Status CommitStaged();
+  // Writes the staged reports in one transaction on `conn` (the group writer, or this
+  // connection). OK: every one durable. A failure keeps them staged, but a row SQLite refuses
+  // for itself is dropped into lost_ (the DATA_LOSS returned).
+  absl::Status WriteStaged(SqliteStore& conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(group_mu_);
+  // The staged reports of `job_id` with step in [from_step, to_step] of every rank (rank < 0)
+  // or one, as the table would give them back; copied before the table is read.
+  std::vector<StepReportRecord> StagedOf(const std::string& job_id, int64_t from_step,
+                                         int64_t to_step, int rank) const;
+  // Adds to `stored` (what the table holds) the `staged` reports it lacks, in (step, rank) order.
+  static void MergeStaged(const std::vector<StepReportRecord>& staged,
+                          std::vector<StepReportRecord>& stored);
 
   sqlite3* db_;
-  bool group_open_ = false;  // a transaction of staged step reports is open
-  // The reports the open group inserted (not those it found stored), in staging order.
-  std::vector<StepReportRecord> staged_;
-  // Not OK once staged reports were lost (Restage): CommitGroup returns it from then on.
-  absl::Status lost_;
+  // The step reports staged and not yet durable: pending_ since the last commit began,
+  // committing_ in the commit now writing them; keys_ holds both's (job, rank, step).
+  using ReportKey = std::tuple<std::string, int, int64_t>;
+  mutable absl::Mutex staged_mu_;
+  std::vector<StepReportRecord> pending_ ABSL_GUARDED_BY(staged_mu_);
+  std::vector<StepReportRecord> committing_ ABSL_GUARDED_BY(staged_mu_);
+  std::set<ReportKey> keys_ ABSL_GUARDED_BY(staged_mu_);
+  // One commit of the staged reports at a time, whoever commits them.
+  absl::Mutex group_mu_ ABSL_ACQUIRED_BEFORE(staged_mu_);
+  // Not OK once a staged report was refused (WriteStaged): CommitGroup returns it from then on.
+  absl::Status lost_ ABSL_GUARDED_BY(group_mu_);
   struct StmtCache;
   std::unique_ptr<StmtCache> cache_;
   std::unique_ptr<Reader> reader_;  // null: no audit reader
+  // The group writer's connection; null: commits run on db_.
+  std::unique_ptr<SqliteStore> group_writer_;
 };
 
 }  // namespace latchkey

@@ -9,8 +9,9 @@
 // state number out of range) is DATA_LOSS naming the row: it is never replaced by a default.
 //
 // Thread-safety: implementations need not be thread-safe; the Coordinator serialises calls. The
-// one exception is the AuditReader a store may hand out (audit_reader()): it is thread-safe and
-// may be called from any thread while the store's other calls go on.
+// exceptions: the AuditReader a store may hand out (audit_reader()) is thread-safe and may be
+// called from any thread while the store's other calls go on; and a store whose
+// CommitsBesideOtherCalls() is true lets CommitGroup run beside the other calls.
 #ifndef LATCHKEY_SERVER_STORE_H_
 #define LATCHKEY_SERVER_STORE_H_
 
@@ -212,27 +213,33 @@ class JobStore {
   virtual absl::Status AppendPolicyChange(const PolicyChangeRecord& change) = 0;
   // true if stored; false if (job, rank, step) was already there (the first report is kept).
   virtual absl::StatusOr<bool> InsertStepReport(const StepReportRecord& report) = 0;
-  // Group commit of step reports: what InsertStepReport answers, but the report is written
-  // into the store's open group (begun by the first staged report) and is durable only once
-  // CommitGroup returned OK. Reads see staged reports; every other mutating call commits the
-  // group first, so nothing written later is durable before them. A store without groups
-  // (the default) stores at once, and CommitGroup has nothing to do.
+  // Group commit of step reports: what InsertStepReport answers, but the report is staged in
+  // the store's group and is durable only once CommitGroup returned OK. Reads see staged
+  // reports; every other mutating call commits the group first, so nothing written later is
+  // durable before them. A store without groups (the default) stores at once, and CommitGroup
+  // has nothing to do.
   //
   // A failed commit of the group, by CommitGroup or by another mutating call, loses nothing:
-  // the group stays open with every staged report (HasStaged() true), the call returns the
-  // commit's error, and the next commit retries them. Likewise a StageStepReport that fails
-  // leaves the group's earlier reports staged. Only when the store cannot keep them staged
-  // are they lost: that call returns DATA_LOSS naming how many, the group is closed, and every
-  // later CommitGroup returns DATA_LOSS too, so a caller never takes them for durable. A repeat
-  // of a staged report answers false (stored) and is durable with the group's commit.
+  // every staged report stays staged (HasStaged() true), the call returns the commit's error,
+  // and the next commit retries them. Only a report the store refuses for itself (a row no
+  // retry can store) is lost: that call returns DATA_LOSS naming how many, and every later
+  // CommitGroup returns DATA_LOSS too (after committing what else is staged), so a caller never
+  // takes it for durable. A repeat of a staged report answers false (stored) and is durable
+  // with the group's commit.
   virtual absl::StatusOr<bool> StageStepReport(const StepReportRecord& report) {
     return InsertStepReport(report);
   }
   // OK: every report staged so far is durable (nothing staged: at once). Otherwise: the
   // commit's error with the group still staged, or DATA_LOSS (see above).
   virtual absl::Status CommitGroup() { return absl::OkStatus(); }
-  // Whether a group is open (staged reports not yet durable), also after a failed commit.
+  // Whether staged reports are not yet durable (also after a failed commit, and while a
+  // CommitGroup runs).
   virtual bool HasStaged() const { return false; }
+  // Whether CommitGroup may run on another thread beside every other call of the store (which
+  // the caller still serialises among themselves): the store then orders its writers itself,
+  // and StageStepReport and HasStaged do not wait for a commit in progress. false (the
+  // default): CommitGroup is serialised with the other calls like any of them.
+  virtual bool CommitsBesideOtherCalls() const { return false; }
 
   virtual absl::StatusOr<std::vector<JobRecord>> LoadJobs() = 0;  // seq order
   virtual absl::StatusOr<std::vector<WorkerRecord>> LoadWorkers() = 0;

@@ -41,6 +41,7 @@
 #include "bench/coordinator/timers.h"
 #include "client/job_client.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
+#include "tests/support/free_port.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
 
@@ -358,6 +359,9 @@ struct Row {
   double cpu_ms_per_rank_step = 0, fleet_cpu_ms_per_rank_step = 0;
   double rss_mib = 0, peak_rss_mib = 0;
   double sqlite_bytes_per_rank_step = 0;
+  // The coordinator's group commits (its /metrics): how many, their mean, and the seconds they
+  // held its lock.
+  double commits = 0, commit_ms_mean = 0, lock_held_by_commits_s = 0;
   double wall_s = 0;
   std::string state;
   std::string error;
@@ -377,6 +381,9 @@ Row Run(const std::string& bin, const Options& o, int lookahead) {
   const testing::ScopedTempDir dir("fleet-bench");
   std::vector<std::string> flags;
   if (lookahead >= 0) flags = {"--latch-lookahead", std::to_string(lookahead)};
+  const int metrics_port = testing::FreePort();
+  for (std::string f : {"--metrics-host", "127.0.0.1", "--metrics-port"}) flags.push_back(f);
+  flags.push_back(std::to_string(metrics_port));
   CoordinatorProcess coord = StartCoordinator(bin, dir.path(), flags);
   if (coord.port == 0) {
     StopCoordinator(coord);
@@ -450,6 +457,14 @@ Row Run(const std::string& bin, const Options& o, int lookahead) {
   }
   row.state = final_job.ok() ? std::string(JobStateName(final_job->state))
                              : std::string(final_job.status().message());
+  const std::string exposition = ScrapeMetrics(metrics_port);
+  row.commits = MetricValue(exposition, "latchkey_report_commit_seconds_count");
+  if (row.commits > 0) {
+    row.commit_ms_mean =
+        1e3 * MetricValue(exposition, "latchkey_report_commit_seconds_sum") / row.commits;
+  }
+  row.lock_held_by_commits_s =
+      MetricValue(exposition, "latchkey_coordinator_lock_held_by_commits_seconds_total");
   const bool clean = StopCoordinator(coord);
   const int64_t db_end = CheckpointedDatabaseBytes(coord.db);
   const double rank_steps = static_cast<double>(o.ranks) * o.steps;
@@ -561,6 +576,14 @@ int main(int argc, char** argv) {
         r.wall_s, r.state.c_str());
     if (!r.error.empty()) std::printf("  ranks %d: error: %s\n", r.ranks, r.error.c_str());
     if (expect_success && (r.state != "succeeded" || !r.error.empty())) rc = 1;
+  }
+  std::printf(
+      "\n| ranks | group commits | commit ms mean | lock held by commits s (%% of wall) |\n");
+  std::printf("|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf("| %d | %.0f | %.3f | %.3f (%.2f%%) |\n", r.ranks, r.commits, r.commit_ms_mean,
+                r.lock_held_by_commits_s,
+                r.wall_s > 0 ? 100 * r.lock_held_by_commits_s / r.wall_s : 0.0);
   }
   return rc;
 }

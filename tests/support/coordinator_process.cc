@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -18,9 +19,12 @@ CoordinatorProcess StartCoordinator(const std::string& bin, const std::string& d
   CoordinatorProcess c;
   c.db = db.empty() ? dir + "/coord.db" : db;
   const std::string port_file = dir + "/ports.json";
-  std::vector<std::string> args = {bin,    "--listen",    "127.0.0.1:0",
-                                   "--db", c.db,          "--metrics-port",
-                                   "-1",   "--port-file", port_file};
+  std::vector<std::string> args = {bin,  "--listen",    "127.0.0.1:0", "--db",
+                                   c.db, "--port-file", port_file};
+  // The metrics port is off unless `extra` sets one.
+  if (std::find(extra.begin(), extra.end(), "--metrics-port") == extra.end()) {
+    args.insert(args.end(), {"--metrics-port", "-1"});
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   auto pid = Spawn({args, {}, log});
   if (!pid.ok()) {

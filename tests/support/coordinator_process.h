@@ -1,7 +1,7 @@
 // One latchkey-coordinator process for a test or a benchmark: started on 127.0.0.1 (a free
-// port) with its own database, the metrics port off, waited for until it serves, and stopped
-// with SIGTERM (SIGKILL after a deadline) by StopCoordinator or by ScopedCoordinator's
-// destructor, on every path.
+// port) with its own database, the metrics port off (unless the extra flags set one), waited for
+// until it serves, and stopped with SIGTERM (SIGKILL after a deadline) by StopCoordinator or by
+// ScopedCoordinator's destructor, on every path.
 #ifndef LATCHKEY_TESTS_SUPPORT_COORDINATOR_PROCESS_H_
 #define LATCHKEY_TESTS_SUPPORT_COORDINATOR_PROCESS_H_
 
