@@ -28,11 +28,13 @@ absl::StatusOr<bool> SqliteStore::InsertStepReport(const StepReportRecord& recor
 absl::StatusOr<bool> SqliteStore::StageStepReport(const StepReportRecord& record) {
   absl::MutexLock lock(&staged_mu_);
   if (keys_.count({record.job_id, record.rank, record.report.step}) > 0) return false;
-  // Stored already? Read on this connection: in WAL it does not wait for the group writer.
-  LK_ASSIGN_OR_RETURN(
-      std::vector<StepReportRecord> stored,
-      QueryStepReports(record.job_id, record.report.step, record.report.step, record.rank));
-  if (!stored.empty()) return false;
+  // Stored already? One lookup of the key on this connection: in WAL it does not wait for the
+  // group writer.
+  LK_ASSIGN_STMT(st, "SELECT 1 FROM step_reports WHERE job_id=?1 AND rank=?2 AND step=?3");
+  st.Bind(1, record.job_id).Bind(2, record.rank).Bind(3, record.report.step);
+  LK_ASSIGN_OR_RETURN(bool stored, st.Step());
+  st.Reset();
+  if (stored) return false;
   pending_.push_back(record);
   keys_.insert({record.job_id, record.rank, record.report.step});
   return true;

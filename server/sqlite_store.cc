@@ -6,6 +6,7 @@
 #include "server/sqlite_store.h"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <map>
 #include <memory>
@@ -74,6 +75,22 @@ SqliteStore::~SqliteStore() {
 
 AuditReader* SqliteStore::audit_reader() { return reader_.get(); }
 
+namespace {
+
+// Waits for another connection's write lock for up to 5 s, polling every 100 us: the two
+// writers of one store (sqlite_store.h, "Group commit") hold it about a millisecond, and
+// SQLite's own busy timeout sleeps 1, 2, 5, 10 ... ms at a time, which the coordinator's lock
+// would wait out. Returns 0 (SQLITE_BUSY to the caller) once the 5 s are spent.
+int WaitForWriteLock(void* /*unused*/, int tries) {
+  constexpr int kPollMicros = 100;
+  constexpr int kMaxTries = 5'000'000 / kPollMicros;
+  if (tries >= kMaxTries) return 0;
+  usleep(kPollMicros);
+  return 1;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path,
                                                                SqliteSync sync) {
   sqlite3* db = nullptr;
@@ -85,7 +102,7 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
     return absl::UnavailableError(absl::StrCat("--db ", path, ": cannot open: ", msg));
   }
   std::unique_ptr<SqliteStore> store(new SqliteStore(db));
-  sqlite3_busy_timeout(db, 5000);
+  sqlite3_busy_handler(db, &WaitForWriteLock, nullptr);
   // WAL: readers never block the writer and a commit is one append. NORMAL sync is durable
   // against a process crash; FULL adds an fsync per commit for power loss.
   absl::Status s = store->Exec("PRAGMA journal_mode=WAL;");
@@ -115,7 +132,7 @@ std::unique_ptr<SqliteStore> SqliteStore::OpenGroupWriter(sqlite3* writer, Sqlit
     sqlite3_close(db);
     return nullptr;
   }
-  sqlite3_busy_timeout(db, 5000);
+  sqlite3_busy_handler(db, &WaitForWriteLock, nullptr);
   std::unique_ptr<SqliteStore> conn(new SqliteStore(db));
   // The journal mode is the file's; durability is each connection's own.
   if (!conn->Exec(sync == SqliteSync::kFull ? "PRAGMA synchronous=FULL;"
