@@ -1,11 +1,12 @@
-// Fleet benchmark: one latchkey-coordinator process (started here on loopback with a temporary
-// SQLite database, stopped at the end) and N simulated ranks of one job in this process. Each
-// rank speaks WorkerService as latchkey-worker does, over gRPC's callback API (a few channels,
-// one latch stream per rank): Join with its rank and the job's join token, WatchLatches from
-// window 0, a heartbeat with its position at the interval the coordinator said at Join (1 s up
-// to 4,096 ranks; --heartbeat-seconds overrides), and per window: hold latch(s), "compute"
-// T s +-10% (uniform jitter, as real ranks finish apart), then ReportStep(s) without waiting for
-// the answer (the worker's sender thread does the same) and go on with latch(s+1).
+// Fleet benchmark (the simulated ranks are fleet_ranks.h): one latchkey-coordinator process
+// (started here on loopback with a temporary SQLite database, stopped at the end) and N simulated
+// ranks of one job in this process. Each rank speaks WorkerService as latchkey-worker does, over
+// gRPC's callback API (a few channels, one latch stream per rank): Join with its rank and the job's
+// join token, WatchLatches from window 0, a heartbeat with its position at the interval the
+// coordinator said at Join (1 s up to 4,096 ranks; --heartbeat-seconds overrides), and per window:
+// hold latch(s), "compute" T s +-10% (uniform jitter, as real ranks finish apart), then
+// ReportStep(s) without waiting for the answer (the worker's sender thread does the same) and go on
+// with latch(s+1).
 //
 //   bench_fleet [--ranks 1024,4096] [--step-seconds 2] [--steps 10] [--channels 16]
 //               [--heartbeat-seconds S]
@@ -21,13 +22,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
-#include <functional>
 #include <iostream>
 #include <memory>
-#include <queue>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +35,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/coordinator/coordinator_process.h"
+#include "bench/coordinator/fleet_ranks.h"
 #include "bench/coordinator/timers.h"
 #include "client/job_client.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
@@ -47,307 +45,6 @@
 
 namespace latchkey::bench {
 namespace {
-
-namespace v1 = latchkey::v1;
-
-struct Options {
-  int ranks = 0;
-  double step_seconds = 2;
-  int steps = 10;
-  int channels = 16;
-  int join_window = 1024;  // Joins in flight at once
-  // Heartbeat period; zero: the interval the coordinator said at Join (as latchkey-worker).
-  absl::Duration heartbeat_every = absl::ZeroDuration();
-};
-
-struct Fleet;
-
-// One simulated rank. Its fields are guarded by mu.
-struct Rank {
-  int id = 0;
-  Fleet* fleet = nullptr;
-  absl::Mutex mu;
-  int64_t attempt = 0;
-  absl::Duration heartbeat_every = absl::Seconds(1);
-  std::vector<v1::Latch> latches;  // by window; window w present when latches.size() > w
-  int64_t next_step = 0;           // the step it computes next
-  bool computing = false;
-  bool done = false;                           // its stream ended
-  absl::Time phase_start;                      // when it began computing or waiting
-  absl::Time finished = absl::InfinitePast();  // when it finished step next_step - 1
-  std::vector<double> latch_wait_ms, report_ms, heartbeat_ms;
-};
-
-struct Fleet {
-  Options o;
-  std::string job_id, token;
-  std::vector<std::shared_ptr<grpc::Channel>> channels;
-  std::vector<std::unique_ptr<v1::WorkerService::Stub>> stubs;
-  std::vector<std::unique_ptr<Rank>> ranks;
-  Timers timers;
-  std::mt19937 rng{12345};
-  absl::Mutex mu;  // below
-  int joined = 0, next_join = 0, ended = 0;
-  absl::Time last_join;
-  std::string first_error;
-  std::atomic<int> in_flight{0};  // unary calls whose callback has not run yet
-
-  v1::WorkerService::Stub* Stub(int rank) { return stubs[rank % stubs.size()].get(); }
-  void Fail(const std::string& what) {
-    absl::MutexLock lock(&mu);
-    if (first_error.empty()) first_error = what;
-  }
-  absl::Duration Jittered() {
-    absl::MutexLock lock(&mu);
-    std::uniform_real_distribution<double> d(0.9 * o.step_seconds, 1.1 * o.step_seconds);
-    return absl::Seconds(d(rng));
-  }
-  void Identity(Rank& r, v1::WorkerIdentity* id) {
-    id->set_job_id(job_id);
-    id->set_join_token(token);
-    id->set_worker_id("fleet-" + std::to_string(r.id));
-    absl::MutexLock lock(&r.mu);
-    id->set_attempt(r.attempt);
-  }
-
-  void StartJoins() {
-    std::vector<int> first;
-    {
-      absl::MutexLock lock(&mu);
-      while (next_join < o.ranks && next_join < o.join_window) first.push_back(next_join++);
-    }
-    for (int i : first) Join(*ranks[i], 0);
-  }
-  void Join(Rank& r, int tries);
-  void Joined(Rank& r, const v1::JoinResponse& resp);
-  void OnLatch(Rank& r, const v1::Latch& latch);
-  void StartCompute(Rank& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu);
-  void ComputeDone(Rank& r);
-  void Report(Rank& r, const v1::Latch& latch);
-  void Heartbeat(Rank& r);
-  bool Position(Rank& r, v1::HeartbeatRequest* req);
-  void StreamEnded(Rank& r, const grpc::Status& s, const std::string& state);
-};
-
-// A unary call's state, alive until its callback ran.
-template <typename Req, typename Resp>
-struct Call {
-  explicit Call(Fleet* f) : fleet(f) { fleet->in_flight++; }
-  ~Call() { fleet->in_flight--; }
-  Fleet* fleet;
-  grpc::ClientContext ctx;
-  Req req;
-  Resp resp;
-  absl::Time sent;
-};
-
-void Fleet::Join(Rank& r, int tries) {
-  auto* c = new Call<v1::JoinRequest, v1::JoinResponse>(this);
-  Identity(r, c->req.mutable_identity());
-  c->req.mutable_requested_rank()->set_value(r.id);
-  c->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
-  Stub(r.id)->async()->Join(&c->ctx, &c->req, &c->resp, [this, &r, c, tries](grpc::Status s) {
-    std::unique_ptr<Call<v1::JoinRequest, v1::JoinResponse>> own(c);
-    if (!s.ok()) {
-      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && tries < 20) {
-        timers.At(absl::Now() + absl::Milliseconds(200), [this, &r, tries] { Join(r, tries + 1); });
-        return;
-      }
-      return Fail("Join rank " + std::to_string(r.id) + ": " + s.error_message());
-    }
-    Joined(r, c->resp);
-  });
-}
-
-// The latch stream of one rank: reads until JobEnded.
-class LatchReader : public grpc::ClientReadReactor<v1::WatchLatchesResponse> {
- public:
-  LatchReader(Fleet* f, Rank* r) : fleet_(f), rank_(r) {
-    f->in_flight++;
-    f->Identity(*r, req_.mutable_identity());
-    req_.set_rank(r->id);
-    req_.set_start_window(0);
-    f->Stub(r->id)->async()->WatchLatches(&ctx_, &req_, this);
-    StartRead(&resp_);
-    StartCall();
-  }
-  void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows
-    if (resp_.has_latch()) {
-      fleet_->OnLatch(*rank_, resp_.latch());
-    } else if (resp_.has_job_ended()) {
-      state_ = v1::JobState_Name(resp_.job_ended().state());
-    }
-    StartRead(&resp_);
-  }
-  void OnDone(const grpc::Status& s) override {
-    Fleet* f = fleet_;
-    f->StreamEnded(*rank_, s, state_);
-    delete this;
-    f->in_flight--;
-  }
-
- private:
-  Fleet* fleet_;
-  Rank* rank_;
-  grpc::ClientContext ctx_;
-  v1::WatchLatchesRequest req_;
-  v1::WatchLatchesResponse resp_;
-  std::string state_;
-};
-
-void Fleet::Joined(Rank& r, const v1::JoinResponse& resp) {
-  {
-    absl::MutexLock lock(&r.mu);
-    r.attempt = resp.attempt();
-    r.phase_start = absl::Now();
-    r.heartbeat_every = o.heartbeat_every > absl::ZeroDuration()
-                            ? o.heartbeat_every
-                            : absl::Seconds(resp.heartbeat_interval().seconds()) +
-                                  absl::Nanoseconds(resp.heartbeat_interval().nanos());
-  }
-  new LatchReader(this, &r);
-  // The first heartbeat within one interval, spread so the fleet does not beat in step.
-  int every_ms = 1000;
-  {
-    absl::MutexLock lock(&r.mu);
-    every_ms = std::max(1, static_cast<int>(absl::ToInt64Milliseconds(r.heartbeat_every)));
-  }
-  std::uniform_int_distribution<int> spread(0, every_ms - 1);
-  int next = -1;
-  int ms = 0;
-  {
-    absl::MutexLock lock(&mu);
-    ms = spread(rng);
-    joined++;
-    last_join = absl::Now();
-    if (next_join < o.ranks) next = next_join++;
-  }
-  timers.At(absl::Now() + absl::Milliseconds(ms), [this, &r] { Heartbeat(r); });
-  if (next >= 0) Join(*ranks[next], 0);
-}
-
-void Fleet::OnLatch(Rank& r, const v1::Latch& latch) {
-  absl::MutexLock lock(&r.mu);
-  if (latch.window() != static_cast<int64_t>(r.latches.size())) {
-    return Fail("rank " + std::to_string(r.id) + ": latch " + std::to_string(latch.window()) +
-                " out of order");
-  }
-  r.latches.push_back(latch);
-  if (!r.computing && r.next_step == latch.window() && r.next_step < o.steps) {
-    if (r.finished != absl::InfinitePast()) {
-      r.latch_wait_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - r.finished));
-    }
-    StartCompute(r);
-  }
-}
-
-void Fleet::StartCompute(Rank& r) {
-  r.computing = true;
-  r.phase_start = absl::Now();
-  timers.At(r.phase_start + Jittered(), [this, &r] { ComputeDone(r); });
-}
-
-void Fleet::ComputeDone(Rank& r) {
-  v1::Latch latch;
-  {
-    absl::MutexLock lock(&r.mu);
-    latch = r.latches[static_cast<size_t>(r.next_step)];
-    r.computing = false;
-    r.finished = r.phase_start = absl::Now();
-    r.next_step++;
-    if (r.next_step < o.steps && r.next_step < static_cast<int64_t>(r.latches.size())) {
-      r.latch_wait_ms.push_back(0);  // the latch was there already
-      StartCompute(r);
-    }
-  }
-  Report(r, latch);
-}
-
-void Fleet::Report(Rank& r, const v1::Latch& latch) {
-  auto* c = new Call<v1::ReportStepRequest, v1::ReportStepResponse>(this);
-  Identity(r, c->req.mutable_identity());
-  c->req.set_rank(r.id);
-  c->req.set_step(latch.window());
-  c->req.set_micro_batches(latch.micro_batches());
-  c->req.set_kv_mode(latch.kv_mode());
-  c->req.set_latch_generation(latch.generation());
-  c->req.set_loss(10.0 / static_cast<double>(latch.window() + 1));
-  c->req.set_grad_norm(1.0);
-  c->req.set_step_seconds(o.step_seconds);
-  c->req.set_tokens(1024);
-  c->req.set_lr(0.001);
-  c->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-  c->sent = absl::Now();
-  Stub(r.id)->async()->ReportStep(&c->ctx, &c->req, &c->resp, [this, &r, c](grpc::Status s) {
-    std::unique_ptr<Call<v1::ReportStepRequest, v1::ReportStepResponse>> own(c);
-    const double ms = absl::ToDoubleMilliseconds(absl::Now() - c->sent);
-    if (!s.ok()) {
-      return Fail("ReportStep rank " + std::to_string(r.id) + " step " +
-                  std::to_string(c->req.step()) + ": " + s.error_message());
-    }
-    absl::MutexLock lock(&r.mu);
-    r.report_ms.push_back(ms);
-  });
-}
-
-// The rank's position into `req`; false once its job ended.
-bool Fleet::Position(Rank& r, v1::HeartbeatRequest* req) {
-  Identity(r, req->mutable_identity());
-  req->set_rank(r.id);
-  absl::MutexLock lock(&r.mu);
-  if (r.done) return false;
-  v1::RankPosition* p = req->mutable_position();
-  p->set_attempt(r.attempt);
-  p->set_window(r.next_step);
-  p->set_phase(r.computing ? "compute" : "latch");
-  const absl::Duration in = absl::Now() - r.phase_start;
-  p->mutable_in_position()->set_seconds(absl::ToInt64Seconds(in));
-  p->mutable_in_position()->set_nanos(
-      static_cast<int32_t>(absl::ToInt64Nanoseconds(in - absl::Trunc(in, absl::Seconds(1)))));
-  return true;
-}
-
-void Fleet::Heartbeat(Rank& r) {
-  auto* c = new Call<v1::HeartbeatRequest, v1::HeartbeatResponse>(this);
-  if (!Position(r, &c->req)) {
-    delete c;
-    return;
-  }
-  c->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-  c->sent = absl::Now();
-  absl::Duration every;
-  {
-    absl::MutexLock lock(&r.mu);
-    every = r.heartbeat_every;
-  }
-  timers.At(c->sent + every, [this, &r] { Heartbeat(r); });
-  Stub(r.id)->async()->Heartbeat(&c->ctx, &c->req, &c->resp, [this, &r, c](grpc::Status s) {
-    std::unique_ptr<Call<v1::HeartbeatRequest, v1::HeartbeatResponse>> own(c);
-    const double ms = absl::ToDoubleMilliseconds(absl::Now() - c->sent);
-    bool failed = false;
-    {
-      absl::MutexLock lock(&r.mu);
-      if (r.done) return;  // the job ended: a late heartbeat may be refused
-      failed = !s.ok();
-      if (!failed) r.heartbeat_ms.push_back(ms);
-    }
-    if (failed) Fail("Heartbeat rank " + std::to_string(r.id) + ": " + s.error_message());
-  });
-}
-
-void Fleet::StreamEnded(Rank& r, const grpc::Status& s, const std::string& state) {
-  {
-    absl::MutexLock lock(&r.mu);
-    r.done = true;
-  }
-  if (!s.ok()) Fail("WatchLatches rank " + std::to_string(r.id) + ": " + s.error_message());
-  absl::MutexLock lock(&mu);
-  ended++;
-  if (state != "JOB_STATE_SUCCEEDED" && first_error.empty()) {
-    first_error = "rank " + std::to_string(r.id) + ": the stream ended with " + state;
-  }
-}
 
 struct Row {
   int ranks = 0, steps = 0;
