@@ -24,35 +24,14 @@
 #include "absl/strings/string_view.h"
 #include "common/metrics_endpoint.h"
 #include "server/coordinator.h"
+#include "server/html_parts.h"
 #include "server/security.h"
 
 namespace latchkey {
 
-// &, <, >, " and ' as entities.
-std::string HtmlEscape(absl::string_view text);
-
 // Whether an Authorization header value carries a token of `tokens` ("Bearer T", or
 // "Basic base64(user:T)" with any user name).
 bool StatusPageAuthorized(const TokenTable& tokens, absl::string_view authorization);
-
-// How a series marks its points (the legend shows the same marker).
-enum class ChartMarker { kCircle, kSquare, kDiamond };
-
-// One chart series: y per x (x = step), drawn as a polyline with a marker per point.
-struct ChartSeries {
-  std::string name;
-  std::string color;  // CSS color
-  std::vector<double> x;
-  std::vector<double> y;
-  ChartMarker marker = ChartMarker::kCircle;
-  bool dashed = false;  // a dashed line (a second kind of series on the same chart)
-};
-// A self-contained <svg> line chart: the title, under it a legend (one entry per series, wrapped
-// to the width), the plot with ticks at "nice" values labelled on both axes (step on x, value on
-// y, `y_label` along the y axis), a light grid; "no data yet" when no series has a point.
-// Text boxes never overlap: the title, the legend lines and the plot each have their own band.
-std::string SvgChart(const std::string& title, const std::vector<ChartSeries>& series,
-                     const std::string& y_label = "");
 
 class StatusPage {
  public:
