@@ -383,9 +383,7 @@ TEST(Recovery, KillNineRecovers) {
   const Draw d = DrawFault("KillNineRecovers", 3, 7);
   const ScopedTempDir scratch("recovery-kill9");
   const std::string dir = scratch.path();
-  // Twice up's default (30 s, the rejoin window's length): a wait for it is told from a slow
-  // restart by the recovery's time below.
-  constexpr double kCollectiveTimeout = 60;
+  constexpr double kCollectiveTimeout = 60;  // twice up's 30 s, so a wait for it shows below
   Up up(dir, spec, {"--collective-timeout", "60"});
   const int victim = up.WorkerPid(d.rank, 0);
   ASSERT_GT(victim, 0) << up.log();
@@ -409,11 +407,9 @@ TEST(Recovery, KillNineRecovers) {
   std::printf("[KillNineRecovers] rank %d killed after step %lld: recovery %.2f s (goal 10 s)\n",
               d.rank, static_cast<long long>(d.step), recovery_s);
   EXPECT_GT(recovery_s, 0) << "no record was written after the kill\n" << log;
-  // What the bound guards against: survivors that wait out their collective timeout on the dead
-  // peer (kCollectiveTimeout) instead of being aborted by the recovery. A recovery the
-  // coordinator drives has the restarted rank join within rejoin_timeout_seconds (30 s; its goal
-  // is 10 s) or not at all; the bound sits between that window and the failure's 60 s, 15 s of
-  // room on either side (a restart on two loaded cores can take most of the window).
+  // The bound guards against survivors that wait out their collective timeout on the dead peer
+  // (60 s) instead of being aborted by the recovery, whose restarted rank joins within
+  // rejoin_timeout_seconds (30 s; goal 10 s) or not at all: 15 s of room on either side.
   EXPECT_LT(recovery_s, kCollectiveTimeout - 15.0) << log;
   EXPECT_GT(up.WorkerPid(d.rank, 1, seconds(1)), 0) << "no restart line for rank " << d.rank << "\n"
                                                     << log;
