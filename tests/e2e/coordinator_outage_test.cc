@@ -137,7 +137,12 @@ TEST(CoordinatorOutage, WorkersRideThroughAKilledAndRestartedCoordinator) {
       },
       seconds(240));
   const double finished = std::chrono::duration<double>(Clock::now() - down).count();
-  EXPECT_LT(finished, (kSteps - 2) * kWindowSeconds + 8.0) << "outage " << outage << " s";
+  // Slack over the 14 windows' 49 s: a rank that blocked from its first report after the kill
+  // until the coordinator was back ends at least kOutage - kWindowSeconds (16.5 s) late; the
+  // slack stops one window short of that, kOutage - 2 * kWindowSeconds (13 s), which leaves a
+  // loaded machine (ctest -j2 on two cores) that much for late windows and polling.
+  constexpr double kSlack = std::chrono::duration<double>(kOutage).count() - 2 * kWindowSeconds;
+  EXPECT_LT(finished, (kSteps - 2) * kWindowSeconds + kSlack) << "outage " << outage << " s";
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(WaitProcess(workers[static_cast<size_t>(r)], seconds(240)), 0)
         << ReadText(dir + "/worker-" + std::to_string(r) + ".log");
@@ -157,7 +162,10 @@ TEST(CoordinatorOutage, WorkersRideThroughAKilledAndRestartedCoordinator) {
     ASSERT_EQ(rows.size(), static_cast<size_t>(kSteps));
     for (const auto& row : rows) {
       if (row["step"].get<int>() < 2) continue;  // before the outage (the first has the join)
-      EXPECT_LT(row["latch_wait_seconds"].get<double>(), 0.5)
+      // A latch the lookahead did not cover waits for the restarted coordinator (seconds, up to
+      // the 20 s outage); one in hand is a lookup, which only scheduling delays on a loaded
+      // machine. Half a window tells them apart (it was 0.5 s, which load could reach).
+      EXPECT_LT(row["latch_wait_seconds"].get<double>(), kWindowSeconds / 2)
           << "rank " << r << " step " << row["step"] << " (outage " << outage << " s)";
     }
   }

@@ -146,7 +146,9 @@ TEST(HttpPort, IdleConnectionsDoNotDelayAScrape) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int fd : idle) close(fd);
   EXPECT_EQ(status, 200);
-  EXPECT_LT(secs, 1.0) << "a scrape behind 64 idle connections took " << secs << " s";
+  // Without spare threads the scrape waits until the endpoint's 2 s read timeout frees one: at
+  // least 1.8 s after the 200 ms above. 1.5 s stays below that and leaves a loaded machine room.
+  EXPECT_LT(secs, 1.5) << "a scrape behind 64 idle connections took " << secs << " s";
 }
 
 TEST(HttpPort, WorkerSeriesExistAtZeroFromTheStart) {

@@ -63,9 +63,7 @@ std::string AllStderr(const WorkerRun& run) {
 TEST_F(CheckpointRefusal, ReplicasThatDisagreeFailTheSaveNamingTheTensorAndRanks) {
   nlohmann::json spec = MatrixSpec({});
   spec["latchkey"]["steps"] = 3;
-  ::setenv("LATCHKEY_TEST_PERTURB_REPLICA_RANK", "1", 1);
-  const WorkerRun run = RunWorkers(spec, 4);
-  ::unsetenv("LATCHKEY_TEST_PERTURB_REPLICA_RANK");
+  const WorkerRun run = RunWorkers(spec, 4, {"--test-perturb-replica-rank", "1"});
   for (int r = 0; r < 4; ++r) {
     EXPECT_NE(run.exit_codes[r], 0) << run.Describe();
     EXPECT_NE(run.stderr_text[r].find("checkpoint after step 2: checkpoint of step 2: replicas "

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -144,8 +143,7 @@ absl::Status StageTrainingCheckpoint(const TrainingState& state,
     at::from_blob(v.data(), {end - begin}, at::kFloat)
         .copy_(HeldTensor(state, kinds[k], begin, end - begin));
   }
-  if (const char* who = std::getenv("LATCHKEY_TEST_PERTURB_REPLICA_RANK");
-      who != nullptr && std::atoi(who) == g.rank) {
+  if (req.perturb_replica_rank_for_testing == g.rank) {
     for (int i : t.held_by(g.rank)) {
       const Region& r = t.regions()[i];
       if (r.holders.size() < 2) continue;

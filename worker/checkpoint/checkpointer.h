@@ -36,6 +36,9 @@ struct TrainingCheckpointRequest {
   std::string job_uid;
   int64_t attempt = 1;
   int compute_threads = 1;
+  // Tests only (latchkey-worker --test-perturb-replica-rank): this rank flips one bit of the
+  // first replicated region it holds, so the commit must refuse the save. -1: none.
+  int perturb_replica_rank_for_testing = -1;
 };
 
 // A host copy of this rank's share of one checkpoint: everything the rank will write or hash,
@@ -64,7 +67,7 @@ class StagedCheckpoint {
 // Training thread, NOT collective: copies this rank's state at state.position into `staged`
 // (device -> host where needed): the values of every logical tensor this rank holds
 // (logical_layout.h), and the manifest's fields. Blocks training only for the copy.
-// Test hook: env LATCHKEY_TEST_PERTURB_REPLICA_RANK=R makes rank R flip one bit of the first
+// Test hook: req.perturb_replica_rank_for_testing == this rank flips one bit of the first
 // replicated region it holds, so the commit must refuse the save.
 absl::Status StageTrainingCheckpoint(const TrainingState& state,
                                      const TrainingCheckpointRequest& req,

@@ -1,6 +1,5 @@
 #include "worker/runner/device.h"
 
-#include <cstdlib>
 #include <string>
 
 #include "worker/device/cuda_runtime.h"
@@ -20,8 +19,7 @@ absl::StatusOr<RankPlacement> PlaceRank(const JobSpec& spec, const WorkerEnv& en
   const int local = local_world_size > 0 ? local_world_size : 1;
   p.local_rank = env.local_rank.value_or(rank % local);
   p.device = comm::Device::Cuda(p.local_rank);
-  const char* skip = std::getenv("LATCHKEY_TEST_SKIP_DEVICE_CHECK");
-  if (skip != nullptr && std::string(skip) == "1") return p;
+  if (env.test_skip_device_check) return p;
   if (absl::Status st = UseCudaDevice(p.local_rank); !st.ok()) {
     return absl::FailedPreconditionError("latchkey.device: \"cuda\": " + std::string(st.message()));
   }

@@ -29,8 +29,9 @@ CommBackend BackendFor(const JobSpec& spec);
 // cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version"), so a job
 // without a GPU fails before any rendezvous, on every rank. `rank` is the job rank (RANK or the
 // coordinator's), `local_world_size` the ranks on this machine. Test hook: with
-// LATCHKEY_TEST_SKIP_DEVICE_CHECK=1 the check is left to the nccl backend, which makes it after
-// the unique ids' rendezvous (tests observe the ids travel on machines without a GPU).
+// env.test_skip_device_check (LATCHKEY_TEST_SKIP_DEVICE_CHECK=1) the check is left to the nccl
+// backend, which makes it after the unique ids' rendezvous (tests observe the ids travel on
+// machines without a GPU).
 absl::StatusOr<RankPlacement> PlaceRank(const JobSpec& spec, const WorkerEnv& env, int rank,
                                         int local_world_size);
 

@@ -32,8 +32,8 @@ TEST(RankDevice, CpuNeedsNoDevice) {
 
 TEST(RankDevice, CudaIsLocalRankDefaultingToRankModuloLocalWorldSize) {
   if (CudaDeviceCount().ok()) GTEST_SKIP() << "a CUDA device is present";
-  setenv("LATCHKEY_TEST_SKIP_DEVICE_CHECK", "1", 1);
   WorkerEnv env;
+  env.test_skip_device_check = true;
   auto p = PlaceRank(Spec(DeviceKind::kCuda, CommBackend::kAuto), env, 5, 4);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->device, comm::Device::Cuda(1));
@@ -42,7 +42,7 @@ TEST(RankDevice, CudaIsLocalRankDefaultingToRankModuloLocalWorldSize) {
   p = PlaceRank(Spec(DeviceKind::kCuda, CommBackend::kAuto), env, 5, 4);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->device, comm::Device::Cuda(3));
-  unsetenv("LATCHKEY_TEST_SKIP_DEVICE_CHECK");
+  env.test_skip_device_check = false;
   // Checked: no device here, named with the field.
   p = PlaceRank(Spec(DeviceKind::kCuda, CommBackend::kAuto), env, 5, 4);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);

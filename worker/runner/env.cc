@@ -51,6 +51,7 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnv() {
   env.tls_cert = Str("LATCHKEY_TLS_CERT");
   env.tls_key = Str("LATCHKEY_TLS_KEY");
   env.test_min_window_seconds = std::atof(Str("LATCHKEY_TEST_MIN_WINDOW_SECONDS").c_str());
+  env.test_skip_device_check = Str("LATCHKEY_TEST_SKIP_DEVICE_CHECK") == "1";
   return env;
 }
 

@@ -28,6 +28,9 @@ struct WorkerEnv {
   // LATCHKEY_TEST_MIN_WINDOW_SECONDS (tests only): the least time a window lasts, read as atof
   // reads it (0 when unset or not a number).
   double test_min_window_seconds = 0;
+  // LATCHKEY_TEST_SKIP_DEVICE_CHECK=1 (tests only; a variable because `latchkey up` passes its
+  // environment to the workers it starts): PlaceRank leaves the CUDA device check to nccl.
+  bool test_skip_device_check = false;
 };
 
 // INVALID_ARGUMENT naming the variable when a number is not a non-negative integer.

@@ -183,8 +183,8 @@ absl::Status OpenAttempt(const RankJob& job, const RunOptions& options, RankProc
 
 // The checkpoint manager of attempt `a` (checkpoint_manager.h): each committed save goes to the
 // rank's metrics and to the source (the coordinator's resume step) before rank 0 prunes.
-CheckpointManagerOptions CheckpointOptions(const Attempt& a, RankProcess& proc,
-                                           LatchSource& source) {
+CheckpointManagerOptions CheckpointOptions(const Attempt& a, RankProcess& proc, LatchSource& source,
+                                           const RunOptions& options) {
   CheckpointManagerOptions o;
   o.config = a.spec.checkpoint;
   o.steps = a.spec.steps;
@@ -193,6 +193,7 @@ CheckpointManagerOptions CheckpointOptions(const Attempt& a, RankProcess& proc,
   o.request.job_uid = a.plan.job_uid;
   o.request.attempt = a.plan.attempt;
   o.request.compute_threads = proc.compute_threads;
+  o.request.perturb_replica_rank_for_testing = options.perturb_replica_rank_for_testing;
   o.owner = CheckpointOwner(a.plan.job_id, a.plan.job_uid);
   o.resume_step = a.plan.resume_step;
   o.rank = a.groups.rank;
@@ -231,7 +232,7 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
   TrainingState& state = a.engine->state();
   // Whatever ends the attempt, its in-flight background write is waited for and, unless it
   // committed, dropped (the manager's destructor): nothing of it is loaded.
-  CheckpointManager checkpoints(proc.saver, CheckpointOptions(a, proc, source));
+  CheckpointManager checkpoints(proc.saver, CheckpointOptions(a, proc, source, options));
   for (int64_t s = a.plan.first_window(); s < spec.steps; ++s) {
     proc.recorder->BeginWindow(s, RankPhase::kLatch);
     const auto wait_start = Clock::now();

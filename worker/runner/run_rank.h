@@ -49,6 +49,9 @@ struct RunOptions {
   // Tests only (--test-min-window-seconds, LATCHKEY_TEST_MIN_WINDOW_SECONDS;
   // docs/fault-tolerance.md): every window lasts at least this long, as a larger model's would.
   double min_window_seconds = 0;
+  // Tests only (--test-perturb-replica-rank): this rank's checkpoints carry one flipped bit in a
+  // replicated region, which the commit must refuse. -1: none.
+  int perturb_replica_rank_for_testing = -1;
 };
 
 // Runs every window of `job` on this rank. OK when all ran (and the outputs were written).

@@ -155,6 +155,16 @@ const std::vector<Flag>& FlagTable() {
               f.run.min_window_seconds = std::atof(v.c_str());
               return absl::OkStatus();
             }),
+      Value("--test-perturb-replica-rank", "--test-perturb-replica-rank needs a rank >= 0",
+            [](WorkerFlags& f, const std::string& v) {
+              absl::StatusOr<long long> r = ParseInteger(v);
+              if (!r.ok() || *r < 0 || *r > (1 << 30)) {
+                return absl::InvalidArgumentError(
+                    "--test-perturb-replica-rank needs a rank >= 0, got '" + v + "'");
+              }
+              f.run.perturb_replica_rank_for_testing = static_cast<int>(*r);
+              return absl::OkStatus();
+            }),
       Switch("--test-skip-kv-reduce",
              [](WorkerFlags& f) { f.run.engine.skip_kv_reduction_for_testing = true; }),
       Switch("--quiet", [](WorkerFlags& f) { f.run.outputs.quiet = true; }),
