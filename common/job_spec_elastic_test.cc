@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/specs.h"
 
 namespace latchkey {
 namespace {
@@ -15,12 +16,9 @@ using ::testing::HasSubstr;
 
 // DP2 x TP2, GAS 1.
 json Example() {
-  return json::parse(R"json(
-{"model": {"model_type": "gpt_bigcode", "n_layer": 2, "n_embd": 64, "n_head": 8,
-           "vocab_size": 256, "n_positions": 64, "multi_query": true},
- "tensor_parallel": {"autotp_size": 2},
- "latchkey": {"seq_len": 64, "steps": 20, "world_size": 4,
-              "data": {"tokens_file": "data.bin"}}})json");
+  json j = testing::ExampleSpecJson();
+  j["latchkey"]["world_size"] = 4;
+  return j;
 }
 
 absl::StatusOr<JobSpec> Parse(const json& j) { return ParseJobSpec(j.dump(), "/jobs/a"); }

@@ -8,31 +8,24 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/specs.h"
 
 namespace latchkey {
 namespace {
 
 using json = nlohmann::json;
-
-json Example() {
-  return json::parse(R"json(
-{"model": {"model_type": "gpt_bigcode", "n_layer": 2, "n_embd": 64, "n_head": 8,
-           "vocab_size": 256, "n_positions": 64, "multi_query": true},
- "tensor_parallel": {"autotp_size": 2},
- "latchkey": {"seq_len": 64, "steps": 20, "world_size": 2,
-              "data": {"tokens_file": "data.bin"}}})json");
-}
+using testing::ExampleSpecJson;
 
 absl::StatusOr<JobSpec> Parse(const json& j) { return ParseJobSpec(j.dump(), "/jobs/a"); }
 
 TEST(JobSpecTest, FaultToleranceKeys) {
-  absl::StatusOr<JobSpec> plain = Parse(Example());
+  absl::StatusOr<JobSpec> plain = Parse(ExampleSpecJson());
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_FALSE(plain->checkpoint.enabled());
   EXPECT_EQ(plain->max_restarts, 3);
   EXPECT_EQ(plain->hang_timeout_seconds, 20);
 
-  json j = Example();
+  json j = ExampleSpecJson();
   j["latchkey"]["checkpoint"] = {{"dir", "ckpt"}, {"every_steps", 5}};
   j["latchkey"]["max_restarts"] = 0;
   j["latchkey"]["hang_timeout_seconds"] = 4.5;
@@ -51,7 +44,7 @@ TEST(JobSpecTest, FaultToleranceKeys) {
 }
 
 TEST(JobSpecTest, CheckpointAsyncDefaultsToTrueAndRoundTrips) {
-  json j = Example();
+  json j = ExampleSpecJson();
   j["latchkey"]["checkpoint"] = {{"dir", "ckpt"}, {"every_steps", 5}};
   absl::StatusOr<JobSpec> on = Parse(j);
   ASSERT_TRUE(on.ok()) << on.status();
@@ -68,13 +61,13 @@ TEST(JobSpecTest, CheckpointAsyncDefaultsToTrueAndRoundTrips) {
 }
 
 TEST(JobSpecTest, BackendAndDeviceKeys) {
-  absl::StatusOr<JobSpec> plain = Parse(Example());
+  absl::StatusOr<JobSpec> plain = Parse(ExampleSpecJson());
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(plain->backend, CommBackend::kAuto);
   EXPECT_EQ(plain->device, DeviceKind::kCpu);
   EXPECT_FALSE(plain->tf32);
 
-  json j = Example();
+  json j = ExampleSpecJson();
   j["latchkey"]["backend"] = "nccl";
   j["latchkey"]["device"] = "cuda";
   j["latchkey"]["tf32"] = true;
@@ -89,7 +82,7 @@ TEST(JobSpecTest, BackendAndDeviceKeys) {
   EXPECT_NE(*back, *plain);
 
   for (const char* name : {"auto", "gloo", "shm"}) {
-    json c = Example();
+    json c = ExampleSpecJson();
     c["latchkey"]["backend"] = name;
     absl::StatusOr<JobSpec> cpu = Parse(c);
     ASSERT_TRUE(cpu.ok()) << name << ": " << cpu.status();
@@ -112,7 +105,7 @@ TEST(JobSpecTest, BackendAndDeviceRefusals) {
       {{{"tf32", 1}}, "latchkey.tf32", ""},
   };
   for (const Case& c : cases) {
-    json j = Example();
+    json j = ExampleSpecJson();
     j["latchkey"].update(c.latchkey);
     absl::StatusOr<JobSpec> spec = Parse(j);
     ASSERT_FALSE(spec.ok()) << c.latchkey.dump();
@@ -125,17 +118,17 @@ TEST(JobSpecTest, BackendAndDeviceRefusals) {
 
 // Unknown keys (the reader of every spec object) suggest the key meant.
 TEST(JobSpecTest, UnknownKeySuggestsTheNearestKnownOne) {
-  json j = Example();
+  json j = ExampleSpecJson();
   j["latchkey"]["stpes"] = 20;
   j["latchkey"].erase("steps");
   // A required key: the error names both the key missing and the misspelling.
   EXPECT_EQ(Parse(j).status().message(),
             "latchkey.steps: required; latchkey.stpes: unknown key; did you mean latchkey.steps?");
-  j = Example();
+  j = ExampleSpecJson();
   j["latchkey"]["max_restart"] = 2;  // an optional key
   EXPECT_EQ(Parse(j).status().message(),
             "latchkey.max_restart: unknown key; did you mean latchkey.max_restarts?");
-  j = Example();  // nothing near: the plain refusal
+  j = ExampleSpecJson();  // nothing near: the plain refusal
   j["latchkey"]["zzzzzzzz"] = 1;
   EXPECT_EQ(Parse(j).status().message(), "latchkey.zzzzzzzz: unknown key");
 }

@@ -8,29 +8,21 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/specs.h"
 
 namespace latchkey {
 namespace {
 
 using json = nlohmann::json;
 using ::testing::ElementsAre;
+using testing::ExampleSpecJson;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-// TP 2, world 2.
-json Example() {
-  return json::parse(R"json(
-{"model": {"model_type": "gpt_bigcode", "n_layer": 2, "n_embd": 64, "n_head": 8,
-           "vocab_size": 256, "n_positions": 64, "multi_query": true},
- "tensor_parallel": {"autotp_size": 2},
- "latchkey": {"seq_len": 64, "steps": 20, "world_size": 2,
-              "data": {"tokens_file": "data.bin"}}})json");
-}
 
 absl::StatusOr<JobSpec> Parse(const json& j) { return ParseJobSpec(j.dump(), "/jobs/a"); }
 
 TEST(MemorySpecTest, DefaultsAndParsing) {
-  absl::StatusOr<JobSpec> spec = Parse(Example());
+  absl::StatusOr<JobSpec> spec = Parse(ExampleSpecJson());
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->activation_checkpointing.mode, RecomputeMode::kNone);
   EXPECT_EQ(spec->activation_checkpointing.every_layers, 1);
@@ -38,7 +30,7 @@ TEST(MemorySpecTest, DefaultsAndParsing) {
   EXPECT_EQ(spec->zero_stage, 0);
   EXPECT_FALSE(spec->overlap_dp_reduction);
 
-  json j = Example();
+  json j = ExampleSpecJson();
   j["zero_optimization"]["stage"] = 2;
   j["tensor_parallel"]["sequence_parallel"] = true;
   j["latchkey"]["activation_checkpointing"] = {{"mode", "selective"}};
@@ -64,7 +56,7 @@ TEST(MemorySpecTest, DefaultsAndParsing) {
 }
 
 TEST(MemorySpecTest, CanonicalJsonRoundTrip) {
-  json j = Example();
+  json j = ExampleSpecJson();
   j["zero_optimization"]["stage"] = 2;
   j["tensor_parallel"]["sequence_parallel"] = true;
   j["latchkey"]["activation_checkpointing"] = {{"mode", "full"}, {"every_layers", 2}};
@@ -122,7 +114,7 @@ TEST(MemorySpecTest, RefusalsNameTheField) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    json j = Example();
+    json j = ExampleSpecJson();
     c.edit(j);
     absl::StatusOr<JobSpec> spec = Parse(j);
     ASSERT_FALSE(spec.ok());

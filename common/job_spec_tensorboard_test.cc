@@ -5,6 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/specs.h"
 
 namespace latchkey {
 namespace {
@@ -12,11 +13,12 @@ namespace {
 using json = nlohmann::json;
 using ::testing::HasSubstr;
 
+// Without TP or a world size: one rank.
 json Example() {
-  return json::parse(R"json(
-{"model": {"model_type": "gpt_bigcode", "n_layer": 2, "n_embd": 64, "n_head": 8,
-           "vocab_size": 256, "n_positions": 64, "multi_query": true},
- "latchkey": {"seq_len": 64, "steps": 20, "data": {"tokens_file": "data.bin"}}})json");
+  json j = testing::ExampleSpecJson();
+  j.erase("tensor_parallel");
+  j["latchkey"].erase("world_size");
+  return j;
 }
 
 absl::StatusOr<JobSpec> Parse(const json& j) { return ParseJobSpec(j.dump(), "/jobs/a"); }

@@ -1,6 +1,5 @@
 #include "bench/coordinator/coordinator_process.h"
 
-#include <httplib.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/resource.h>
@@ -82,26 +81,6 @@ int64_t CheckpointedDatabaseBytes(const std::string& db) {
   const auto wal = fs::file_size(db + "-wal", ec);
   if (!ec) bytes += static_cast<int64_t>(wal);
   return bytes;
-}
-
-std::string ScrapeMetrics(int port) {
-  httplib::Client http("127.0.0.1", port);
-  http.set_connection_timeout(10);
-  http.set_read_timeout(10);
-  auto res = http.Get("/metrics");
-  return res && res->status == 200 ? res->body : std::string();
-}
-
-double MetricValue(const std::string& exposition, const std::string& name) {
-  std::istringstream in(exposition);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.size() > name.size() && line.compare(0, name.size(), name) == 0 &&
-        line[name.size()] == ' ') {
-      return std::strtod(line.c_str() + name.size() + 1, nullptr);
-    }
-  }
-  return 0;
 }
 
 }  // namespace latchkey::bench

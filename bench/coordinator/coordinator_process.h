@@ -34,12 +34,6 @@ double SelfCpuSeconds();
 // in the -wal file (0 once the checkpoint completed). -1 when the database cannot be opened.
 int64_t CheckpointedDatabaseBytes(const std::string& db);
 
-// GET http://127.0.0.1:PORT/metrics (the coordinator started with --metrics-port PORT); "" when
-// it does not answer within 10 s.
-std::string ScrapeMetrics(int port);
-// The value of the sample `name` (no labels) in a text exposition; 0 when absent.
-double MetricValue(const std::string& exposition, const std::string& name);
-
 }  // namespace latchkey::bench
 
 #endif  // LATCHKEY_BENCH_COORDINATOR_COORDINATOR_PROCESS_H_

@@ -39,7 +39,7 @@
 #include "bench/coordinator/timers.h"
 #include "client/job_client.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
-#include "tests/support/free_port.h"
+#include "tests/support/metrics_scrape.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
 
@@ -76,12 +76,11 @@ Row Run(const std::string& bin, const Options& o, int lookahead) {
   row.steps = o.steps;
   row.step_seconds = o.step_seconds;
   const testing::ScopedTempDir dir("fleet-bench");
-  std::vector<std::string> flags;
-  if (lookahead >= 0) flags = {"--latch-lookahead", std::to_string(lookahead)};
-  const int metrics_port = testing::FreePort();
-  for (std::string f : {"--metrics-host", "127.0.0.1", "--metrics-port"}) flags.push_back(f);
-  flags.push_back(std::to_string(metrics_port));
-  CoordinatorProcess coord = StartCoordinator(bin, dir.path(), flags);
+  testing::CoordinatorOptions co;
+  if (lookahead >= 0) co.extra = {"--latch-lookahead", std::to_string(lookahead)};
+  co.metrics_host = "127.0.0.1";
+  co.metrics_port = 0;  // a free one: the group commits are read from /metrics at the end
+  CoordinatorProcess coord = StartCoordinator(bin, dir.path(), co);
   if (coord.port == 0) {
     StopCoordinator(coord);
     row.error = "coordinator did not start";
@@ -154,14 +153,14 @@ Row Run(const std::string& bin, const Options& o, int lookahead) {
   }
   row.state = final_job.ok() ? std::string(JobStateName(final_job->state))
                              : std::string(final_job.status().message());
-  const std::string exposition = ScrapeMetrics(metrics_port);
-  row.commits = MetricValue(exposition, "latchkey_report_commit_seconds_count");
+  const std::string exposition = testing::ScrapeMetrics(coord.metrics_port);
+  row.commits = testing::MetricSample(exposition, "latchkey_report_commit_seconds_count");
   if (row.commits > 0) {
     row.commit_ms_mean =
-        1e3 * MetricValue(exposition, "latchkey_report_commit_seconds_sum") / row.commits;
+        1e3 * testing::MetricSample(exposition, "latchkey_report_commit_seconds_sum") / row.commits;
   }
   row.lock_held_by_commits_s =
-      MetricValue(exposition, "latchkey_coordinator_lock_held_by_commits_seconds_total");
+      testing::MetricSample(exposition, "latchkey_coordinator_lock_held_by_commits_seconds_total");
   const bool clean = StopCoordinator(coord);
   const int64_t db_end = CheckpointedDatabaseBytes(coord.db);
   const double rank_steps = static_cast<double>(o.ranks) * o.steps;

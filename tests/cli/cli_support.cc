@@ -123,38 +123,26 @@ Certificates MakeCertificates(const std::string& dir) {
   return c;
 }
 
-Coordinator::Coordinator(const std::string& dir, const std::vector<std::string>& extra,
-                         const std::string& db) {
+namespace {
+
+CoordinatorOptions TaggedOptions(const std::string& dir, const std::vector<std::string>& extra,
+                                 const std::string& db) {
   Homes();
   static int n = 0;
   const std::string tag = std::to_string(getpid()) + "-" + std::to_string(++n);
-  const std::string port_file = dir + "/coordinator-" + tag + ".ports.json";
-  log_ = dir + "/coordinator-" + tag + ".log";
-  std::vector<std::string> args = {LATCHKEY_COORDINATOR_BIN,
-                                   "--db",
-                                   db.empty() ? dir + "/coordinator-" + tag + ".db" : db,
-                                   "--listen",
-                                   "127.0.0.1:0",
-                                   "--metrics-port",
-                                   "-1",
-                                   "--port-file",
-                                   port_file};
-  args.insert(args.end(), extra.begin(), extra.end());
-  pid_ = StartProcess(args, {}, log_);
-  const std::string text = WaitForFile(
-      port_file, [](const std::string& t) { return t.find("grpc_port") != std::string::npos; },
-      std::chrono::seconds(30));
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_object()) port_ = j.value("grpc_port", -1);
+  CoordinatorOptions o;
+  o.extra = extra;
+  o.db = db.empty() ? dir + "/coordinator-" + tag + ".db" : db;
+  o.log = dir + "/coordinator-" + tag + ".log";
+  o.port_file = dir + "/coordinator-" + tag + ".ports.json";
+  return o;
 }
 
-Coordinator::~Coordinator() {
-  if (pid_ <= 0) return;
-  kill(pid_, SIGTERM);
-  if (WaitProcess(pid_, std::chrono::seconds(10)) == -1) kill(pid_, SIGKILL);
-}
+}  // namespace
 
-std::string Coordinator::log() const { return ReadText(log_); }
+Coordinator::Coordinator(const std::string& dir, const std::vector<std::string>& extra,
+                         const std::string& db)
+    : ScopedCoordinator(LATCHKEY_COORDINATOR_BIN, dir, TaggedOptions(dir, extra, db)) {}
 
 UpRun::UpRun(const std::vector<std::string>& args, const std::string& log) : log_(log) {
   Homes();

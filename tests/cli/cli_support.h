@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/coordinator_process.h"
 #include "tests/support/free_port.h"
 #include "tests/support/process.h"
 
@@ -47,24 +48,15 @@ struct Certificates {
 // A CA and a certificate for 127.0.0.1 signed by it, in `dir` (openssl CLI).
 Certificates MakeCertificates(const std::string& dir);
 
-// latchkey-coordinator on 127.0.0.1 (a free port), its database in `dir`, metrics off, with
-// `extra` flags; stopped (SIGTERM, then SIGKILL) by the destructor.
-class Coordinator {
+// latchkey-coordinator on 127.0.0.1 (a free port), its database in `dir` (or `db`), metrics
+// off, with `extra` flags (tests/support/coordinator_process.h); stopped (SIGTERM, then SIGKILL)
+// when the object goes. Its files carry a tag of their own, so several share one folder.
+class Coordinator : public ScopedCoordinator {
  public:
   explicit Coordinator(const std::string& dir, const std::vector<std::string>& extra = {},
                        const std::string& db = "");
-  ~Coordinator();
-  Coordinator(const Coordinator&) = delete;
-  Coordinator& operator=(const Coordinator&) = delete;
-  bool ok() const { return port_ > 0; }
-  int port() const { return port_; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  std::string log() const;
-
- private:
-  int pid_ = -1;
-  int port_ = -1;
-  std::string log_;
+  int port() const { return process().port; }
+  std::string log() const { return Log(); }
 };
 
 // `latchkey up ARGS...` in a process group of its own (as a shell's foreground job), its output

@@ -48,6 +48,18 @@ std::set<int> PrintedPids(const std::string& text) {
   return pids;
 }
 
+// `latchkey --json checkpoints ARGS`, parsed: its checkpoints array, or null when it fails or
+// prints no JSON object (each recorded as a failure naming its output).
+json CheckpointsOf(const std::vector<std::string>& args) {
+  std::vector<std::string> cmd = {"--json", "checkpoints"};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  const Captured ck = Cli(cmd);
+  EXPECT_EQ(ck.exit_code, 0) << ck.output;
+  const json cj = json::parse(ck.output, nullptr, false);
+  EXPECT_TRUE(cj.is_object()) << ck.output;
+  return ck.exit_code == 0 && cj.is_object() ? cj.value("checkpoints", json()) : json();
+}
+
 // `latchkey up ARGS` in a process group of its own (as a shell's foreground job), its output in
 // `log`.
 struct Up {
@@ -143,18 +155,16 @@ TEST(Walkthrough, FromAnEmptyFolder) {
   EXPECT_EQ(Cli({"logs", job, "-f"}, {}, seconds(20)).exit_code, 0);
 
   // The committed checkpoints of each job: after steps 3, 7, ... (every 4).
-  const Captured ck = Cli({"--json", "checkpoints", job});
-  ASSERT_EQ(ck.exit_code, 0) << ck.output;
-  const json cj = json::parse(ck.output, nullptr, false);
-  ASSERT_TRUE(cj.is_object()) << ck.output;
+  const json checkpoints = CheckpointsOf({job});
+  ASSERT_TRUE(checkpoints.is_array());
   std::vector<int64_t> steps;
-  for (const json& c : cj["checkpoints"]) {
+  for (const json& c : checkpoints) {
     steps.push_back(c["step"].get<int64_t>());
     EXPECT_GT(c["bytes"].get<int64_t>(), 0);
     EXPECT_EQ(c["world_size"], 2);
     EXPECT_EQ(c["tp"], 2);
   }
-  EXPECT_EQ(steps, (std::vector<int64_t>{3, 7, 11, 15, 19, 23, 27})) << ck.output;
+  EXPECT_EQ(steps, (std::vector<int64_t>{3, 7, 11, 15, 19, 23, 27})) << checkpoints.dump();
   const Captured text = Cli({"checkpoints", job});
   EXPECT_EQ(text.exit_code, 0) << text.output;
   EXPECT_TRUE(Has(text.output, "world 2 (tp 2 x dp 1) zero 0")) << text.output;
@@ -165,16 +175,14 @@ TEST(Walkthrough, FromAnEmptyFolder) {
   EXPECT_EQ(first_logs.exit_code, 0) << first_logs.output;
   EXPECT_TRUE(Has(first_logs.output, "rank 0 step 9/30")) << first_logs.output;
   EXPECT_FALSE(Has(first_logs.output, "rank 0 step 30/30")) << first_logs.output;
-  const Captured first_ck = Cli({"--json", "checkpoints", first_job});
-  ASSERT_EQ(first_ck.exit_code, 0) << first_ck.output;
-  const json fj = json::parse(first_ck.output, nullptr, false);
-  ASSERT_TRUE(fj.is_object()) << first_ck.output;
+  const json first_checkpoints = CheckpointsOf({first_job});
+  ASSERT_TRUE(first_checkpoints.is_array());
   std::vector<int64_t> first_steps;
-  for (const json& c : fj["checkpoints"]) first_steps.push_back(c["step"].get<int64_t>());
-  ASSERT_GE(first_steps.size(), 2u) << first_ck.output;
-  EXPECT_EQ(first_steps[0], 3) << first_ck.output;
-  EXPECT_EQ(first_steps[1], 7) << first_ck.output;
-  for (const json& c : fj["checkpoints"]) {
+  for (const json& c : first_checkpoints) first_steps.push_back(c["step"].get<int64_t>());
+  ASSERT_GE(first_steps.size(), 2u) << first_checkpoints.dump();
+  EXPECT_EQ(first_steps[0], 3) << first_checkpoints.dump();
+  EXPECT_EQ(first_steps[1], 7) << first_checkpoints.dump();
+  for (const json& c : first_checkpoints) {
     EXPECT_EQ(Cli({"checkpoint", "inspect", c["dir"].get<std::string>()}).exit_code, 0) << c.dump();
   }
 
@@ -339,12 +347,10 @@ TEST(Walkthrough, DemoSpecTwiceUnderTwoRunFolders) {
   // The second job's own: the last two (keep 2), and the one its second attempt resumed from
   // (kept while that attempt runs); those of the steps the first job also saved hold the same
   // numbers as the first job's.
-  const Captured ck = Cli({"--json", "checkpoints", "job-000001", "--run-dir", run2});
-  ASSERT_EQ(ck.exit_code, 0) << ck.output;
-  const json cj = json::parse(ck.output, nullptr, false);
-  ASSERT_TRUE(cj.is_object()) << ck.output;
+  const json checkpoints = CheckpointsOf({"job-000001", "--run-dir", run2});
+  ASSERT_TRUE(checkpoints.is_array());
   std::vector<int64_t> own;
-  for (const json& c : cj["checkpoints"]) {
+  for (const json& c : checkpoints) {
     own.push_back(c["step"].get<int64_t>());
     const std::string d = c["dir"].get<std::string>();
     EXPECT_EQ(first.count(std::filesystem::path(d).filename().string()), 0u) << d;
@@ -354,7 +360,7 @@ TEST(Walkthrough, DemoSpecTwiceUnderTwoRunFolders) {
     EXPECT_EQ(PieceDigests(d), PieceDigests(ckpt + "/" + twin)) << d << " vs " << twin;
     EXPECT_FALSE(PieceDigests(d).empty()) << d;
   }
-  EXPECT_EQ(own, (std::vector<int64_t>{9, 29, 39})) << ck.output;
+  EXPECT_EQ(own, (std::vector<int64_t>{9, 29, 39})) << checkpoints.dump();
   EXPECT_EQ(CommittedManifests(ckpt).size(), 5u);
 }
 

@@ -13,7 +13,6 @@
 //    metrics endpoint's latchkey_checkpoint_background_seconds (present at 0 from the start)
 //    counts the commits with the JSONL's sum (promtool clean).
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -22,14 +21,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tests/support/free_port.h"
 #include "tests/support/launch.h"
+#include "tests/support/metrics_scrape.h"
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
@@ -208,19 +206,11 @@ INSTANTIATE_TEST_SUITE_P(CrashPoints, AsyncCheckpointBig,
                                       : "FileWrittenNotCommitted";
                          });
 
-double Sample(const std::string& text, const std::string& series) {
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  }
-  return NAN;
-}
-
 TEST(AsyncCheckpointMetrics, BackgroundSeriesExistFromTheStart) {
   const std::string text = WorkerMetrics().Serialize();
   for (const char* series : {"latchkey_checkpoint_background_seconds_count",
                              "latchkey_checkpoint_background_seconds_sum"}) {
-    EXPECT_EQ(Sample(text, series), 0) << series << "\n" << text;
+    EXPECT_EQ(MetricSample(text, series), 0) << series << "\n" << text;
   }
 }
 
@@ -231,36 +221,18 @@ TEST(AsyncCheckpointMetrics, EverySaveCommitsAtTheNextBoundaryAndIsCounted) {
   WorkerGroup g = StartWorkers(
       SpecObject(p), 2,
       {"--metrics-port", "0", "--metrics-host", "127.0.0.1", "--linger-seconds", "60"});
-  int port = 0;
-  const std::regex re("rank 0 metrics: http://[^:]+:([0-9]+)/metrics");
-  for (int i = 0; i < 600 && port == 0; ++i) {
-    std::smatch m;
-    const std::string err = RankStderr(g, 0);
-    if (std::regex_search(err, m, re)) port = std::stoi(m[1]);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const int port = WaitForRankMetricsPort(g, 0);
   ASSERT_GT(port, 0) << RankStderr(g, 0);
-  httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(5);
-  client.set_read_timeout(5);
-  std::string text;
-  for (int i = 0; i < 600; ++i) {
-    auto res = client.Get("/metrics");
-    text = res && res->status == 200 ? res->body : "";
-    if (Sample(text, "latchkey_optimizer_steps_total") == 4) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_EQ(Sample(text, "latchkey_optimizer_steps_total"), 4) << text;
-  const std::string path = g.run.dir + "/metrics.txt";
-  std::ofstream(path) << text;
-  const Captured lint = RunAndCapture({"/bin/sh", "-c", "promtool check metrics < " + path});
+  const std::string text = ScrapeRankMetrics(port, "latchkey_optimizer_steps_total", 4);
+  ASSERT_EQ(MetricSample(text, "latchkey_optimizer_steps_total"), 4) << text;
+  const Captured lint = PromtoolCheck(g.run.dir, text);
   EXPECT_EQ(lint.exit_code, 0) << lint.output << text;
   for (int pid : g.pids) kill(pid, SIGTERM);
   const WorkerRun run = WaitWorkers(std::move(g), std::chrono::seconds(30));
 
   EXPECT_EQ(Entries(run.dir + "/ckpt"), "step-00000000 step-00000001 step-00000002 step-00000003");
-  EXPECT_EQ(Sample(text, "latchkey_checkpoint_seconds_count"), 4) << text;
-  EXPECT_EQ(Sample(text, "latchkey_checkpoint_background_seconds_count"), 4) << text;
+  EXPECT_EQ(MetricSample(text, "latchkey_checkpoint_seconds_count"), 4) << text;
+  EXPECT_EQ(MetricSample(text, "latchkey_checkpoint_background_seconds_count"), 4) << text;
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(run.steps[r].size(), 4u) << run.Describe();
     for (const auto& rec : run.steps[r]) {
@@ -273,8 +245,9 @@ TEST(AsyncCheckpointMetrics, EverySaveCommitsAtTheNextBoundaryAndIsCounted) {
     blocked += rec["checkpoint_seconds"].get<double>();
     background += rec.value("checkpoint_background_seconds", 0.0);
   }
-  EXPECT_NEAR(Sample(text, "latchkey_checkpoint_seconds_sum"), blocked, 1e-9) << text;
-  EXPECT_NEAR(Sample(text, "latchkey_checkpoint_background_seconds_sum"), background, 1e-9) << text;
+  EXPECT_NEAR(MetricSample(text, "latchkey_checkpoint_seconds_sum"), blocked, 1e-9) << text;
+  EXPECT_NEAR(MetricSample(text, "latchkey_checkpoint_background_seconds_sum"), background, 1e-9)
+      << text;
 }
 
 }  // namespace

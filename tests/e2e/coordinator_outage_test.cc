@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/coordinator_process.h"
 #include "tests/support/free_port.h"
 #include "tests/support/launch.h"
 #include "tests/support/process.h"
@@ -33,18 +34,16 @@ constexpr int kSteps = 16;
 constexpr double kWindowSeconds = 3.5;
 constexpr auto kOutage = seconds(20);
 
-// Starts the coordinator (its log <dir>/coordinator-<n>.log) and waits until it serves.
-int StartCoordinator(const std::string& dir, int port, int n) {
-  const std::string ports = dir + "/ports-" + std::to_string(n) + ".json";
-  const int pid =
-      StartProcess({LATCHKEY_COORDINATOR_BIN, "--listen", "127.0.0.1:" + std::to_string(port),
-                    "--db", dir + "/coordinator.db", "--port-file", ports, "--latch-lookahead", "8",
-                    "--metrics-port", "-1", "--liveness-timeout", "10"},
-                   {}, dir + "/coordinator-" + std::to_string(n) + ".log");
-  WaitForFile(
-      ports, [](const std::string& t) { return t.find("grpc_port") != std::string::npos; },
-      seconds(30));
-  return pid;
+// The n-th start of the same coordinator: on 127.0.0.1:`port` and <dir>/coordinator.db, its log
+// <dir>/coordinator-<n>.log; waits until it serves.
+CoordinatorProcess StartNth(const std::string& dir, int port, int n) {
+  CoordinatorOptions o;
+  o.port = port;
+  o.db = dir + "/coordinator.db";
+  o.log = dir + "/coordinator-" + std::to_string(n) + ".log";
+  o.port_file = dir + "/ports-" + std::to_string(n) + ".json";
+  o.extra = {"--latch-lookahead", "8", "--liveness-timeout", "10"};
+  return StartCoordinator(LATCHKEY_COORDINATOR_BIN, dir, o);
 }
 
 struct Stored {
@@ -94,7 +93,7 @@ TEST(CoordinatorOutage, WorkersRideThroughAKilledAndRestartedCoordinator) {
   std::ofstream(dir + "/spec.json") << SpecObject(p).dump(2);
   const int port = FreePort();
   const std::string address = "127.0.0.1:" + std::to_string(port);
-  int coordinator = StartCoordinator(dir, port, 1);
+  CoordinatorProcess coordinator = StartNth(dir, port, 1);
 
   Captured sub =
       RunAndCapture({LATCHKEY_CLI_BIN, "--coordinator", address, "submit", dir + "/spec.json",
@@ -121,11 +120,11 @@ TEST(CoordinatorOutage, WorkersRideThroughAKilledAndRestartedCoordinator) {
       dir + "/steps-1.jsonl",
       [](const std::string& t) { return t.find("\"step\":1,") != std::string::npos; },
       seconds(120));
-  ASSERT_EQ(kill(coordinator, SIGKILL), 0);
-  WaitProcess(coordinator, seconds(10));
+  ASSERT_EQ(kill(coordinator.pid, SIGKILL), 0);
+  WaitProcess(coordinator.pid, seconds(10));
   const auto down = Clock::now();
   std::this_thread::sleep_for(kOutage);
-  coordinator = StartCoordinator(dir, port, 2);
+  coordinator = StartNth(dir, port, 2);
   const double outage = std::chrono::duration<double>(Clock::now() - down).count();
 
   // Training never stopped for the outage: the last window ends when the windows after the kill
@@ -148,8 +147,7 @@ TEST(CoordinatorOutage, WorkersRideThroughAKilledAndRestartedCoordinator) {
         << ReadText(dir + "/worker-" + std::to_string(r) + ".log");
   }
   const Stored stored = ReadDb(dir + "/coordinator.db", job);
-  kill(coordinator, SIGTERM);
-  WaitProcess(coordinator, seconds(15));
+  StopCoordinator(coordinator);
   const std::string logs = ReadText(dir + "/coordinator-2.log") + ReadText(dir + "/worker-0.log");
   EXPECT_EQ(stored.state, 3) << logs;
   EXPECT_EQ(stored.attempt, 1) << logs;

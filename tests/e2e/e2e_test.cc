@@ -1,6 +1,5 @@
 // End to end: a real coordinator process, real worker processes (Gloo, TP 2) and the CLI.
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -12,8 +11,10 @@
 #include <set>
 #include <vector>
 
+#include "tests/support/coordinator_process.h"
 #include "tests/support/free_port.h"
 #include "tests/support/launch.h"
+#include "tests/support/metrics_scrape.h"
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
@@ -58,34 +59,21 @@ nlohmann::json E2eSpec(int steps, const std::string& kv) {
   return SpecObject(p);
 }
 
+// The coordinator (tests/support/coordinator_process.h) with its metrics port on a free port,
+// and the CLI pointed at it.
 class Coordinator {
  public:
-  explicit Coordinator(const std::string& dir, const std::string& liveness_s = "10") : dir_(dir) {
-    pid_ = StartProcess(
-        {LATCHKEY_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db", dir + "/coordinator.db",
-         "--port-file", dir + "/ports.json", "--latch-lookahead", "2", "--metrics-host",
-         "127.0.0.1", "--metrics-port", "0", "--liveness-timeout", liveness_s},
-        {}, dir + "/coordinator.log");
-    const std::string ports = WaitForFile(
-        dir + "/ports.json",
-        [](const std::string& t) { return t.find("grpc_port") != std::string::npos; }, seconds(20));
-    auto j = nlohmann::json::parse(ports, nullptr, false);
-    if (!j.is_discarded()) address_ = "127.0.0.1:" + std::to_string(j["grpc_port"].get<int>());
-  }
-  ~Coordinator() {
-    kill(pid_, SIGTERM);
-    WaitProcess(pid_, seconds(15));
-  }
-  const std::string& address() const { return address_; }
+  explicit Coordinator(const std::string& dir, const std::string& liveness_s = "10")
+      : c_(LATCHKEY_COORDINATOR_BIN, dir,
+           InRunDir(dir, {"--latch-lookahead", "2", "--liveness-timeout", liveness_s})) {}
+  std::string address() const { return c_.ok() ? c_.address() : ""; }
   Captured Cli(std::vector<std::string> args) const {
-    args.insert(args.begin(), {LATCHKEY_CLI_BIN, "--coordinator", address_});
+    args.insert(args.begin(), {LATCHKEY_CLI_BIN, "--coordinator", address()});
     return RunAndCapture(args, seconds(120));
   }
 
  private:
-  std::string dir_;
-  int pid_ = -1;
-  std::string address_;
+  ScopedCoordinator c_;
 };
 
 TEST(EndToEnd, PolicyUpdateMidJobAndMetrics) {
@@ -142,15 +130,13 @@ TEST(EndToEnd, PolicyUpdateMidJobAndMetrics) {
     }
   }
   // The worker's endpoint agrees with the per-step counts.
-  const std::regex re("rank 0 metrics: http://[^:]+:([0-9]+)/metrics");
-  std::smatch m;
   const std::string log0 = ReadText(dir + "/worker-0.log");
-  ASSERT_TRUE(std::regex_search(log0, m, re)) << log0;
-  httplib::Client http("127.0.0.1", std::stoi(m[1]));
-  auto res = http.Get("/metrics");
-  ASSERT_TRUE(res && res->status == 200);
+  const int port = RankMetricsPort(log0, 0);
+  ASSERT_GT(port, 0) << log0;
+  const std::string text = ScrapeMetrics(port);
+  ASSERT_FALSE(text.empty());
   double total = 0;
-  std::istringstream in(res->body);
+  std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("latchkey_kv_allreduce_total{", 0) == 0) {
       total += std::stod(line.substr(line.rfind(' ') + 1));

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/coordinator_process.h"
 #include "tests/support/free_port.h"
 #include "tests/support/launch.h"
 #include "tests/support/process.h"
@@ -73,19 +74,12 @@ std::map<int64_t, nlohmann::json> LastByStep(const std::string& path) {
 
 class Cluster {
  public:
-  explicit Cluster(const std::string& dir, const nlohmann::json& spec) : dir_(dir) {
+  explicit Cluster(const std::string& dir, const nlohmann::json& spec)
+      : dir_(dir),
+        coord_(LATCHKEY_COORDINATOR_BIN, dir, InRunDir(dir, {"--liveness-timeout", "5"})) {
     std::ofstream(dir + "/spec.json") << spec.dump(2);
-    coord_ =
-        StartProcess({LATCHKEY_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db",
-                      dir + "/coordinator.db", "--port-file", dir + "/ports.json", "--metrics-host",
-                      "127.0.0.1", "--metrics-port", "0", "--liveness-timeout", "5"},
-                     {}, dir + "/coordinator.log");
-    const std::string ports = WaitForFile(
-        dir + "/ports.json",
-        [](const std::string& t) { return t.find("grpc_port") != std::string::npos; }, seconds(20));
-    auto j = nlohmann::json::parse(ports, nullptr, false);
-    if (j.is_discarded()) return;
-    address_ = "127.0.0.1:" + std::to_string(j["grpc_port"].get<int>());
+    if (!coord_.ok()) return;
+    address_ = coord_.address();
     const Captured sub = Cli(
         {"--json", "submit", dir + "/spec.json", "--rendezvous-port", std::to_string(FreePort())});
     auto s = nlohmann::json::parse(sub.output.substr(sub.output.find('{')), nullptr, false);
@@ -97,8 +91,6 @@ class Cluster {
     for (int pid : workers_) {
       if (pid > 0) kill(pid, SIGKILL), WaitProcess(pid, seconds(10));
     }
-    kill(coord_, SIGTERM);
-    WaitProcess(coord_, seconds(15));
   }
   bool ok() const { return !job_.empty(); }
   std::string jsonl(int rank) const { return dir_ + "/steps-" + std::to_string(rank) + ".jsonl"; }
@@ -138,7 +130,7 @@ class Cluster {
 
  private:
   std::string dir_;
-  int coord_ = -1;
+  ScopedCoordinator coord_;
   std::string address_, job_, token_;
   std::vector<int> workers_;
 };

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/coordinator_process.h"
 #include "tests/support/launch.h"
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
@@ -74,24 +75,13 @@ std::string Hex(double v) {
   return buf;
 }
 
-class CoordinatorProcess {
+// The coordinator (tests/support/coordinator_process.h), its database and log in `dir`, and
+// the CLI pointed at it.
+class Coordinator {
  public:
-  explicit CoordinatorProcess(const std::string& dir) {
-    pid_ =
-        StartProcess({LATCHKEY_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db",
-                      dir + "/coordinator.db", "--port-file", dir + "/ports.json", "--metrics-host",
-                      "127.0.0.1", "--metrics-port", "0", "--liveness-timeout", "30"},
-                     {}, dir + "/coordinator.log");
-    const std::string ports = WaitForFile(
-        dir + "/ports.json",
-        [](const std::string& t) { return t.find("grpc_port") != std::string::npos; }, seconds(20));
-    const auto j = nlohmann::json::parse(ports, nullptr, false);
-    if (!j.is_discarded()) address_ = "127.0.0.1:" + std::to_string(j["grpc_port"].get<int>());
-  }
-  ~CoordinatorProcess() {
-    kill(pid_, SIGTERM);
-    WaitProcess(pid_, seconds(15));
-  }
+  explicit Coordinator(const std::string& dir)
+      : c_(LATCHKEY_COORDINATOR_BIN, dir, InRunDir(dir, {"--liveness-timeout", "30"})),
+        address_(c_.ok() ? c_.address() : "") {}
   const std::string& address() const { return address_; }
   Captured Cli(std::vector<std::string> args) const {
     args.insert(args.begin(), {LATCHKEY_CLI_BIN, "--coordinator", address_});
@@ -105,7 +95,7 @@ class CoordinatorProcess {
   }
 
  private:
-  int pid_ = -1;
+  ScopedCoordinator c_;
   std::string address_;
 };
 
@@ -115,7 +105,7 @@ struct Submitted {
 };
 
 // <dir>/spec.json submitted; its checkpoints go to <dir>/ckpt.
-Submitted Submit(const CoordinatorProcess& c, const std::string& dir) {
+Submitted Submit(const Coordinator& c, const std::string& dir) {
   std::ofstream(dir + "/spec.json") << ResumeSpec().dump(2);
   const nlohmann::json j = c.Json({"submit", dir + "/spec.json"});
   EXPECT_TRUE(j.is_object()) << j.dump();
@@ -125,7 +115,7 @@ Submitted Submit(const CoordinatorProcess& c, const std::string& dir) {
 
 // One worker per rank, appending to <dir>/steps-R.jsonl and <dir>/worker-R.log (`start` names
 // the log of this start).
-std::vector<int> StartRanks(const CoordinatorProcess& c, const Submitted& s, const std::string& dir,
+std::vector<int> StartRanks(const Coordinator& c, const Submitted& s, const std::string& dir,
                             int start) {
   std::vector<int> pids;
   for (int r = 0; r < kWorld; ++r) {
@@ -160,7 +150,7 @@ std::vector<int> WaitAll(const std::vector<int>& pids, seconds deadline) {
 TEST(ResumeJob, ACancelledJobResumesFromItsCheckpointAndMatchesAnUninterruptedRun) {
   const ScopedTempDir scratch("resume-job");
   const std::string dir = scratch.path();
-  CoordinatorProcess c(dir);
+  Coordinator c(dir);
   ASSERT_FALSE(c.address().empty()) << ReadText(dir + "/coordinator.log");
 
   // The uninterrupted job.

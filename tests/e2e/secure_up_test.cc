@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "client/credentials.h"
+#include "tests/support/coordinator_process.h"
 #include "tests/support/launch.h"
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
@@ -38,42 +39,21 @@ int Mode(const std::string& path) {
 // whatever else `extra` adds.
 class SecureCoordinator {
  public:
-  SecureCoordinator(const std::string& dir, const std::vector<std::string>& extra) {
-    std::ofstream(dir + "/auth-tokens") << "# test tokens\nadmin ops " << Sha256Hex(kAdminToken)
-                                        << "\nread viewer " << Sha256Hex(kReadToken) << "\n";
-    std::vector<std::string> args = {LATCHKEY_COORDINATOR_BIN,
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--db",
-                                     dir + "/coordinator.db",
-                                     "--port-file",
-                                     dir + "/ports.json",
-                                     "--metrics-host",
-                                     "127.0.0.1",
-                                     "--metrics-port",
-                                     "0",
-                                     "--auth-tokens",
-                                     dir + "/auth-tokens"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    log_ = dir + "/coordinator.log";
-    pid_ = StartProcess(args, {}, log_);
-    const std::string ports = WaitForFile(
-        dir + "/ports.json",
-        [](const std::string& t) { return t.find("grpc_port") != std::string::npos; }, seconds(20));
-    auto j = nlohmann::json::parse(ports, nullptr, false);
-    if (!j.is_discarded()) address_ = "127.0.0.1:" + std::to_string(j["grpc_port"].get<int>());
-  }
-  ~SecureCoordinator() {
-    kill(pid_, SIGTERM);
-    WaitProcess(pid_, seconds(15));
-  }
-  const std::string& address() const { return address_; }
-  std::string log() const { return ReadText(log_); }
+  SecureCoordinator(const std::string& dir, const std::vector<std::string>& extra)
+      : c_(LATCHKEY_COORDINATOR_BIN, dir, Options(dir, extra)) {}
+  std::string address() const { return c_.ok() ? c_.address() : ""; }
+  std::string log() const { return c_.Log(); }
 
  private:
-  int pid_ = -1;
-  std::string address_;
-  std::string log_;
+  // Writes the tokens file the flags name.
+  static CoordinatorOptions Options(const std::string& dir, const std::vector<std::string>& extra) {
+    std::ofstream(dir + "/auth-tokens") << "# test tokens\nadmin ops " << Sha256Hex(kAdminToken)
+                                        << "\nread viewer " << Sha256Hex(kReadToken) << "\n";
+    CoordinatorOptions o = InRunDir(dir, {"--auth-tokens", dir + "/auth-tokens"});
+    o.extra.insert(o.extra.end(), extra.begin(), extra.end());
+    return o;
+  }
+  ScopedCoordinator c_;
 };
 
 // The CLI with a clean environment for its credentials: XDG_CONFIG_HOME=`config`, no

@@ -26,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/support/coordinator_process.h"
 #include "tests/support/launch.h"
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
@@ -172,16 +173,13 @@ Afterwards ReadBack(const std::string& run, const std::string& job, const std::s
   const ScopedTempDir scratch("shared-ckpt-readback");
   const std::string dir = scratch.path();
   fs::copy_file(run + "/coordinator.db", dir + "/coordinator.db");
-  const int pid = StartProcess(
-      {LATCHKEY_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--db", dir + "/coordinator.db",
-       "--port-file", dir + "/ports.json", "--metrics-port", "0"},
-      {}, dir + "/coordinator.log");
-  const std::string ports = WaitForFile(
-      dir + "/ports.json",
-      [](const std::string& t) { return t.find("grpc_port") != std::string::npos; }, seconds(20));
-  const auto j = nlohmann::json::parse(ports, nullptr, false);
-  if (!j.is_discarded()) {
-    const std::string address = "127.0.0.1:" + std::to_string(j["grpc_port"].get<int>());
+  CoordinatorOptions o;
+  o.db = dir + "/coordinator.db";
+  o.log = dir + "/coordinator.log";
+  o.metrics_port = 0;
+  const ScopedCoordinator coordinator(LATCHKEY_COORDINATOR_BIN, dir, o);
+  if (coordinator.ok()) {
+    const std::string address = coordinator.address();
     const auto first_line = [](const Captured& c) {
       return nlohmann::json::parse(c.output.substr(0, c.output.find('\n')), nullptr, false);
     };
@@ -190,8 +188,6 @@ Afterwards ReadBack(const std::string& run, const std::string& job, const std::s
     out.checkpoints = first_line(
         Cli(dir, {"--coordinator", address, "--json", "checkpoints", job, "--dir", shared}));
   }
-  kill(pid, SIGTERM);
-  WaitProcess(pid, seconds(15));
   return out;
 }
 

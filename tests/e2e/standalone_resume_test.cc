@@ -8,7 +8,6 @@
 // the endpoint (promtool clean), --resume's refusals, and the JSONL of a fresh run against one of
 // a resumed run.
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <signal.h>
 
 #include <chrono>
@@ -16,14 +15,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tests/support/free_port.h"
 #include "tests/support/launch.h"
+#include "tests/support/metrics_scrape.h"
+#include "tests/support/param_names.h"
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
@@ -244,9 +243,7 @@ TEST_P(StandaloneResume, ResumeWithoutACheckpointStartsAtStepZero) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Saves, StandaloneResume, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Async" : "Sync";
-                         });
+                         BoolParamName("Async", "Sync"));
 
 // --metrics-jsonl across runs into the same files: a fresh run (no --resume) starts each rank's
 // file afresh, so two runs' records never mix; a resumed run appends to what the run it resumes
@@ -302,21 +299,12 @@ TEST(StandaloneResumeUsage, ResumeNeedsLatchkeyCheckpoint) {
   EXPECT_NE(c.output.find("latchkey.checkpoint"), std::string::npos) << c.output;
 }
 
-// Value of a sample line "name{labels} value" in an exposition (NaN when absent).
-double Sample(const std::string& text, const std::string& series) {
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  }
-  return NAN;
-}
-
 TEST(CheckpointMetrics, SeriesExistFromTheStart) {
   const std::string text = WorkerMetrics().Serialize();
   for (const char* series :
        {"latchkey_checkpoint_seconds_count", "latchkey_checkpoint_seconds_sum",
         "latchkey_checkpoint_bytes_total", "latchkey_last_checkpoint_timestamp_seconds"}) {
-    EXPECT_EQ(Sample(text, series), 0) << series << "\n" << text;
+    EXPECT_EQ(MetricSample(text, series), 0) << series << "\n" << text;
   }
 }
 
@@ -327,47 +315,29 @@ TEST(CheckpointMetrics, EndpointCountsCommitsAndPassesPromtool) {
   WorkerGroup g = StartWorkers(
       SpecObject(p), 2,
       {"--metrics-port", "0", "--metrics-host", "127.0.0.1", "--linger-seconds", "60"});
-  int port = 0;
-  const std::regex re("rank 0 metrics: http://[^:]+:([0-9]+)/metrics");
-  for (int i = 0; i < 600 && port == 0; ++i) {
-    std::smatch m;
-    const std::string err = RankStderr(g, 0);
-    if (std::regex_search(err, m, re)) port = std::stoi(m[1]);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const int port = WaitForRankMetricsPort(g, 0);
   ASSERT_GT(port, 0) << RankStderr(g, 0);
-  httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(5);
-  client.set_read_timeout(5);
-  std::string text;
   const double started =
       static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count());
-  for (int i = 0; i < 600; ++i) {
-    auto res = client.Get("/metrics");
-    text = res && res->status == 200 ? res->body : "";
-    if (Sample(text, "latchkey_optimizer_steps_total") == 4) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_EQ(Sample(text, "latchkey_optimizer_steps_total"), 4) << text;
-  const std::string path = g.run.dir + "/metrics.txt";
-  std::ofstream(path) << text;
-  const Captured lint = RunAndCapture({"/bin/sh", "-c", "promtool check metrics < " + path});
+  const std::string text = ScrapeRankMetrics(port, "latchkey_optimizer_steps_total", 4);
+  ASSERT_EQ(MetricSample(text, "latchkey_optimizer_steps_total"), 4) << text;
+  const Captured lint = PromtoolCheck(g.run.dir, text);
   EXPECT_EQ(lint.exit_code, 0) << lint.output << text;
   for (int pid : g.pids) kill(pid, SIGTERM);
   const WorkerRun run = WaitWorkers(std::move(g), std::chrono::seconds(30));
 
   // Two commits (after steps 1 and 3), both kept; bytes count every rank's file of each.
-  EXPECT_EQ(Sample(text, "latchkey_checkpoint_seconds_count"), 2) << text;
+  EXPECT_EQ(MetricSample(text, "latchkey_checkpoint_seconds_count"), 2) << text;
   double bytes = 0;
   for (const char* step : {"step-00000001", "step-00000003"}) {
     for (const char* file : {"rank-00000.safetensors", "rank-00001.safetensors"}) {
       bytes += static_cast<double>(fs::file_size(run.dir + "/ckpt/" + step + "/" + file));
     }
   }
-  EXPECT_EQ(Sample(text, "latchkey_checkpoint_bytes_total"), bytes) << text;
-  const double ts = Sample(text, "latchkey_last_checkpoint_timestamp_seconds");
+  EXPECT_EQ(MetricSample(text, "latchkey_checkpoint_bytes_total"), bytes) << text;
+  const double ts = MetricSample(text, "latchkey_last_checkpoint_timestamp_seconds");
   EXPECT_GE(ts, started - 1) << text;
   EXPECT_LE(ts, started + 600) << text;
   // The JSONL's checkpoint_seconds of the saving steps sum to the histogram's.
@@ -376,7 +346,7 @@ TEST(CheckpointMetrics, EndpointCountsCommitsAndPassesPromtool) {
   for (const auto& rec : run.steps[0]) {
     if (rec.contains("checkpoint_seconds")) sum += rec["checkpoint_seconds"].get<double>();
   }
-  EXPECT_NEAR(Sample(text, "latchkey_checkpoint_seconds_sum"), sum, 1e-9) << text;
+  EXPECT_NEAR(MetricSample(text, "latchkey_checkpoint_seconds_sum"), sum, 1e-9) << text;
 }
 
 }  // namespace

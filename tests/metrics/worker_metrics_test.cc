@@ -14,40 +14,12 @@
 
 #include "tests/support/free_port.h"
 #include "tests/support/launch.h"
+#include "tests/support/metrics_scrape.h"
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
 
 namespace latchkey::testing {
 namespace {
-
-// Waits until rank `r` printed its metrics address; returns the port (0 on timeout).
-int WaitForMetricsPort(const WorkerGroup& g, int r) {
-  const std::regex re("rank " + std::to_string(r) + " metrics: http://[^:]+:([0-9]+)/metrics");
-  for (int i = 0; i < 600; ++i) {
-    std::smatch m;
-    const std::string err = RankStderr(g, r);
-    if (std::regex_search(err, m, re)) return std::stoi(m[1]);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return 0;
-}
-
-std::string Scrape(int port) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_connection_timeout(5);
-  c.set_read_timeout(5);
-  auto res = c.Get("/metrics");
-  return res && res->status == 200 ? res->body : "";
-}
-
-// Value of a sample line "name{labels} value" in an exposition (NaN when absent).
-double Sample(const std::string& text, const std::string& series) {
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  }
-  return NAN;
-}
 
 nlohmann::json MetricsSpec() {
   RunShape s;
@@ -64,7 +36,7 @@ TEST(WorkerMetrics, TrainingSeriesExistFromTheStart) {
   const std::string text = WorkerMetrics().Serialize();
   for (const char* series :
        {"latchkey_learning_rate", "latchkey_eval_loss", "latchkey_eval_collective_calls_total"}) {
-    EXPECT_EQ(Sample(text, series), 0) << series << "\n" << text;
+    EXPECT_EQ(MetricSample(text, series), 0) << series << "\n" << text;
   }
 }
 
@@ -84,15 +56,13 @@ TEST(WorkerMetrics, ADivergedStepCountsNoOptimizerStepAndShowsItsValues) {
   diverged.grad_norm = INFINITY;
   m.ObserveStep(diverged, 128, 1, 1);
   const std::string text = m.Serialize();
-  EXPECT_EQ(Sample(text, "latchkey_optimizer_steps_total"), 1) << text;
-  EXPECT_TRUE(std::isnan(Sample(text, "latchkey_loss"))) << text;
+  EXPECT_EQ(MetricSample(text, "latchkey_optimizer_steps_total"), 1) << text;
+  EXPECT_TRUE(std::isnan(MetricSample(text, "latchkey_loss"))) << text;
   EXPECT_TRUE(std::regex_search(text, std::regex("\nlatchkey_loss nan\n", std::regex::icase)))
       << text;
-  EXPECT_EQ(Sample(text, "latchkey_grad_norm"), INFINITY) << text;
-  EXPECT_EQ(Sample(text, "latchkey_tokens_total"), 256) << text;  // both windows ran
-  const std::string path = ::testing::TempDir() + "/diverged-metrics.txt";
-  std::ofstream(path) << text;
-  const Captured lint = RunAndCapture({"/bin/sh", "-c", "promtool check metrics < " + path});
+  EXPECT_EQ(MetricSample(text, "latchkey_grad_norm"), INFINITY) << text;
+  EXPECT_EQ(MetricSample(text, "latchkey_tokens_total"), 256) << text;  // both windows ran
+  const Captured lint = PromtoolCheck(::testing::TempDir(), text);
   EXPECT_EQ(lint.exit_code, 0) << lint.output << text;
 }
 
@@ -100,19 +70,12 @@ TEST(WorkerMetrics, EndpointCountsMatchJsonlAndPassPromtool) {
   WorkerGroup g = StartWorkers(
       MetricsSpec(), 2,
       {"--metrics-port", "0", "--metrics-host", "127.0.0.1", "--linger-seconds", "60"});
-  const int port = WaitForMetricsPort(g, 0);
+  const int port = WaitForRankMetricsPort(g, 0);
   ASSERT_GT(port, 0) << RankStderr(g, 0);
   // Wait for the 4 steps to be reported.
-  std::string text;
-  for (int i = 0; i < 600; ++i) {
-    text = Scrape(port);
-    if (Sample(text, "latchkey_optimizer_steps_total") == 4) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_EQ(Sample(text, "latchkey_optimizer_steps_total"), 4) << text;
-  const std::string path = g.run.dir + "/metrics.txt";
-  std::ofstream(path) << text;
-  const Captured lint = RunAndCapture({"/bin/sh", "-c", "promtool check metrics < " + path});
+  const std::string text = ScrapeRankMetrics(port, "latchkey_optimizer_steps_total", 4);
+  ASSERT_EQ(MetricSample(text, "latchkey_optimizer_steps_total"), 4) << text;
+  const Captured lint = PromtoolCheck(g.run.dir, text);
   EXPECT_EQ(lint.exit_code, 0) << lint.output << text;
 
   for (int pid : g.pids) kill(pid, SIGTERM);
@@ -124,33 +87,30 @@ TEST(WorkerMetrics, EndpointCountsMatchJsonlAndPassPromtool) {
     tp_calls += step["collective_calls"]["all_reduce/tp"].get<double>();
   }
   EXPECT_EQ(kv, 4.0);  // coalesced: 1 per step
-  EXPECT_EQ(Sample(text, "latchkey_kv_allreduce_total{mode=\"coalesced\"}"), kv);
-  EXPECT_EQ(Sample(text, "latchkey_kv_allreduce_total{mode=\"per_micro_batch\"}"), 0);
+  EXPECT_EQ(MetricSample(text, "latchkey_kv_allreduce_total{mode=\"coalesced\"}"), kv);
+  EXPECT_EQ(MetricSample(text, "latchkey_kv_allreduce_total{mode=\"per_micro_batch\"}"), 0);
   // Evaluation (steps 1 and 3, 3 samples, 2 TP all-reduces per layer forward) is counted in the
   // collective series under its own tag, never in a step's collective_calls.
-  const double eval_calls = Sample(text, "latchkey_eval_collective_calls_total");
+  const double eval_calls = MetricSample(text, "latchkey_eval_collective_calls_total");
   EXPECT_EQ(eval_calls, 2 * 3 * 2 * 2);
-  EXPECT_EQ(Sample(text, "latchkey_collective_calls_total{group=\"tp\",op=\"all_reduce\"}"),
+  EXPECT_EQ(MetricSample(text, "latchkey_collective_calls_total{group=\"tp\",op=\"all_reduce\"}"),
             tp_calls + eval_calls);
-  EXPECT_EQ(Sample(text, "latchkey_learning_rate"), run.steps[0][3]["lr"].get<double>());
-  EXPECT_EQ(Sample(text, "latchkey_eval_loss"), run.steps[0][3]["eval_loss"].get<double>());
-  EXPECT_EQ(Sample(text, "latchkey_tokens_total"), 4 * 2 * 2 * 32);  // steps * GAS * MB * S
-  EXPECT_NEAR(Sample(text, "latchkey_loss"), run.steps[0][3]["loss"].get<double>(), 1e-6);
-  EXPECT_EQ(Sample(text, "latchkey_step_seconds_count"), 4);
+  EXPECT_EQ(MetricSample(text, "latchkey_learning_rate"), run.steps[0][3]["lr"].get<double>());
+  EXPECT_EQ(MetricSample(text, "latchkey_eval_loss"), run.steps[0][3]["eval_loss"].get<double>());
+  EXPECT_EQ(MetricSample(text, "latchkey_tokens_total"), 4 * 2 * 2 * 32);  // steps * GAS * MB * S
+  EXPECT_NEAR(MetricSample(text, "latchkey_loss"), run.steps[0][3]["loss"].get<double>(), 1e-6);
+  EXPECT_EQ(MetricSample(text, "latchkey_step_seconds_count"), 4);
 }
 
 TEST(WorkerMetrics, RealPrometheusScrapesTheWorker) {
   WorkerGroup g = StartWorkers(
       MetricsSpec(), 2,
       {"--metrics-port", "0", "--metrics-host", "127.0.0.1", "--linger-seconds", "120"});
-  const int port = WaitForMetricsPort(g, 0);
+  const int port = WaitForRankMetricsPort(g, 0);
   ASSERT_GT(port, 0) << RankStderr(g, 0);
-  std::string text;
-  for (int i = 0; i < 600 && Sample(text, "latchkey_optimizer_steps_total") != 4; ++i) {
-    text = Scrape(port);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  const double endpoint_value = Sample(text, "latchkey_kv_allreduce_total{mode=\"coalesced\"}");
+  const std::string text = ScrapeRankMetrics(port, "latchkey_optimizer_steps_total", 4);
+  const double endpoint_value =
+      MetricSample(text, "latchkey_kv_allreduce_total{mode=\"coalesced\"}");
   ASSERT_EQ(endpoint_value, 4.0) << text;
 
   const std::string dir = g.run.dir + "/prometheus";

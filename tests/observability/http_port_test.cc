@@ -26,6 +26,7 @@
 #include "server/security.h"
 #include "server/sqlite_store.h"
 #include "server/status_page.h"
+#include "tests/support/coordinator_process.h"
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
 #include "tests/support/temp_dir.h"
@@ -47,35 +48,27 @@ std::string Promtool(const std::string& dir, const std::string& text) {
   return lint.exit_code == 0 ? "" : lint.output + "\n" + text;
 }
 
-// A latchkey-coordinator on loopback gRPC; its HTTP port binds `http_host` (port 0).
-class CoordinatorProcess {
+// A latchkey-coordinator on loopback gRPC; its HTTP port binds `http_host` (port 0): port().
+class HttpCoordinator {
  public:
-  CoordinatorProcess(const std::string& dir, const std::string& http_host,
-                     const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {
-        LATCHKEY_COORDINATOR_BIN, "--listen", "127.0.0.1:0",    "--db", dir + "/c.db",
-        "--metrics-host",         http_host,  "--metrics-port", "0",    "--port-file",
-        dir + "/ports.json"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = StartProcess(args, {}, dir + "/coordinator.log");
-    const std::string ports = WaitForFile(
-        dir + "/ports.json", [](const std::string& t) { return Has(t, "metrics_port"); },
-        std::chrono::seconds(30));
-    const auto j = nlohmann::json::parse(ports, nullptr, false);
-    if (!j.is_discarded()) port_ = j.value("metrics_port", 0);
-    log_ = dir + "/coordinator.log";
-  }
-  ~CoordinatorProcess() {
-    kill(pid_, SIGTERM);
-    WaitProcess(pid_, std::chrono::seconds(20));
-  }
-  int port() const { return port_; }
-  std::string log() const { return ReadText(log_); }
+  HttpCoordinator(const std::string& dir, const std::string& http_host,
+                  const std::vector<std::string>& extra)
+      : c_(LATCHKEY_COORDINATOR_BIN, dir, Options(dir, http_host, extra)) {}
+  int port() const { return c_.metrics_port(); }
+  std::string log() const { return c_.Log(); }
 
  private:
-  int pid_ = -1;
-  int port_ = 0;
-  std::string log_;
+  static CoordinatorOptions Options(const std::string& dir, const std::string& http_host,
+                                    const std::vector<std::string>& extra) {
+    CoordinatorOptions o;
+    o.extra = extra;
+    o.db = dir + "/c.db";
+    o.log = dir + "/coordinator.log";
+    o.metrics_host = http_host;
+    o.metrics_port = 0;
+    return o;
+  }
+  ScopedCoordinator c_;
 };
 
 // GET over plain HTTP to 127.0.0.1; status 0 when no response came.
@@ -99,7 +92,7 @@ std::string WriteTokens(const std::string& dir) {
 
 TEST(HttpPort, CoordinatorSeriesExistAtZeroFromTheStart) {
   ScopedTempDir dir("obs-coord-metrics");
-  CoordinatorProcess c(dir.path(), "127.0.0.1", {});
+  HttpCoordinator c(dir.path(), "127.0.0.1", {});
   ASSERT_GT(c.port(), 0) << c.log();
   const auto [status, text] = Get(c.port(), "/metrics");
   ASSERT_EQ(status, 200);
@@ -127,7 +120,7 @@ TEST(HttpPort, CoordinatorSeriesExistAtZeroFromTheStart) {
 // standing threads) still answers at once.
 TEST(HttpPort, IdleConnectionsDoNotDelayAScrape) {
   ScopedTempDir dir("obs-idle-conns");
-  CoordinatorProcess c(dir.path(), "127.0.0.1", {});
+  HttpCoordinator c(dir.path(), "127.0.0.1", {});
   ASSERT_GT(c.port(), 0) << c.log();
   std::vector<int> idle;
   for (int i = 0; i < 64; ++i) {
@@ -240,7 +233,7 @@ TEST(HttpPort, PlannedReplicatedAllReducesFollowTheLatch) {
 
 TEST(HttpPort, StatusPageNeedsTheReadTokenOnANonLoopbackPortWithAuth) {
   ScopedTempDir dir("obs-auth");
-  CoordinatorProcess c(dir.path(), "0.0.0.0", {"--auth-tokens", WriteTokens(dir.path())});
+  HttpCoordinator c(dir.path(), "0.0.0.0", {"--auth-tokens", WriteTokens(dir.path())});
   ASSERT_GT(c.port(), 0) << c.log();
   for (const char* path : {"/", "/jobs/some-job"}) {
     const auto [status, body] = Get(c.port(), path);
@@ -270,7 +263,7 @@ TEST(HttpPort, StatusPageNeedsTheReadTokenOnANonLoopbackPortWithAuth) {
 
 TEST(HttpPort, StatusPageIsOpenOnLoopbackWithAuth) {
   ScopedTempDir dir("obs-loopback");
-  CoordinatorProcess c(dir.path(), "127.0.0.1", {"--auth-tokens", WriteTokens(dir.path())});
+  HttpCoordinator c(dir.path(), "127.0.0.1", {"--auth-tokens", WriteTokens(dir.path())});
   ASSERT_GT(c.port(), 0) << c.log();
   const auto [status, body] = Get(c.port(), "/");
   EXPECT_EQ(status, 200) << body;
@@ -280,7 +273,7 @@ TEST(HttpPort, StatusPageIsOpenOnLoopbackWithAuth) {
 
 TEST(HttpPort, StatusPageEscapesTheJobIdOfAnUnknownJob) {
   ScopedTempDir dir("obs-escape");
-  CoordinatorProcess c(dir.path(), "127.0.0.1", {});
+  HttpCoordinator c(dir.path(), "127.0.0.1", {});
   ASSERT_GT(c.port(), 0) << c.log();
   // The path is decoded before routing: an id without a slash reaches the page.
   const auto [status, body] = Get(c.port(), "/jobs/%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E");
@@ -303,7 +296,7 @@ TEST(HttpPort, HttpsWithTheGrpcCertificateAndPlaintextRefused) {
       " -out server.pem -days 2 -extfile san.ext";
   Captured made = RunAndCapture({"sh", "-c", script});
   ASSERT_EQ(made.exit_code, 0) << made.output;
-  CoordinatorProcess c(
+  HttpCoordinator c(
       dir.path(), "127.0.0.1",
       {"--tls-cert", dir.path() + "/server.pem", "--tls-key", dir.path() + "/server.key"});
   ASSERT_GT(c.port(), 0) << c.log();

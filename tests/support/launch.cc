@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -157,6 +158,24 @@ std::map<std::string, double> TensorNorms(const std::string& path) {
   std::map<std::string, double> out;
   for (const auto& [name, values] : TensorsOf(path)) out[name] = L2(values);
   return out;
+}
+
+double MaxWeightDiff(const std::string& a, const std::string& b) {
+  auto fa = ReadSafetensorsFile(a);
+  auto fb = ReadSafetensorsFile(b);
+  if (!fa.ok() || !fb.ok()) return INFINITY;
+  double d = 0.0;
+  for (const StTensor& t : fa->tensors) {
+    const StTensor* u = fb->Find(t.name);
+    if (u == nullptr) return INFINITY;
+    const auto x = TensorValues(t), y = TensorValues(*u);
+    for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
+  }
+  return d;
+}
+
+double MaxParamDiff(const WorkerRun& a, const WorkerRun& b) {
+  return MaxWeightDiff(a.dir + "/final/model.safetensors", b.dir + "/final/model.safetensors");
 }
 
 }  // namespace latchkey::testing

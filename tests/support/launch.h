@@ -54,6 +54,11 @@ std::map<std::string, double> TensorNorms(const std::string& safetensors_path);
 double L2(const std::vector<double>& values);
 // F32 tensor data as doubles.
 std::vector<double> TensorValues(const StTensor& t);
+// Largest absolute difference between the tensors of two safetensors files of F32 tensors; +Inf
+// when either does not read or a tensor of `a` is missing from `b`.
+double MaxWeightDiff(const std::string& a, const std::string& b);
+// The same for the final weights of two runs (each saved with --save {dir}/final).
+double MaxParamDiff(const WorkerRun& a, const WorkerRun& b);
 
 std::string SourceDir();
 std::string FixtureDir();    // testdata/gptbigcode-tiny

@@ -29,6 +29,16 @@ nlohmann::json TokensData(const std::string& tokens_file, const std::string& dty
   return {{"tokens_file", tokens_file}, {"dtype", dtype}};
 }
 
+nlohmann::json ExampleSpecJson() {
+  return {{"model", ModelJson()},
+          {"tensor_parallel", {{"autotp_size", 2}}},
+          {"latchkey",
+           {{"seq_len", 64},
+            {"steps", 20},
+            {"world_size", 2},
+            {"data", {{"tokens_file", "data.bin"}}}}}};
+}
+
 nlohmann::json SpecObject(const SpecParams& p) {
   nlohmann::json j = {
       {"model", p.model},

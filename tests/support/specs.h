@@ -66,6 +66,11 @@ struct SpecParams {
 // SpecParams on one rank (world_size 1, TP 1), the rest as SpecParams' defaults.
 SpecParams SingleRankParams();
 
+// The small spec the job-spec unit tests start from: the fixture-size model (ModelJson()), TP 2
+// on world size 2, 20 steps of 64 tokens from the token file data.bin, and nothing else (every
+// other key at the spec's default).
+nlohmann::json ExampleSpecJson();
+
 nlohmann::json SpecObject(const SpecParams& p = {});
 std::string SpecJson(const SpecParams& p = {});
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/latch.h"
+#include "tests/support/param_names.h"
 #include "tests/support/process.h"
 #include "tests/support/rank_threads.h"
 #include "tests/support/specs.h"
@@ -134,9 +135,7 @@ TEST_P(AsyncSave, WritesWhatTheSynchronousSaveWritesWhileTrainingGoesOn) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Precision, AsyncSave, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Bf16" : "Fp32";
-                         });
+                         BoolParamName("Bf16", "Fp32"));
 
 }  // namespace
 }  // namespace latchkey::testing

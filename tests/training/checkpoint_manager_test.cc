@@ -18,6 +18,7 @@
 
 #include "common/job_uid.h"
 #include "common/latch.h"
+#include "tests/support/param_names.h"
 #include "tests/support/process.h"
 #include "tests/support/rank_threads.h"
 #include "tests/support/specs.h"
@@ -158,9 +159,7 @@ TEST_P(CheckpointManagerSaveNow, SavesTheStateOnDemandAndCommitsAsTheSpecSays) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Mode, CheckpointManagerSaveNow, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Async" : "Sync";
-                         });
+                         BoolParamName("Async", "Sync"));
 
 }  // namespace
 }  // namespace latchkey::testing

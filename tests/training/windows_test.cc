@@ -40,21 +40,6 @@ double MaxRelNormDiff(const WorkerRun& ref, const WorkerRun& run) {
   return d;
 }
 
-// Largest absolute difference between the final weights of two runs (--save).
-double MaxParamDiff(const WorkerRun& a, const WorkerRun& b) {
-  auto fa = ReadSafetensorsFile(a.dir + "/final/model.safetensors");
-  auto fb = ReadSafetensorsFile(b.dir + "/final/model.safetensors");
-  if (!fa.ok() || !fb.ok()) return INFINITY;
-  double d = 0.0;
-  for (const StTensor& t : fa->tensors) {
-    const StTensor* u = fb->Find(t.name);
-    if (u == nullptr) return INFINITY;
-    const auto x = TensorValues(t), y = TensorValues(*u);
-    for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
-  }
-  return d;
-}
-
 WorkerRun RunShaped(const RunShape& s, const nlohmann::json& extra_latchkey = {}) {
   nlohmann::json spec = FixtureSpec(s);
   for (auto it = extra_latchkey.begin(); it != extra_latchkey.end(); ++it) {

@@ -44,20 +44,6 @@ namespace {
 
 constexpr int kLayers = 2;  // the fixture model
 
-double MaxParamDiff(const WorkerRun& a, const WorkerRun& b) {
-  auto fa = ReadSafetensorsFile(a.dir + "/final/model.safetensors");
-  auto fb = ReadSafetensorsFile(b.dir + "/final/model.safetensors");
-  if (!fa.ok() || !fb.ok()) return INFINITY;
-  double d = 0.0;
-  for (const StTensor& t : fa->tensors) {
-    const StTensor* u = fb->Find(t.name);
-    if (u == nullptr) return INFINITY;
-    const auto x = TensorValues(t), y = TensorValues(*u);
-    for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
-  }
-  return d;
-}
-
 // Largest relative difference of a per-step field over every rank and step.
 double MaxRelDiff(const WorkerRun& a, const WorkerRun& b, const char* field) {
   double d = 0.0;
@@ -326,20 +312,6 @@ std::string Bytes(const std::string& path) {
     for (const StTensor& t : f->tensors) all += t.name + t.data;
   }
   return all;
-}
-
-double MaxWeightDiff(const std::string& a, const std::string& b) {
-  auto fa = ReadSafetensorsFile(a);
-  auto fb = ReadSafetensorsFile(b);
-  if (!fa.ok() || !fb.ok()) return INFINITY;
-  double d = 0.0;
-  for (const StTensor& t : fa->tensors) {
-    const StTensor* u = fb->Find(t.name);
-    if (u == nullptr) return INFINITY;
-    const auto x = TensorValues(t), y = TensorValues(*u);
-    for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
-  }
-  return d;
 }
 
 // Save after step 2 under ZeRO-2, resume in new groups and a new engine: the same reports and
