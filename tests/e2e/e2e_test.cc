@@ -350,7 +350,10 @@ TEST(EndToEnd, InternalErrorIsReportedAtOnce) {
   nlohmann::json spec = E2eSpec(20, "auto");
   spec["latchkey"]["max_restarts"] = 0;  // the failure ends the job rather than a recovery
   std::ofstream(dir + "/spec.json") << spec.dump(2);
-  const Captured sub = coord.Cli({"submit", dir + "/spec.json"});
+  // A port of its own for the ranks' rendezvous: the default (29500) is shared with every other
+  // job on this machine, ctest -j2's included.
+  const Captured sub =
+      coord.Cli({"submit", dir + "/spec.json", "--rendezvous-port", std::to_string(FreePort())});
   ASSERT_EQ(sub.exit_code, 0) << sub.output;
   std::smatch job, token;
   ASSERT_TRUE(std::regex_search(sub.output, job, std::regex("job_id: (\\S+)"))) << sub.output;
