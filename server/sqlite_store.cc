@@ -123,17 +123,27 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   return store;
 }
 
-std::unique_ptr<SqliteStore> SqliteStore::OpenGroupWriter(sqlite3* writer, SqliteSync sync) {
+std::unique_ptr<SqliteStore> SqliteStore::OpenSecond(sqlite3* writer, int flags) {
+  // The writer's own resolved path: the same file whatever the working directory is now. Empty
+  // for an in-memory or temporary database, which no second connection can see.
   const char* file = sqlite3_db_filename(writer, "main");
   if (file == nullptr || *file == '\0') return nullptr;
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(file, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr) !=
-      SQLITE_OK) {
+  if (sqlite3_open_v2(file, &db, flags | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
     sqlite3_close(db);
     return nullptr;
   }
-  sqlite3_busy_handler(db, &WaitForWriteLock, nullptr);
-  std::unique_ptr<SqliteStore> conn(new SqliteStore(db));
+  if (flags & SQLITE_OPEN_READWRITE) {
+    sqlite3_busy_handler(db, &WaitForWriteLock, nullptr);
+  } else {
+    sqlite3_busy_timeout(db, 5000);
+  }
+  return std::unique_ptr<SqliteStore>(new SqliteStore(db));
+}
+
+std::unique_ptr<SqliteStore> SqliteStore::OpenGroupWriter(sqlite3* writer, SqliteSync sync) {
+  std::unique_ptr<SqliteStore> conn = OpenSecond(writer, SQLITE_OPEN_READWRITE);
+  if (conn == nullptr) return nullptr;
   // The journal mode is the file's; durability is each connection's own.
   if (!conn->Exec(sync == SqliteSync::kFull ? "PRAGMA synchronous=FULL;"
                                             : "PRAGMA synchronous=NORMAL;")
@@ -146,18 +156,8 @@ std::unique_ptr<SqliteStore> SqliteStore::OpenGroupWriter(sqlite3* writer, Sqlit
 }
 
 std::unique_ptr<SqliteStore::Reader> SqliteStore::OpenReader(sqlite3* writer) {
-  // The writer's own resolved path: the same file whatever the working directory is now. Empty
-  // for an in-memory or temporary database, which no second connection can see.
-  const char* file = sqlite3_db_filename(writer, "main");
-  if (file == nullptr || *file == '\0') return nullptr;
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(file, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) !=
-      SQLITE_OK) {
-    sqlite3_close(db);
-    return nullptr;
-  }
-  sqlite3_busy_timeout(db, 5000);
-  std::unique_ptr<SqliteStore> conn(new SqliteStore(db));
+  std::unique_ptr<SqliteStore> conn = OpenSecond(writer, SQLITE_OPEN_READONLY);
+  if (conn == nullptr) return nullptr;
   // A read-only connection finds out whether it can use the WAL (its shared-memory index) at its
   // first read: read now, and the schema must be the one the writer just brought up to date.
   auto version = conn->SchemaVersion();

@@ -124,6 +124,10 @@ class SqliteStore : public JobStore {
   static std::unique_ptr<Reader> OpenReader(sqlite3* writer);
   // A second read-write connection to it, for group commits; null where there is none.
   static std::unique_ptr<SqliteStore> OpenGroupWriter(sqlite3* writer, SqliteSync sync);
+  // Another connection to the file of `writer`'s main database, opened with `flags`
+  // (SQLITE_OPEN_READONLY or _READWRITE); null for an in-memory or temporary database or when it
+  // cannot be opened.
+  static std::unique_ptr<SqliteStore> OpenSecond(sqlite3* writer, int flags);
   // The first column of the first row of `sql`.
   absl::StatusOr<std::string> QueryText(const char* sql);
   absl::StatusOr<int> SchemaVersion();
