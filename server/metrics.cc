@@ -66,7 +66,7 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
            .Name("latchkey_coordinator_lock_held_by_commits_seconds_total")
            .Help(
                "Seconds group commits held the coordinator's lock (every RPC waits meanwhile); "
-               "0 where the store commits beside the other calls (a database file).")
+               "0 while the database is in WAL (commits beside the other calls).")
            .Register(*registry_)
            .Add({});
 }
