@@ -8,10 +8,15 @@
 #include <fstream>
 #include <optional>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/job_client.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -22,6 +27,19 @@
 
 namespace latchkey::testing {
 namespace {
+
+// GetJob from a client whose coordinator was killed and started again on the same port. The
+// client's channel saw the first one die and reconnects with gRPC's backoff: a call made inside
+// that backoff fails UNAVAILABLE at once though the second one serves (seen under ASan). What a
+// test checks is what the restarted coordinator answers, so this waits for it (up to 10 s).
+absl::StatusOr<JobInfo> GetJobAfterRestart(JobClient& client, const std::string& job_id) {
+  auto job = client.GetJob(job_id);
+  for (const absl::Time until = absl::Now() + absl::Seconds(10);
+       absl::IsUnavailable(job.status()) && absl::Now() < until; job = client.GetJob(job_id)) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return job;
+}
 
 SubmittedJob SubmitOrDie(JobClient& client, const SpecParams& p) {
   JobSubmission req;
@@ -144,7 +162,7 @@ TEST(ProcessTest, KillNineAndRestartKeepsLatchesAndReportsAndWorkersResume) {
 
   CoordinatorProcess second(db, port, args);
   ASSERT_TRUE(second.Start());
-  auto restarted = client.GetJob(job.job_id);
+  auto restarted = GetJobAfterRestart(client, job.job_id);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   EXPECT_NE(restarted->state, JobState::kFailed) << restarted->failure_reason;
   for (const JobWorkerInfo& w : restarted->workers) {
@@ -320,7 +338,7 @@ TEST(ProcessTest, LrAndEvalLossSurviveKillNineAndComeBackInGetJobAndWatchJob) {
 
   CoordinatorProcess second(db, port, args);
   ASSERT_TRUE(second.Start());
-  auto restarted = client.GetJob(job.job_id);
+  auto restarted = GetJobAfterRestart(client, job.job_id);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   EXPECT_EQ(restarted->steps_completed, kStepsBeforeKill);
   ASSERT_TRUE(restarted->last_step.has_value());
