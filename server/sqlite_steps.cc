@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -70,15 +71,10 @@ absl::StatusOr<bool> SqliteStore::WriteStepReport(const StepReportRecord& record
 
 absl::StatusOr<std::vector<RankProgress>> SqliteStore::LoadProgress() {
   std::map<std::pair<std::string, int>, int64_t> newest;
-  {
-    absl::MutexLock lock(&staged_mu_);  // read before the table: see MergeStaged
-    for (const auto& batch : {&committing_, &pending_}) {
-      for (const StepReportRecord& r : *batch) {
-        int64_t& step = newest.try_emplace({r.job_id, r.rank}, r.report.step).first->second;
-        step = std::max(step, r.report.step);
-      }
-    }
-  }
+  ForEachStaged([&](const StepReportRecord& r) {  // before the table: see StagedOf
+    int64_t& step = newest.try_emplace({r.job_id, r.rank}, r.report.step).first->second;
+    step = std::max(step, r.report.step);
+  });
   LK_ASSIGN_STMT(st, "SELECT job_id, rank, MAX(step) FROM step_reports GROUP BY job_id, rank");
   while (true) {
     LK_ASSIGN_OR_RETURN(bool row, st.Step());
@@ -121,18 +117,21 @@ absl::StatusOr<StepReportRecord> SqliteStore::LoadStepReport(const std::string& 
 std::vector<StepReportRecord> SqliteStore::StagedOf(const std::string& job_id, int64_t from_step,
                                                     int64_t to_step, int rank) const {
   std::vector<StepReportRecord> out;
-  absl::MutexLock lock(&staged_mu_);
-  for (const auto& batch : {&committing_, &pending_}) {
-    for (const StepReportRecord& r : *batch) {
-      if (r.job_id != job_id || r.report.step < from_step || r.report.step > to_step) continue;
-      if (rank >= 0 && r.rank != rank) continue;
-      out.push_back(r);
-      // As the table gives it back: the boundary wait is stored, collective seconds are not.
-      out.back().boundary_wait_stored = true;
-      out.back().collective_seconds_stored = false;
-    }
-  }
+  ForEachStaged([&](const StepReportRecord& r) {
+    if (r.job_id != job_id || r.report.step < from_step || r.report.step > to_step) return;
+    if (rank >= 0 && r.rank != rank) return;
+    out.push_back(r);
+    // As the table gives it back: the boundary wait is stored, collective seconds are not.
+    out.back().boundary_wait_stored = true;
+    out.back().collective_seconds_stored = false;
+  });
   return out;
+}
+
+void SqliteStore::ForEachStaged(const std::function<void(const StepReportRecord&)>& fn) const {
+  absl::MutexLock lock(&staged_mu_);
+  for (const StepReportRecord& r : committing_) fn(r);
+  for (const StepReportRecord& r : pending_) fn(r);
 }
 
 void SqliteStore::MergeStaged(const std::vector<StepReportRecord>& staged,

@@ -172,6 +172,8 @@ class SqliteStore : public JobStore {
   // or one, as the table would give them back; copied before the table is read.
   std::vector<StepReportRecord> StagedOf(const std::string& job_id, int64_t from_step,
                                          int64_t to_step, int rank) const;
+  // Calls `fn` on every staged report (the committing ones first), under staged_mu_.
+  void ForEachStaged(const std::function<void(const StepReportRecord&)>& fn) const;
   // Adds to `stored` (what the table holds) the `staged` reports it lacks, in (step, rank) order.
   static void MergeStaged(const std::vector<StepReportRecord>& staged,
                           std::vector<StepReportRecord>& stored);
