@@ -318,6 +318,8 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
     LK_RETURN_IF_ERROR(ParseElastic(s.Child("elastic", *elastic), &spec->elastic));
   }
   LK_RETURN_IF_ERROR(s.Double("rejoin_timeout_seconds", &spec->rejoin_timeout_seconds, kPositive));
+  LK_RETURN_IF_ERROR(
+      s.Double("partition_timeout_seconds", &spec->partition_timeout_seconds, kPositive));
   if (s.Get("backend") != nullptr) {
     std::string name;
     LK_RETURN_IF_ERROR(s.String("backend", &name));

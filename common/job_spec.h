@@ -194,6 +194,9 @@ struct JobSpec {
   // latchkey.rejoin_timeout_seconds: how long a recovery waits for every rank to join the new
   // attempt. 0 (absent): the coordinator's liveness timeout.
   double rejoin_timeout_seconds = 0;
+  // latchkey.partition_timeout_seconds: how long the job waits for a cut link between its ranks
+  // (no restart spent while it waits) before it fails naming the link.
+  double partition_timeout_seconds = 600;
   CommBackend backend = CommBackend::kAuto;                // latchkey.backend
   DeviceKind device = DeviceKind::kCpu;                    // latchkey.device
   bool tf32 = false;                                       // latchkey.tf32: TF32 matmuls on cuda

@@ -37,6 +37,9 @@ struct RankPosition {
   std::string group;  // "tp", "dp", "world"
   int64_t seq = 0;
   double seconds = 0.0;  // time spent at this position so far
+  // In a collective: time since the rank's connections to its peers last moved a byte; -1 when
+  // not measured (a collective over shm, or not long enough yet to look).
+  double quiet_seconds = -1.0;
 };
 
 // The one name table of the phases: what heartbeats carry (latchkey.v1.RankPosition.phase) and

@@ -13,8 +13,12 @@ inline constexpr std::chrono::seconds kDefaultCollectiveTimeout{120};
 inline constexpr std::chrono::seconds kDefaultRendezvousTimeout{120};
 // One unary RPC attempt to the coordinator.
 inline constexpr std::chrono::seconds kDefaultRpcTimeout{10};
-// A worker gives up on an unreachable coordinator after this.
-inline constexpr std::chrono::seconds kDefaultReconnectTimeout{120};
+// A worker that joined gives up on an unreachable coordinator after this: as long as a job waits
+// out a cut link (latchkey.partition_timeout_seconds' default), so a worker rides through its
+// coordinator's network being cut as the job rides through its own.
+inline constexpr std::chrono::seconds kDefaultReconnectTimeout{600};
+// A worker's first Join waits this long for a coordinator that does not answer.
+inline constexpr std::chrono::seconds kDefaultJoinTimeout{120};
 
 // A worker unseen for this long fails its job (latchkey-coordinator --liveness-timeout).
 inline constexpr std::chrono::seconds kDefaultLivenessTimeout{30};

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/reachability.h"
 #include "common/states.h"
 
 namespace latchkey {
@@ -37,6 +38,8 @@ struct WorkerReply {
   std::string reason;                   // Heartbeat: why the job ended, once it has
   bool duplicate = false;               // ReportStep: the step was reported already
   int64_t attempt = 0;                  // Heartbeat, ReportFailure: the job's current attempt
+  // Heartbeat: the job's peer list version, and its peers when asked for (common/reachability.h).
+  PeerList peers;
 };
 
 // "<hostname>:<pid>": the worker id a latchkey-worker process joins with, and the id its

@@ -126,7 +126,7 @@ latchkey::v1::WorkerIdentity ToProto(const WorkerIdentity& identity);
 WorkerIdentity FromProto(const latchkey::v1::WorkerIdentity& identity);
 latchkey::v1::JoinRequest MakeJoinRequest(const WorkerIdentity& identity,
                                           std::optional<int> requested_rank,
-                                          const std::string& advertise_host);
+                                          const std::string& advertise_host, int probe_port = 0);
 latchkey::v1::WatchLatchesRequest MakeWatchLatchesRequest(const WorkerIdentity& identity, int rank,
                                                           int64_t start_window);
 latchkey::v1::ReportStepRequest MakeReportStepRequest(const WorkerIdentity& identity, int rank,
@@ -134,9 +134,13 @@ latchkey::v1::ReportStepRequest MakeReportStepRequest(const WorkerIdentity& iden
 latchkey::v1::ReportCheckpointRequest MakeReportCheckpointRequest(const WorkerIdentity& identity,
                                                                   int rank,
                                                                   const CheckpointReport& report);
-// `position` null: the heartbeat carries none.
+// `position`, `reachability` null: the heartbeat carries none.
 latchkey::v1::HeartbeatRequest MakeHeartbeatRequest(const WorkerIdentity& identity, int rank,
-                                                    const RankPosition* position);
+                                                    const RankPosition* position,
+                                                    const Reachability* reachability = nullptr,
+                                                    bool want_peers = false);
+latchkey::v1::Reachability ToProto(const Reachability& r);
+Reachability FromProto(const latchkey::v1::Reachability& r);
 // `reason`: the ErrorInfo reason of the error ("" when it has none).
 latchkey::v1::ReportFailureRequest MakeReportFailureRequest(const WorkerIdentity& identity,
                                                             int rank, const std::string& message,

@@ -127,6 +127,7 @@ v1::RankPosition ToProto(const RankPosition& p) {
   out.set_group(p.group);
   out.set_seq(p.seq);
   *out.mutable_in_position() = ToProtoDuration(absl::Seconds(std::max(0.0, p.seconds)));
+  if (p.quiet_seconds >= 0) *out.mutable_quiet() = ToProtoDuration(absl::Seconds(p.quiet_seconds));
   return out;
 }
 
@@ -140,6 +141,7 @@ RankPosition FromProto(const v1::RankPosition& p) {
   out.group = p.group();
   out.seq = p.seq();
   out.seconds = std::max(0.0, absl::ToDoubleSeconds(FromProtoDuration(p.in_position())));
+  if (p.has_quiet()) out.quiet_seconds = std::max(0.0, absl::ToDoubleSeconds(FromProtoDuration(p.quiet())));
   return out;
 }
 
@@ -185,11 +187,12 @@ WorkerIdentity FromProto(const v1::WorkerIdentity& identity) {
 }
 
 v1::JoinRequest MakeJoinRequest(const WorkerIdentity& identity, std::optional<int> requested_rank,
-                                const std::string& advertise_host) {
+                                const std::string& advertise_host, int probe_port) {
   v1::JoinRequest out;
   *out.mutable_identity() = ToProto(identity);
   if (requested_rank) out.mutable_requested_rank()->set_value(*requested_rank);
   out.set_advertise_host(advertise_host);
+  out.set_probe_port(probe_port);
   return out;
 }
 
@@ -219,11 +222,32 @@ v1::ReportCheckpointRequest MakeReportCheckpointRequest(const WorkerIdentity& id
 }
 
 v1::HeartbeatRequest MakeHeartbeatRequest(const WorkerIdentity& identity, int rank,
-                                          const RankPosition* position) {
+                                          const RankPosition* position,
+                                          const Reachability* reachability, bool want_peers) {
   v1::HeartbeatRequest out;
   *out.mutable_identity() = ToProto(identity);
   out.set_rank(rank);
   if (position) *out.mutable_position() = ToProto(*position);
+  if (reachability) *out.mutable_reachability() = ToProto(*reachability);
+  out.set_want_peers(want_peers);
+  return out;
+}
+
+v1::Reachability ToProto(const Reachability& r) {
+  v1::Reachability out;
+  out.set_peers_version(r.peers_version);
+  out.set_probed(r.probed);
+  for (int rank : r.unreachable) out.add_unreachable_ranks(rank);
+  out.set_unreachable_seconds(r.unreachable_seconds);
+  return out;
+}
+
+Reachability FromProto(const v1::Reachability& r) {
+  Reachability out;
+  out.peers_version = r.peers_version();
+  out.probed = r.probed();
+  out.unreachable.assign(r.unreachable_ranks().begin(), r.unreachable_ranks().end());
+  out.unreachable_seconds = std::max(0.0, r.unreachable_seconds());
   return out;
 }
 
@@ -262,6 +286,13 @@ void ToProto(const WorkerReply& reply, v1::HeartbeatResponse* out) {
   out->set_state(ToProto(reply.state));
   out->set_reason(reply.reason);
   out->set_attempt(reply.attempt);
+  out->set_peers_version(reply.peers.version);
+  for (const PeerAddress& p : reply.peers.peers) {
+    v1::PeerAddress* a = out->add_peers();
+    a->set_rank(p.rank);
+    a->set_host(p.host);
+    a->set_port(p.port);
+  }
 }
 
 void ToProto(const WorkerReply& reply, v1::ReportFailureResponse* out) {
@@ -291,6 +322,10 @@ WorkerReply FromProto(const v1::HeartbeatResponse& reply) {
   out.state = StateOf(reply.state());
   out.reason = reply.reason();
   out.attempt = reply.attempt();
+  out.peers.version = reply.peers_version();
+  for (const v1::PeerAddress& p : reply.peers()) {
+    out.peers.peers.push_back({p.rank(), p.host(), p.port()});
+  }
   return out;
 }
 

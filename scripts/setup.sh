@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   prometheus python3-grpcio python3-grpc-tools python3-torch python3-venv python3-yaml openssl
   chromium curl
+  iproute2 util-linux
 )
 
 SUDO=""

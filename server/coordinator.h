@@ -64,9 +64,12 @@
 #include "common/job_spec.h"
 #include "common/join_info.h"
 #include "common/latch.h"
+#include "common/rank_position.h"
+#include "common/reachability.h"
 #include "common/spec_limits.h"
 #include "common/timeouts.h"
 #include "server/attempt_log.h"
+#include "server/partition.h"
 #include "server/store.h"
 
 namespace latchkey {
@@ -129,6 +132,8 @@ class CoordinatorObserver {
   // One group commit of step reports took `seconds`; `lock_held`: with the coordinator's lock
   // held all along (a store that cannot commit beside the other calls).
   virtual void GroupCommitted(double /*seconds*/, bool /*lock_held*/) {}
+  // (rank, peer) pairs live jobs' ranks report unreachable now.
+  virtual void UnreachablePeers(int /*pairs*/) {}
 };
 
 struct JobView {
@@ -189,6 +194,7 @@ struct JoinArgs {
   std::optional<int> requested_rank;
   std::string advertise_host;
   std::string peer_host;  // the host part of the caller's address, as the transport saw it
+  int probe_port = 0;     // its reachability listener on the host it is reached at (0: none)
 };
 // The rank's answer (common/join_info.h); tp_rank and dp_rank from the job's RankGrid.
 using JoinResult = JoinInfo;
@@ -222,6 +228,14 @@ struct WorkerStatus {
   std::string reason;
   bool duplicate = false;  // ReportStep only
   int64_t attempt = 1;     // the job's current attempt (after the call)
+  PeerList peers;          // Heartbeat: the peer list's version, and its peers when asked for
+};
+
+// What a heartbeat carries besides the caller (docs/protocol.md).
+struct HeartbeatArgs {
+  std::optional<RankPosition> position;  // none from an older client
+  std::optional<Reachability> reach;     // the rank's newest probe round of its peers
+  bool want_peers = false;               // answer with the peer list
 };
 
 // The same values as JobService's plain types (common/job_info.h), which proto/wire.h puts on
@@ -324,6 +338,9 @@ class Coordinator {
   // `position`: where the rank is (the hang detector's input); none from an older client.
   absl::StatusOr<WorkerStatus> Heartbeat(const WorkerCall& call,
                                          const std::optional<RankPosition>& position = {});
+  // The same with a probe round of the rank's peers (docs/fault-tolerance.md "Partitions"): a
+  // job waiting to form an attempt starts it once every rank reached every other.
+  absl::StatusOr<WorkerStatus> Heartbeat(const WorkerCall& call, const HeartbeatArgs& args);
   // The job recovers (up to max_restarts) or fails, naming the rank and `message`; a
   // `permanent` failure (a configuration error) fails it at once, and so does one whose `reason`
   // (the error's ErrorInfo reason, common/error_info.h) is TRAINING_DIVERGED: a re-run diverges
@@ -347,6 +364,8 @@ class Coordinator {
   // hang_timeout_seconds. The checker thread calls it when its checks start more than
   // kPauseThreshold later than their period; tests may call it themselves.
   void GraceAfterPause(absl::Duration gap);
+  // Own-network suspicion (SuspectOwnNetwork): how long every rank must have been silent.
+  static constexpr absl::Duration kAllSilentAfter = absl::Seconds(4);
   static constexpr absl::Duration kPauseThreshold = absl::Seconds(2);
 
   const CoordinatorOptions& options() const { return options_; }
@@ -404,6 +423,22 @@ class Coordinator {
   // A recovering job whose ranks have not all joined within the liveness timeout of the
   // recovery's start: a failure of the missing ranks. true when it gave a verdict.
   bool CheckRejoin(Job& job, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Partitions (coordinator_partition.cc, server/partition.h). The cut links the job's ranks
+  // report now (fresh reports of the current peer list only).
+  std::optional<PartitionVerdict> CurrentPartition(const Job& job, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The peer list of the job's attempt (every rank's probe address), once all have joined.
+  PeerList PeersOf(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pending or recovering job whose ranks have all joined: started once every rank reported
+  // every other reachable (at once when its ranks are on one host or a rank cannot probe);
+  // while a link is cut it waits, no restart spent, up to latchkey.partition_timeout_seconds,
+  // then fails naming the link.
+  absl::Status MaybeStart(Job& job, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every rank of every live job fell silent at once, across hosts: this coordinator's own
+  // network is the likelier fault. true while it suspects it (no verdict is given meanwhile).
+  bool SuspectOwnNetwork(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Grace for every live job (GraceAfterPause, and after hearing from ranks again).
+  int GrantGrace(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops stall verdicts once the attempt they caused completed a step.
   absl::Status ClearStalled(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Progress reports (coordinator_reports.cc): ReportStep up to the durable acknowledgement;
@@ -462,6 +497,9 @@ class Coordinator {
   int64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int> live_ranks_{0};  // LiveRanks(); written under mu_
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  // Since when every rank of every live job has been silent while this coordinator suspects
+  // its own network (SuspectOwnNetwork); InfinitePast: it does not.
+  absl::Time suspect_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
   // Jobs whose listeners are to be told of a change; the notifier thread drains it.
   std::vector<std::string> dirty_jobs_ ABSL_GUARDED_BY(mu_);

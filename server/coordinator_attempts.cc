@@ -6,6 +6,7 @@
 // re-decides the latches from its first window. A user's resume (ResumeJob) reopens a failed or
 // cancelled job into a new attempt the same way. What an attempt is, and the layout it runs, is
 // the AttemptLog's (attempt_log.h).
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -30,6 +31,22 @@ absl::Status Coordinator::FailOrRecover(Job& job, int rank, WorkerState worker_s
                                         const std::string& cause) {
   if (rank >= 0) LK_RETURN_IF_ERROR(SetWorkerState(job, rank, worker_state));
   const bool live = job.rec.state == JobState::kRunning || job.rec.state == JobState::kRecovering;
+  // A failure while the job's ranks report a cut link between them is the partition's: the
+  // recovery names the link and spends no restart; the next attempt forms once the link is back
+  // (MaybeStart), or the job fails after latchkey.partition_timeout_seconds.
+  if (live) {
+    const absl::Time now = clock_->Now();
+    if (std::optional<PartitionVerdict> cut = CurrentPartition(job, now)) {
+      double longest = 0;
+      for (const CutLink& l : cut->links) longest = std::max(longest, l.seconds);
+      if (!job.partition) job.partition = Job::PartitionWait{now - absl::Seconds(longest)};
+      if (observer_) observer_->UnreachablePeers(cut->pairs);
+      AttemptLog::Recovery r;
+      r.cause = absl::StrCat("network partition: ", cut->message, " (", cause, ")");
+      r.spend_restart = false;
+      return BeginAttempt(job, r);
+    }
+  }
   const int restarts = job.attempts.restarts();
   if (live && restarts < job.spec.max_restarts) {
     AttemptLog::Recovery r;

@@ -68,6 +68,14 @@ struct Coordinator::Job {
   // starts them after resuming, so its rejoin window opens at the first join. Never persisted
   // (a restarted coordinator opens it at load, as for any recovery).
   bool resume_awaits_first_join = false;
+  // A network partition the job waits out (coordinator_partition.cc): since when its link has
+  // been cut, and when the waiting cause was last written to the record. Never persisted (a
+  // restarted coordinator learns of it again from the ranks' probes).
+  struct PartitionWait {
+    absl::Time since;
+    absl::Time written = absl::InfinitePast();
+  };
+  std::optional<PartitionWait> partition;
 
   // Waiters (WaitJobChange, WaitLatches) and latch streams.
   uint64_t version = 1;  // bumps on every change waiters may care about

@@ -51,7 +51,15 @@ void Coordinator::StartLivenessChecker() {
 void Coordinator::GraceAfterPause(absl::Duration gap) {
   absl::MutexLock lock(&mu_);
   if (shutdown_) return;
-  const absl::Time now = clock_->Now();
+  const int granted = GrantGrace(clock_->Now());
+  Log(absl::StrCat("coordinator did not run for ",
+                   absl::FormatDuration(absl::Trunc(gap, absl::Milliseconds(100))),
+                   " (stopped, frozen or starved): ", granted,
+                   granted == 1 ? " live job gets" : " live jobs get",
+                   " a fresh liveness and hang grace period"));
+}
+
+int Coordinator::GrantGrace(absl::Time now) {
   int granted = 0;
   for (auto& [id, job] : jobs_) {
     if (IsTerminal(job->rec.state)) continue;
@@ -73,19 +81,25 @@ void Coordinator::GraceAfterPause(absl::Duration gap) {
     job->hang_grace_until = now + absl::Seconds(job->spec.hang_timeout_seconds);
     ++granted;
   }
-  Log(absl::StrCat("coordinator did not run for ",
-                   absl::FormatDuration(absl::Trunc(gap, absl::Milliseconds(100))),
-                   " (stopped, frozen or starved): ", granted,
-                   granted == 1 ? " live job gets" : " live jobs get",
-                   " a fresh liveness and hang grace period"));
+  return granted;
 }
 
 void Coordinator::CheckLiveness() {
   absl::MutexLock lock(&mu_);
   if (shutdown_) return;
   const absl::Time now = clock_->Now();
+  if (SuspectOwnNetwork(now)) return;
+  int unreachable = 0;
   for (auto& [id, job] : jobs_) {
     if (IsTerminal(job->rec.state)) continue;
+    if (std::optional<PartitionVerdict> cut = CurrentPartition(*job, now)) {
+      unreachable += cut->pairs;
+    }
+    if (job->ranks.all_joined() && (job->rec.state == JobState::kPending ||
+                                     job->rec.state == JobState::kRecovering)) {
+      (void)MaybeStart(*job, now);  // a store failure leaves it waiting; the next check retries
+      if (IsTerminal(job->rec.state)) continue;
+    }
     std::vector<int> late = job->ranks.Late(now, options_.liveness_timeout);
     if (now < job->liveness_grace_until) late.clear();  // GraceAfterPause
     if (!late.empty()) {
@@ -96,6 +110,7 @@ void Coordinator::CheckLiveness() {
     if (!job->spares.empty()) LiveSpares(*job, now);
     CheckHang(*job, now);
   }
+  if (observer_) observer_->UnreachablePeers(unreachable);
 }
 
 void Coordinator::LivenessVerdict(Job& job, const std::vector<int>& late, absl::Time now) {
@@ -137,6 +152,12 @@ bool Coordinator::CheckRejoin(Job& job, absl::Time now) {
   for (int i = 0; i < job.world_size(); ++i) {
     if (job.ranks.at(i).worker_id.empty()) missing.push_back(i);
   }
+  // Ranks cut off by a partition rejoin once their link is back: that wait spends nothing, up
+  // to latchkey.partition_timeout_seconds.
+  if (job.partition &&
+      now - job.partition->since <= absl::Seconds(job.spec.partition_timeout_seconds)) {
+    return false;
+  }
   const std::string cause =
       absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
                    " did not rejoin attempt ", job.attempts.attempt(), " within ",
@@ -172,6 +193,13 @@ bool Coordinator::CheckHang(Job& job, absl::Time now) {
   std::optional<StallVerdict> v = FindStall(watch, absl::Seconds(job.spec.hang_timeout_seconds),
                                             2 * HeartbeatInterval(job.world_size()));
   if (!v) return false;
+  if (std::optional<PartitionVerdict> cut = CurrentPartition(job, now)) {
+    // Not a stalled rank: a cut link (FailOrRecover names it and spends no restart).
+    Log(absl::StrCat(job.rec.job_id, ": network partition: ", cut->message));
+    absl::Status s = FailOrRecover(job, -1, WorkerState::kLost, v->message);
+    (void)s;  // as in LivenessVerdict
+    return true;
+  }
   v->stalled.attempt = attempt;
   JobRecord next = job.rec;
   next.stalled.push_back(v->stalled);

@@ -266,7 +266,7 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportCheckpoint(const WorkerCall& cal
     return absl::FailedPreconditionError(
         absl::StrCat(j.rec.job_id, ": job is ", JobStateName(j.rec.state)));
   }
-  WorkerStatus out{j.rec.state, j.rec.failure_reason, false, j.attempts.attempt()};
+  WorkerStatus out{j.rec.state, j.rec.failure_reason, false, j.attempts.attempt(), {}};
   LK_ASSIGN_OR_RETURN(std::vector<CheckpointRecord> known, store_->LoadCheckpoints(j.rec.job_id));
   for (const CheckpointRecord& k : known) {
     if (k.step == report.step && k.manifest_sha256 == report.manifest_sha256) {

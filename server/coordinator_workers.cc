@@ -140,10 +140,9 @@ absl::StatusOr<int> Coordinator::ClaimRank(Job& j, const JoinArgs& args) {
     LK_RETURN_IF_ERROR(store_->UpdateJob(rec));
     j.rec = std::move(rec);
   }
-  if (j.ranks.all_joined() &&
-      (j.rec.state == JobState::kPending || j.rec.state == JobState::kRecovering)) {
-    LK_RETURN_IF_ERROR(StartJob(j));
-  }
+  j.ranks.at(rank).probe_port = args.probe_port;
+  // The attempt forms once its ranks reach each other (coordinator_partition.cc).
+  LK_RETURN_IF_ERROR(MaybeStart(j, clock_->Now()));
   Touch(j);
   return rank;
 }
@@ -247,18 +246,35 @@ void Coordinator::Unsubscribe(const Subscription& sub) {
 
 absl::StatusOr<WorkerStatus> Coordinator::Heartbeat(const WorkerCall& call,
                                                     const std::optional<RankPosition>& position) {
+  HeartbeatArgs args;
+  args.position = position;
+  return Heartbeat(call, args);
+}
+
+absl::StatusOr<WorkerStatus> Coordinator::Heartbeat(const WorkerCall& call,
+                                                    const HeartbeatArgs& args) {
   absl::MutexLock lock(&mu_);
   LK_ASSIGN_OR_RETURN(Job * j, FindForWorker(call, /*check_rank=*/true));
   RankTable::Rank& r = j->ranks.at(call.rank);
-  r.last_seen = r.heartbeat_time = clock_->Now();
+  const absl::Time now = clock_->Now();
+  r.last_seen = r.heartbeat_time = now;
   // A client that sends no position is idle to the hang detector: it is judged only once it
   // goes silent (a stopped process keeps its latch stream open, so liveness never ends it).
-  if (position) {
-    r.position = *position;
+  if (args.position) {
+    r.position = *args.position;
   } else if (!r.position) {
     r.position = RankPosition{};
   }
-  return WorkerStatus{j->rec.state, j->rec.failure_reason, false, j->attempts.attempt()};
+  if (args.reach) {
+    r.reach = *args.reach;
+    r.reach_time = now;
+    // A job waiting to form its attempt starts once every rank reached every other.
+    LK_RETURN_IF_ERROR(MaybeStart(*j, now));
+  }
+  WorkerStatus out{j->rec.state, j->rec.failure_reason, false, j->attempts.attempt(), {}};
+  out.peers.version = j->ranks.peers_version();
+  if (args.want_peers) out.peers = PeersOf(*j);
+  return out;
 }
 
 absl::StatusOr<WorkerStatus> Coordinator::ReportFailure(const WorkerCall& call,
@@ -286,7 +302,7 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportFailure(const WorkerCall& call,
       LK_RETURN_IF_ERROR(FailOrRecover(*j, call.rank, WorkerState::kFailed, cause));
     }
   }
-  return WorkerStatus{j->rec.state, j->rec.failure_reason, false, j->attempts.attempt()};
+  return WorkerStatus{j->rec.state, j->rec.failure_reason, false, j->attempts.attempt(), {}};
 }
 
 }  // namespace latchkey

@@ -51,6 +51,13 @@ std::string DescribePosition(const RankPosition& p) {
 std::optional<StallVerdict> FindStall(const std::vector<RankWatch>& ranks,
                                       absl::Duration hang_timeout, absl::Duration silent_after) {
   const double timeout = absl::ToDoubleSeconds(hang_timeout);
+  for (const RankWatch& r : ranks) {
+    const RankPosition& p = r.position;
+    if (p.phase == RankPhase::kCollective && p.quiet_seconds >= 0 &&
+        p.quiet_seconds + absl::ToDoubleSeconds(r.since_heartbeat) < timeout) {
+      return std::nullopt;  // its bytes still move: slow, not stalled
+    }
+  }
   bool stalled = false;
   for (const RankWatch& r : ranks) {
     const bool silent = r.since_heartbeat > silent_after;

@@ -9,6 +9,10 @@
 // The culprit is a silent rank (the one silent longest), else the rank furthest behind in the
 // plan: the smallest (window, seq), where at the same seq a rank in latch or compute is behind
 // one inside collective #seq, which is behind one in eval or checkpoint. Ties: the lower rank.
+//
+// A slow collective is not a stalled one: while some rank inside a collective reports that its
+// connections to its peers moved bytes within the hang timeout (RankPosition::quiet_seconds),
+// the job is not stalled.
 #ifndef LATCHKEY_SERVER_HANG_DETECTOR_H_
 #define LATCHKEY_SERVER_HANG_DETECTOR_H_
 

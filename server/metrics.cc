@@ -40,6 +40,12 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
                   .Help("Ranks the hang detector declared stalled, listed on live jobs.")
                   .Register(*registry_)
                   .Add({});
+  unreachable_ = &prometheus::BuildGauge()
+                      .Name("latchkey_unreachable_peers")
+                      .Help("(rank, peer) pairs that live jobs' ranks report unreachable now: a "
+                            "cut link between hosts.")
+                      .Register(*registry_)
+                      .Add({});
   restarts_ = &prometheus::BuildCounter()
                    .Name("latchkey_job_restarts_total")
                    .Help("Recoveries begun: a job restarted every rank in a new attempt.")
@@ -82,6 +88,8 @@ void CoordinatorMetrics::AddWorkers(WorkerState state, int delta) {
 void CoordinatorMetrics::LatchPublished(KvMode mode) { latches_.at(mode)->Increment(); }
 
 void CoordinatorMetrics::AddStalledRanks(int delta) { stalled_->Increment(delta); }
+
+void CoordinatorMetrics::UnreachablePeers(int pairs) { unreachable_->Set(pairs); }
 
 void CoordinatorMetrics::JobRestarted() { restarts_->Increment(); }
 

@@ -3,6 +3,8 @@
 //   latchkey_workers{state}                   gauge, workers per state
 //   latchkey_latches_published_total{kv_mode} counter
 //   latchkey_stalled_ranks                    gauge, stall verdicts listed on live jobs
+//   latchkey_unreachable_peers                gauge, (rank, peer) pairs live jobs' ranks report
+//                                             unreachable now (a cut link)
 //   latchkey_job_restarts_total               counter, recoveries begun (new attempts)
 //   latchkey_boundary_arrival_lag_seconds     histogram, per window: max - min over ranks of
 //                                             the time waited in its first boundary collective
@@ -38,6 +40,7 @@ class CoordinatorMetrics : public CoordinatorObserver {
   void AddWorkers(WorkerState state, int delta) override;
   void LatchPublished(KvMode mode) override;
   void AddStalledRanks(int delta) override;
+  void UnreachablePeers(int pairs) override;
   void JobRestarted() override;
   void BoundaryArrivalLag(double seconds) override;
   void GroupCommitted(double seconds, bool lock_held) override;
@@ -52,6 +55,7 @@ class CoordinatorMetrics : public CoordinatorObserver {
   std::map<WorkerState, prometheus::Gauge*> workers_;
   std::map<KvMode, prometheus::Counter*> latches_;
   prometheus::Gauge* stalled_ = nullptr;
+  prometheus::Gauge* unreachable_ = nullptr;
   prometheus::Counter* restarts_ = nullptr;
   prometheus::Histogram* arrival_lag_ = nullptr;
   prometheus::Histogram* commit_ = nullptr;

@@ -74,9 +74,13 @@ void RankTable::Place(const WorkerRecord& worker, absl::Time now) {
   r.attempt = worker.attempt;
   r.position.reset();
   r.heartbeat_time = now;
+  r.probe_port = 0;
+  r.reach.reset();
+  ++peers_version_;
 }
 
 void RankTable::Reset(int64_t steps_reported) {
+  ++peers_version_;
   for (Rank& r : ranks_) {
     r = Rank{};
     r.steps_reported = steps_reported;

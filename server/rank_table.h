@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/rank_grid.h"
 #include "common/rank_position.h"
+#include "common/reachability.h"
 #include "common/states.h"
 #include "server/store.h"
 
@@ -42,6 +43,11 @@ class RankTable {
     // when that heartbeat arrived (not persisted).
     std::optional<RankPosition> position;
     absl::Time heartbeat_time = absl::UnixEpoch();
+    // Partitions (server/partition.h): the holder's probe port on `host` (0: it has none), and
+    // its newest probe round of its peers with the time it arrived (not persisted).
+    int probe_port = 0;
+    std::optional<Reachability> reach;
+    absl::Time reach_time = absl::UnixEpoch();
   };
 
   // REQUIRES: grid.valid().
@@ -75,6 +81,10 @@ class RankTable {
   // attempt runs).
   void Reset(int64_t steps_reported);
 
+  // Changes whenever a rank gets another holder (Place, Reset): the version of the peer list
+  // the ranks probe (common/reachability.h).
+  int64_t peers_version() const { return peers_version_; }
+
   // min over ranks of steps_reported; 0 until every rank has joined. O(1).
   int64_t StepsCompleted() const;
 
@@ -86,6 +96,7 @@ class RankTable {
   RankGrid grid_;
   std::vector<Rank> ranks_;
   int joined_ = 0;
+  int64_t peers_version_ = 1;
   std::unordered_map<std::string, int> by_worker_;  // worker id -> the rank it holds
   std::map<int64_t, int> progress_;                 // steps_reported -> ranks at it
 };

@@ -19,6 +19,7 @@ constexpr size_t kMaxWorkerIdBytes = 256;
 constexpr size_t kMaxHostBytes = 256;
 constexpr size_t kMaxFailureBytes = 4096;
 constexpr int kMaxCollectiveKeys = 1024;
+constexpr int kMaxUnreachableRanks = 1 << 16;  // more ranks than any job's
 constexpr int kLatchBatch = 64;
 
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
@@ -44,6 +45,7 @@ WorkerReply ToReply(const WorkerStatus& status) {
   out.reason = status.reason;
   out.duplicate = status.duplicate;
   out.attempt = status.attempt;
+  out.peers = status.peers;
   return out;
 }
 
@@ -154,6 +156,10 @@ absl::Status WorkerServiceImpl::DoJoin(const std::string& peer, const v1::JoinRe
   if (req.has_requested_rank()) args.requested_rank = req.requested_rank().value();
   args.advertise_host = req.advertise_host();
   args.peer_host = PeerHost(peer);
+  if (req.probe_port() < 0 || req.probe_port() > 65535) {
+    return Invalid("probe_port: must be 0..65535");
+  }
+  args.probe_port = req.probe_port();
   LK_ASSIGN_OR_RETURN(JoinResult r, core_->Join(args));
   *resp = ToProto(r);
   return absl::OkStatus();
@@ -308,9 +314,17 @@ absl::Status WorkerServiceImpl::DoHeartbeat(const v1::HeartbeatRequest& req,
                                             v1::HeartbeatResponse* resp) {
   WorkerCall call;
   LK_RETURN_IF_ERROR(ToCall(req.identity(), req.rank(), &call));
-  std::optional<RankPosition> position;
-  if (req.has_position()) position = FromProto(req.position());
-  LK_ASSIGN_OR_RETURN(WorkerStatus out, core_->Heartbeat(call, position));
+  HeartbeatArgs args;
+  if (req.has_position()) args.position = FromProto(req.position());
+  if (req.has_reachability()) {
+    if (req.reachability().unreachable_ranks_size() > kMaxUnreachableRanks) {
+      return Invalid(
+          absl::StrCat("reachability.unreachable_ranks: more than ", kMaxUnreachableRanks));
+    }
+    args.reach = FromProto(req.reachability());
+  }
+  args.want_peers = req.want_peers();
+  LK_ASSIGN_OR_RETURN(WorkerStatus out, core_->Heartbeat(call, args));
   ToProto(ToReply(out), resp);
   return absl::OkStatus();
 }

@@ -15,8 +15,9 @@ namespace latchkey {
 namespace {
 
 // Once fenced, how long the training thread may stay where no error reaches it (a collective
-// with a stopped peer) before the process exits for a restart (kExitRestartMe).
-constexpr absl::Duration kStuckExitAfter = absl::Seconds(5);
+// with a stopped or cut-off peer) before the process exits for a restart (kExitRestartMe): two
+// heartbeats, so a fenced attempt's ranks leave promptly and the next one forms.
+constexpr absl::Duration kStuckExitAfter = absl::Seconds(2);
 
 }  // namespace
 

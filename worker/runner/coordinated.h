@@ -27,7 +27,7 @@ struct CoordinatedOptions {
   RunOptions run;
   std::chrono::milliseconds collective_timeout{kDefaultCollectiveTimeout};
   // --join-timeout: how long the join waits for a coordinator that does not answer.
-  std::chrono::milliseconds join_timeout{kDefaultReconnectTimeout};
+  std::chrono::milliseconds join_timeout{kDefaultJoinTimeout};
 };
 
 absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& env);

@@ -38,7 +38,7 @@ struct WorkerFlags {
   std::string tls_key;      // --tls-key, else LATCHKEY_TLS_KEY
   std::chrono::milliseconds collective_timeout{kDefaultCollectiveTimeout};
   // --join-timeout S: how long coordinator mode waits for the coordinator to answer its join.
-  std::chrono::milliseconds join_timeout{kDefaultReconnectTimeout};
+  std::chrono::milliseconds join_timeout{kDefaultJoinTimeout};
   RunOptions run;  // outputs, --save, engine and test-only options
 };
 

@@ -43,13 +43,14 @@ bool IsSymptom(const absl::Status& error) {
 }  // namespace
 
 absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Begin() {
-  // An elastic job's ranks meet once every rank of the attempt has joined: a recovery that
-  // cannot get its ranks back moves to a smaller layout instead, and a rank waiting in the
-  // rendezvous of the abandoned one could not leave it. Joining again is idempotent (the same
-  // rank, the job's state now) and adopts a newer attempt when there is one.
-  while (session_->info().elastic && !session_->info().spare &&
-         (session_->info().state == JobState::kPending ||
-          session_->info().state == JobState::kRecovering)) {
+  // The ranks meet once the coordinator formed the attempt: every rank has joined (an elastic
+  // recovery that cannot get its ranks back moves to a smaller layout instead, and a rank
+  // waiting in the rendezvous of the abandoned one could not leave it), and, across hosts,
+  // every rank reached every other (no rendezvous across a cut link: docs/fault-tolerance.md
+  // "Partitions"). Joining again is idempotent (the same rank, the job's state now) and adopts
+  // a newer attempt when there is one.
+  while (!session_->info().spare && (session_->info().state == JobState::kPending ||
+                                     session_->info().state == JobState::kRecovering)) {
     absl::SleepFor(kRecoverPoll);
     if (absl::Status st = session_->Rejoin(); !st.ok()) return Report(st);
   }

@@ -19,10 +19,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <optional>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/grpc_status.h"
 #include "proto/wire.h"
@@ -33,9 +35,20 @@ namespace latchkey {
 absl::Status WorkerSession::Impl::HeartbeatOnce(bool retry) {
   const WorkerIdentity who = Identity();
   std::optional<RankPosition> position;
-  if (opt.position) position = opt.position();
-  const v1::HeartbeatRequest req =
-      MakeHeartbeatRequest(who, Rank(), position ? &*position : nullptr);
+  if (opt.position) {
+    position = opt.position();
+    MeasureQuiet(&*position);
+  }
+  // The newest probe round (a recent one only), and whether this rank lacks the peer list.
+  std::optional<Reachability> reach;
+  bool want_peers = false;
+  if (prober) {
+    reach = prober->Latest(absl::Seconds(3));
+    absl::MutexLock lock(&mu);
+    want_peers = prober->peers_version() != peers_version || peers_version == 0;
+  }
+  const v1::HeartbeatRequest req = MakeHeartbeatRequest(
+      who, Rank(), position ? &*position : nullptr, reach ? &*reach : nullptr, want_peers);
   v1::HeartbeatResponse resp;
   grpc::Status st;
   if (retry) {
@@ -53,6 +66,14 @@ absl::Status WorkerSession::Impl::HeartbeatOnce(bool retry) {
     const WorkerReply reply = FromProto(resp);
     SetEnd(reply.state, reply.reason);
     NoteAttempt(reply.attempt);
+    int rank = -1;
+    {
+      absl::MutexLock lock(&mu);
+      job_state = reply.state;
+      peers_version = reply.peers.version;
+      rank = info.rank;
+    }
+    if (prober && want_peers && !reply.peers.peers.empty()) prober->SetPeers(rank, reply.peers);
   } else {
     NoteRefusal(s, /*always=*/true, who.attempt);
   }
@@ -83,6 +104,44 @@ void WorkerSession::Impl::CheckStuck() {
   _exit(kExitRestartMe);
 }
 
+bool WorkerSession::Impl::SteerProber(const RankPosition* position) {
+  if (!prober) return false;
+  bool forming = false;
+  {
+    absl::MutexLock lock(&mu);
+    forming = (job_state == JobState::kPending || job_state == JobState::kRecovering) &&
+              !info.spare && info.rank >= 0 && !fenced && !end;
+  }
+  const bool stalling = position != nullptr && position->phase == RankPhase::kCollective &&
+                        position->seconds >= absl::ToDoubleSeconds(opt.probe_after);
+  prober->SetActive(forming || stalling);
+  return forming || stalling;
+}
+
+void WorkerSession::Impl::MeasureQuiet(RankPosition* p) {
+  if (!prober || p->phase != RankPhase::kCollective ||
+      p->seconds < absl::ToDoubleSeconds(opt.probe_after)) {
+    return;
+  }
+  const std::string key = absl::StrCat(p->attempt, "/", p->window, "/", p->seq);
+  int port = 0;
+  if (auto colon = opt.coordinator.rfind(':'); colon != std::string::npos) {
+    port = std::atoi(opt.coordinator.c_str() + colon + 1);
+  }
+  const std::optional<uint64_t> bytes = prober->PeerBytes(port);
+  if (!bytes) return;  // no connection to a peer's host: a collective over shared memory
+  const absl::Time now = clock->Now();
+  absl::MutexLock lock(&quiet_mu);
+  if (key != quiet_key || *bytes != quiet_bytes) {
+    // A new collective counts as moving from its start; then each change of the count.
+    if (key != quiet_key) quiet_since = now - absl::Seconds(p->seconds);
+    if (key == quiet_key) quiet_since = now;
+    quiet_key = key;
+    quiet_bytes = *bytes;
+  }
+  p->quiet_seconds = std::max(0.0, absl::ToDoubleSeconds(now - quiet_since));
+}
+
 // Heartbeats every `period`, and also as soon as the rank entered another window or attempt
 // (checked every tick), so the coordinator's last view of a rank that goes silent is fresh.
 void WorkerSession::Impl::HeartbeatLoop() {
@@ -97,14 +156,33 @@ void WorkerSession::Impl::HeartbeatLoop() {
   absl::Time next = clock->Now() + period;
   int64_t sent_window = -1;
   int64_t sent_attempt = 0;
+  uint64_t sent_rounds = 0;
+  absl::Time asked_peers = absl::InfinitePast();
   while (Sleep(tick)) {
     CheckStuck();
     bool moved = false;
+    std::optional<RankPosition> p;
     if (opt.position) {
-      const RankPosition p = opt.position();
-      moved = p.window != sent_window || p.attempt != sent_attempt;
-      sent_window = p.window;
-      sent_attempt = p.attempt;
+      p = opt.position();
+      moved = p->window != sent_window || p->attempt != sent_attempt;
+      sent_window = p->window;
+      sent_attempt = p->attempt;
+    }
+    // Probing: a new round goes out at once; so does a request for a changed peer list while
+    // the attempt forms (a few times a second at most).
+    if (SteerProber(p ? &*p : nullptr)) {
+      const uint64_t rounds = prober->rounds();
+      bool lacks_peers = false;
+      {
+        absl::MutexLock lock(&mu);
+        lacks_peers = prober->peers_version() != peers_version;
+      }
+      if (rounds != sent_rounds) moved = true;
+      sent_rounds = rounds;
+      if (lacks_peers && clock->Now() - asked_peers >= absl::Milliseconds(200)) {
+        moved = true;
+        asked_peers = clock->Now();
+      }
     }
     if (!moved && clock->Now() < next) continue;
     next = clock->Now() + period;

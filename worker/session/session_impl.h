@@ -40,6 +40,7 @@
 #include "absl/time/time.h"
 #include "common/worker_protocol.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
+#include "worker/session/peer_prober.h"
 #include "worker/session/report_outbox.h"
 #include "worker/session/worker_session.h"
 
@@ -81,6 +82,18 @@ struct WorkerSession::Impl {
   bool recovering ABSL_GUARDED_BY(mu) = false;
   std::thread reader;
   std::thread heart;
+  // Partition detection (peer_prober.h): null when opt.probe_peers is off or it could not
+  // listen. `job_state` is the job's state as the coordinator last said it; the heartbeat
+  // thread asks for the peer list while the prober's version is not `peers_version`.
+  std::unique_ptr<PeerProber> prober;
+  JobState job_state ABSL_GUARDED_BY(mu) = JobState::kPending;
+  int64_t peers_version ABSL_GUARDED_BY(mu) = 0;
+  // The bytes the rank's peer connections moved at the last look, and when they last moved,
+  // in the position they were measured in (heartbeat thread; under quiet_mu).
+  absl::Mutex quiet_mu;
+  std::string quiet_key ABSL_GUARDED_BY(quiet_mu);
+  uint64_t quiet_bytes ABSL_GUARDED_BY(quiet_mu) = 0;
+  absl::Time quiet_since ABSL_GUARDED_BY(quiet_mu);
   // Reports the coordinator could not take when made, and those queued behind them (Deliver).
   ReportOutbox outbox;
 
@@ -117,6 +130,12 @@ struct WorkerSession::Impl {
   absl::Status HeartbeatOnce(bool retry);
   // Heartbeat thread: exits the process when fenced and not recovering past stuck_exit_after.
   void CheckStuck();
+  // Heartbeat thread: probes while the attempt forms or a collective lasts probe_after; true
+  // when a new probe round is ready to go out.
+  bool SteerProber(const RankPosition* position);
+  // Sets position->quiet_seconds from the peer connections' bytes (a collective past
+  // probe_after only).
+  void MeasureQuiet(RankPosition* position);
   // The heartbeat thread's body.
   void HeartbeatLoop();
 

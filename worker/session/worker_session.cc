@@ -12,6 +12,7 @@
 #include "worker/session/worker_session.h"
 
 #include <algorithm>
+#include <iostream>
 #include <atomic>
 #include <string>
 #include <thread>
@@ -102,6 +103,7 @@ absl::Status WorkerSession::Impl::FencedErrorLocked() const {
 void WorkerSession::Impl::Adopt(JoinInfo joined) {
   absl::MutexLock lock(&mu);
   info = std::move(joined);
+  job_state = info.state;
   job_attempt = std::max(job_attempt, info.attempt);
   fenced = false;
   recovering = false;
@@ -119,6 +121,17 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSession
   auto channel = MakeCoordinatorChannel(impl->opt.coordinator, impl->opt.credentials);
   if (!channel.ok()) return channel.status();
   impl->stub = v1::WorkerService::NewStub(*channel);
+  if (impl->opt.probe_peers) {
+    PeerProberOptions po;
+    po.host = impl->opt.probe_host;
+    auto prober = PeerProber::Start(po);
+    if (prober.ok()) {
+      impl->prober = *std::move(prober);
+    } else {  // the job then forms its attempts without this rank's probes
+      std::cerr << "latchkey-worker: no probe port (" << prober.status().message()
+                << "): partitions are not told from stalls for this rank" << std::endl;
+    }
+  }
   auto joined = impl->DoJoin(impl->opt.join_timeout);
   if (!joined.ok()) return joined.status();
   impl->Adopt(*std::move(joined));
@@ -172,7 +185,10 @@ absl::Status WorkerSession::Flush(absl::Duration timeout) {
 
 void WorkerSession::Close() {
   // Steps reported during an outage are delivered before the session goes (nothing lost).
-  (void)Flush(impl_->opt.reconnect_timeout + impl_->opt.rpc_timeout);
+  // Bounded apart from the reconnect timeout: an exiting worker waits for its coordinator at most
+  // as long as a first Join does.
+  (void)Flush(std::min(impl_->opt.reconnect_timeout, absl::FromChrono(kDefaultJoinTimeout)) +
+              impl_->opt.rpc_timeout);
   {
     absl::MutexLock lock(&impl_->mu);
     impl_->closed = true;

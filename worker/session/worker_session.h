@@ -80,7 +80,7 @@ struct WorkerSessionOptions {
   absl::Duration reconnect_timeout = absl::FromChrono(kDefaultReconnectTimeout);
   // How long Join waits for a coordinator that does not answer (nothing listening, unreachable)
   // before it fails with the last error (latchkey-worker --join-timeout).
-  absl::Duration join_timeout = absl::FromChrono(kDefaultReconnectTimeout);
+  absl::Duration join_timeout = absl::FromChrono(kDefaultJoinTimeout);
   // While Join (or Rejoin) waits for the coordinator, a line on stderr this often: the address,
   // the time waited so far and the last error.
   absl::Duration waiting_line_every = absl::Seconds(5);
@@ -96,6 +96,12 @@ struct WorkerSessionOptions {
   // Watchdog: once fenced, if the training thread has not called BeginRecovery() (or Rejoin())
   // within this long, print one line to stderr and _exit(kExitRestartMe). Infinite: never.
   absl::Duration stuck_exit_after = absl::InfiniteDuration();
+  // Partition detection (docs/fault-tolerance.md "Partitions"; peer_prober.h): listen on a probe
+  // port at `probe_host` ("": every address), sent with Join, and probe the peers while the
+  // attempt forms and while a collective of the rank lasts `probe_after`.
+  bool probe_peers = true;
+  std::string probe_host;
+  absl::Duration probe_after = absl::Seconds(2);
   // The time the session measures its waits on; null: RealClock(). Not owned; must outlive the
   // session.
   const Clock* clock = nullptr;

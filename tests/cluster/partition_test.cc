@@ -1,0 +1,218 @@
+// Network faults across simulated hosts (docs/fault-tolerance.md "Partitions"): a DP 2 x TP 2
+// job with the coordinator on host 1, ranks 0-1 on host 2 and ranks 2-3 on host 3, against the
+// same job run without faults. A partition is not a crash: the job succeeds, no restart is
+// counted for it, the link is named, and every step's loss and the final weights equal the
+// uninterrupted run's bit for bit.
+//
+// LATCHKEY_CLUSTER_MATRIX=full runs every case of the matrix (minutes each); by default the
+// cases marked `ci` run.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/cluster/cluster_job.h"
+#include "tests/support/launch.h"
+#include "tests/support/process.h"
+#include "tests/support/specs.h"
+#include "tests/support/temp_dir.h"
+
+namespace latchkey::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::seconds;
+
+constexpr int kSteps = 40;
+constexpr int kCheckpointEvery = 5;
+constexpr int kHangTimeout = 8;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+nlohmann::json PartitionSpec(bool elastic) {
+  ModelShape model;
+  model.n_embd = 64;
+  model.n_positions = 32;
+  SpecParams p;
+  p.model = ModelJson(model);
+  p.micro_batch = 2;
+  p.gas = 2;
+  p.zero_stage = 1;
+  p.optimizer = "AdamW";
+  p.lr = 3e-3;
+  p.tp = 2;
+  p.seq_len = 32;
+  p.steps = kSteps;
+  p.seed = 23;
+  p.world_size = 4;
+  p.data = SyntheticData(5);
+  p.extra_latchkey = {{"checkpoint", {{"dir", "ckpt"}, {"every_steps", kCheckpointEvery}}},
+                      {"hang_timeout_seconds", kHangTimeout},
+                      {"rejoin_timeout_seconds", 30},
+                      {"partition_timeout_seconds", 300}};
+  if (elastic) p.extra_latchkey["elastic"] = {{"min_dp", 1}};
+  return SpecObject(p);
+}
+
+ClusterJobOptions Options(bool elastic) {
+  ClusterJobOptions o;
+  o.spec = PartitionSpec(elastic);
+  o.coordinator_flags = {"--liveness-timeout", "15"};
+  return o;
+}
+
+// The uninterrupted run, once per binary.
+struct Baseline {
+  std::map<int64_t, double> losses;
+  std::vector<char> weights;
+};
+
+std::vector<char> Bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+const Baseline& Uninterrupted() {
+  static Baseline* b = [] {
+    auto* out = new Baseline;
+    static const ScopedTempDir dir("cluster-ref");
+    auto job = ClusterJob::Start(dir.path(), Options(false));
+    if (!job.ok()) {
+      std::fprintf(stderr, "uninterrupted run: %s\n", std::string(job.status().message()).c_str());
+      return out;
+    }
+    auto end = (*job)->WaitEnded(seconds(400));
+    if (!end || end->value("state", "") != "SUCCEEDED") {
+      std::fprintf(stderr, "uninterrupted run: %s\n%s\n", end ? end->dump(2).c_str() : "no end",
+                   (*job)->CoordinatorLog().c_str());
+      return out;
+    }
+    out->losses = (*job)->Losses();
+    out->weights = Bytes((*job)->FinalWeights());
+    return out;
+  }();
+  return *b;
+}
+
+enum class FaultKind { kCut, kIsolate, kThrottle };
+
+struct Case {
+  const char* name;
+  FaultKind kind;
+  int host_a;  // kCut: hosts a and b; kIsolate, kThrottle: host a
+  int host_b;
+  int seconds;
+  bool elastic;
+  bool ci;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+
+class PartitionMatrix : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PartitionMatrix, SucceedsWithoutRestartsAndEqualsTheUninterruptedRun) {
+  LATCHKEY_REQUIRE_SIM_HOSTS();
+  const Case& c = GetParam();
+  const char* matrix = std::getenv("LATCHKEY_CLUSTER_MATRIX");
+  if (!c.ci && (matrix == nullptr || std::string(matrix) != "full")) {
+    GTEST_SKIP() << "matrix case outside CI's set: LATCHKEY_CLUSTER_MATRIX=full runs it";
+  }
+  const Baseline& ref = Uninterrupted();
+  ASSERT_EQ(ref.losses.size(), static_cast<size_t>(kSteps)) << "the uninterrupted run failed";
+
+  const ScopedTempDir dir("cluster-case");
+  auto started = ClusterJob::Start(dir.path(), Options(c.elastic));
+  ASSERT_TRUE(started.ok()) << started.status();
+  ClusterJob& job = **started;
+  ASSERT_TRUE(job.WaitStep(7, seconds(240))) << job.CoordinatorLog();
+
+  const auto fault_start = Clock::now();
+  SimCluster& net = job.cluster();
+  switch (c.kind) {
+    case FaultKind::kCut:
+      ASSERT_TRUE(net.Cut(c.host_a, c.host_b).ok());
+      break;
+    case FaultKind::kIsolate:
+      ASSERT_TRUE(net.Isolate(c.host_a).ok());
+      break;
+    case FaultKind::kThrottle:
+      ASSERT_TRUE(net.Throttle(c.host_a, "1mbit").ok());
+      break;
+  }
+  std::this_thread::sleep_for(seconds(c.seconds));
+  switch (c.kind) {
+    case FaultKind::kCut:
+      ASSERT_TRUE(net.Heal(c.host_a, c.host_b).ok());
+      break;
+    case FaultKind::kIsolate:
+      ASSERT_TRUE(net.Reconnect(c.host_a).ok());
+      break;
+    case FaultKind::kThrottle:
+      ASSERT_TRUE(net.Unthrottle(c.host_a).ok());
+      break;
+  }
+  const double fault_s = Since(fault_start);
+  auto end = job.WaitEnded(seconds(600));
+  ASSERT_TRUE(end.has_value()) << job.CoordinatorLog();
+  std::printf("case %s: fault %.0f s; state %s, restarts %d, attempts %zu\n", c.name, fault_s,
+              end->value("state", "").c_str(), end->value("restarts", -1),
+              (*end)["attempts"].size());
+  for (const auto& a : (*end)["attempts"]) std::printf("  attempt: %s\n", a.dump().c_str());
+  EXPECT_EQ(end->value("state", ""), "SUCCEEDED") << end->dump(2) << "\n" << job.CoordinatorLog();
+  EXPECT_EQ(end->value("restarts", -1), 0) << end->dump(2);
+
+  const std::map<int64_t, double> losses = job.Losses();
+  ASSERT_EQ(losses.size(), ref.losses.size());
+  double max_dev = 0;
+  for (const auto& [step, loss] : ref.losses) {
+    ASSERT_TRUE(losses.count(step)) << "step " << step;
+    max_dev = std::max(max_dev, std::abs(losses.at(step) - loss));
+    if (!c.elastic) {
+      EXPECT_EQ(losses.at(step), loss) << "step " << step;
+    }
+  }
+  EXPECT_LE(max_dev, 1e-6);
+  int replayed = 0;
+  for (const auto& [step, runs] : job.StepRuns()) replayed += runs - 1;
+  std::printf("  max loss deviation %.3g, steps run again after a recovery %d\n", max_dev,
+              replayed);
+  if (!c.elastic) {
+    EXPECT_EQ(Bytes(job.FinalWeights()), ref.weights) << "final weights differ";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, PartitionMatrix,
+    ::testing::Values(Case{"cut_workers_25s", FaultKind::kCut, 2, 3, 25, false, true},
+                      Case{"cut_workers_120s", FaultKind::kCut, 2, 3, 120, false, false},
+                      Case{"isolate_worker_5s", FaultKind::kIsolate, 3, 0, 5, false, false},
+                      Case{"isolate_worker_25s", FaultKind::kIsolate, 3, 0, 25, false, true},
+                      Case{"isolate_coordinator_25s", FaultKind::kIsolate, 1, 0, 25, false, true},
+                      Case{"isolate_coordinator_120s", FaultKind::kIsolate, 1, 0, 120, false,
+                           false},
+                      Case{"throttle_worker_30s", FaultKind::kThrottle, 3, 0, 30, false, true},
+                      Case{"elastic_cut_workers_25s", FaultKind::kCut, 2, 3, 25, true, false},
+                      Case{"elastic_cut_workers_120s", FaultKind::kCut, 2, 3, 120, true, false},
+                      Case{"elastic_isolate_worker_5s", FaultKind::kIsolate, 3, 0, 5, true, false},
+                      Case{"elastic_isolate_worker_25s", FaultKind::kIsolate, 3, 0, 25, true,
+                           false},
+                      Case{"elastic_isolate_coordinator_25s", FaultKind::kIsolate, 1, 0, 25, true,
+                           false},
+                      Case{"elastic_isolate_coordinator_120s", FaultKind::kIsolate, 1, 0, 120,
+                           true, false},
+                      Case{"elastic_throttle_worker_30s", FaultKind::kThrottle, 3, 0, 30, true,
+                           false}),
+    CaseName);
+
+}  // namespace
+}  // namespace latchkey::testing
