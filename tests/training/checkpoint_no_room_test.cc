@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,8 @@ struct Trap {
   bool dropped;        // lack of room (dropped) or another error (every rank fails)
   bool async;
 };
+
+void PrintTo(const Trap& t, std::ostream* os) { *os << t.name; }
 
 class NoRoom : public ::testing::TestWithParam<Trap> {
  protected:
