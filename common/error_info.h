@@ -36,6 +36,11 @@ inline constexpr char kSessionClosed[] = "SESSION_CLOSED";
 // Metadata: quantity ("loss" or "grad_norm"), value ("NaN", "Inf" or "-Inf"), step (0-based),
 // rank (the rank that says so; every rank reaches the same verdict).
 inline constexpr char kTrainingDiverged[] = "TRAINING_DIVERGED";
+// RESOURCE_EXHAUSTED: a resumable checkpoint's save found no room on some rank (ENOSPC, EDQUOT
+// or EFBIG): every rank agreed it failed, none committed it and each removed what it had
+// written. The worker's checkpoint manager counts it and training goes on; it never ends an
+// attempt. Metadata: step (the save's), rank (the first rank that found no room).
+inline constexpr char kCheckpointOutOfSpace[] = "CHECKPOINT_OUT_OF_SPACE";
 }  // namespace error_reason
 
 struct ErrorInfo {

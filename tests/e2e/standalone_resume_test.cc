@@ -303,7 +303,8 @@ TEST(CheckpointMetrics, SeriesExistFromTheStart) {
   const std::string text = WorkerMetrics().Serialize();
   for (const char* series :
        {"latchkey_checkpoint_seconds_count", "latchkey_checkpoint_seconds_sum",
-        "latchkey_checkpoint_bytes_total", "latchkey_last_checkpoint_timestamp_seconds"}) {
+        "latchkey_checkpoint_bytes_total", "latchkey_last_checkpoint_timestamp_seconds",
+        "latchkey_checkpoint_failures_total"}) {
     EXPECT_EQ(MetricSample(text, series), 0) << series << "\n" << text;
   }
 }

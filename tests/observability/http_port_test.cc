@@ -174,7 +174,8 @@ TEST(HttpPort, WorkerSeriesExistAtZeroFromTheStart) {
         "latchkey_activation_memory_bytes 0", "latchkey_reserved_memory_bytes 0",
         "latchkey_latch_wait_seconds_count 0", "latchkey_learning_rate 0", "latchkey_eval_loss 0",
         "latchkey_eval_collective_calls_total 0", "latchkey_checkpoint_seconds_count 0",
-        "latchkey_checkpoint_bytes_total 0", "latchkey_last_checkpoint_timestamp_seconds 0"}) {
+        "latchkey_checkpoint_bytes_total 0", "latchkey_last_checkpoint_timestamp_seconds 0",
+        "latchkey_checkpoint_failures_total 0"}) {
     EXPECT_TRUE(Has(text, series)) << series << "\n" << text;
   }
   EXPECT_EQ(Promtool(dir.path(), text), "");

@@ -1,10 +1,13 @@
 // The checkpoint manager (checkpoint_manager.h): the order of a boundary's checkpoint work.
 #include "worker/checkpoint/checkpoint_manager.h"
 
+#include <chrono>
 #include <iostream>
 #include <string>
 #include <utility>
 
+#include "common/error_info.h"
+#include "worker/checkpoint/save_failures.h"
 #include "worker/checkpoint/training_state.h"
 
 namespace latchkey {
@@ -51,9 +54,32 @@ absl::Status CheckpointManager::Committed(const CommittedSave& c, WindowCheckpoi
   return absl::OkStatus();
 }
 
+bool CheckpointManager::DroppedForLackOfRoom(const absl::Status& st, int64_t step,
+                                             WindowCheckpoint& out) {
+  if (!HasErrorReason(st, error_reason::kCheckpointOutOfSpace)) return false;
+  out.not_saved.push_back(step);
+  const int64_t count = CountCheckpointSaveFailure();
+  std::string next = "no later save is due in this run";
+  if (opt_.config.enabled()) {
+    const int64_t every = opt_.config.every_steps;
+    const int64_t due = (step + 1) / every * every + every - 1;
+    if (due < opt_.steps) next = "the next save is tried after step " + std::to_string(due);
+  }
+  // One write: the ranks of a process (threads in tests) do not interleave their lines.
+  std::cerr << ("latchkey-worker: rank " + std::to_string(opt_.rank) + ": " + After(step) +
+                "not saved (" + std::to_string(count) +
+                " dropped so far), training goes on; the newest committed checkpoint stays the "
+                "newest; " +
+                next + ": " + std::string(st.message()) + "\n")
+            << std::flush;
+  return true;
+}
+
 absl::Status CheckpointManager::CommitDue(const TrainingState& state, int64_t step,
                                           WindowCheckpoint& out) {
+  const int64_t saved = saver_.pending_step();
   absl::StatusOr<std::optional<CommittedSave>> due = saver_.CommitDue(state, step, opt_.steps);
+  if (!due.ok() && DroppedForLackOfRoom(due.status(), saved, out)) return absl::OkStatus();
   if (!due.ok()) return Prefixed(due.status(), After(saver_.staged().step()));
   if (!due->has_value()) return absl::OkStatus();
   pruned_at_ = step;
@@ -73,8 +99,16 @@ absl::Status CheckpointManager::Start(const TrainingState& state, int64_t step,
                                       WindowCheckpoint& out) {
   SetPhaseCheckpoint();
   double blocked = 0;
+  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::optional<CommittedSave>> started =
       saver_.Start(state, opt_.request, opt_.rank, &blocked);
+  if (!started.ok() && DroppedForLackOfRoom(started.status(), step, out)) {
+    // A synchronous save: it blocked training until every rank agreed it failed.
+    last_started_step_ = step;
+    out.blocked_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return absl::OkStatus();
+  }
   if (!started.ok()) return Prefixed(started.status(), After(step));
   last_started_step_ = step;
   out.blocked_seconds = blocked;

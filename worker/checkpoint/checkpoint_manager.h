@@ -21,10 +21,21 @@
 //   4. the runner emits the window's record, then calls Launch(): the background write starts
 //      once the record is out.
 //
+// A full disk (docs/fault-tolerance.md, "Disk full"): a save that some rank could not write for
+// lack of room (ENOSPC, EDQUOT, EFBIG), its file or rank 0's manifest, fails at its commit
+// (step 1, or step 3 when synchronous) on every rank alike: the commit's exchange of outcomes is
+// the agreement (checkpointer.h, CommitStagedCheckpoint), no manifest is committed and every
+// rank removes what it wrote. The manager then drops the save (WindowCheckpoint::not_saved,
+// save_failures.h's count, a line on the rank's stderr naming the file and the error) and the
+// boundary goes on as if no save had been pending: the previous committed checkpoint stays the
+// newest, training goes on, the next save is tried at its cadence. Any other write error ends
+// the attempt as before.
+//
 // Thread-safety: the training thread only (the saver owns the background writer). Errors: the
 // phases' Status, prefixed with what failed ("checkpoint after step N: ", "latchkey.checkpoint.
-// keep: pruning: "); on_commit's own Status as it returns it. After an error the attempt is
-// over: destroy the manager (or call Abandon) and do not call AfterWindow again.
+// keep: pruning: "); on_commit's own Status as it returns it. A save dropped for lack of room
+// is not an error. After an error the attempt is over: destroy the manager (or call Abandon)
+// and do not call AfterWindow again.
 #ifndef LATCHKEY_WORKER_CHECKPOINT_CHECKPOINT_MANAGER_H_
 #define LATCHKEY_WORKER_CHECKPOINT_CHECKPOINT_MANAGER_H_
 
@@ -69,6 +80,8 @@ struct WindowCheckpoint {
   std::optional<double> blocked_seconds;
   // Sum of the committed asynchronous saves' background_seconds; nullopt when none committed.
   std::optional<double> background_seconds;
+  // The steps whose saves failed here for lack of room and were dropped (counted and logged).
+  std::vector<int64_t> not_saved;
 };
 
 class CheckpointManager {
@@ -116,6 +129,9 @@ class CheckpointManager {
   bool pending() const { return saver_.pending(); }
 
  private:
+  // When `st` says every rank agreed the save of `step` failed for lack of room
+  // (CHECKPOINT_OUT_OF_SPACE): counts it, says so on stderr, notes it in `out`; true. Else false.
+  bool DroppedForLackOfRoom(const absl::Status& st, int64_t step, WindowCheckpoint& out);
   // Commits the pending save when `step` is its boundary: on_commit, then rank 0 prunes.
   absl::Status CommitDue(const TrainingState& state, int64_t step, WindowCheckpoint& out);
   // on_commit, then (rank 0) pruning, for one committed save.

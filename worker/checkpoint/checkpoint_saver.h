@@ -15,7 +15,10 @@
 // write if it has not finished. The next save waits for the previous one (it can start only
 // after that one committed). Nothing of a save that has not committed is ever loaded: a crash
 // (or a failed attempt) during the background write leaves the previous checkpoint the newest
-// valid one, and its temporary folder is pruned by the next commit. Crash point (common/
+// valid one, and its temporary folder is pruned by the next commit. A save whose write found no
+// room on some rank comes back from CommitDue (or a synchronous Start) as the commit's
+// CHECKPOINT_OUT_OF_SPACE error, no longer pending and with nothing of it left on disk: the
+// manager drops it and training goes on (checkpoint_manager.h). Crash point (common/
 // crash_point.h) checkpoint.background_write: on the background thread, as its write begins.
 //
 // Torch-free (the runner never includes torch). Thread-safety: every method is called by the

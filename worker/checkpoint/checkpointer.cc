@@ -12,9 +12,12 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "common/crash_point.h"
+#include "common/error_info.h"
 #include "common/status_macros.h"
 #include "worker/checkpoint/files.h"
 #include "worker/checkpoint/logical_layout.h"
@@ -40,15 +43,30 @@ constexpr int kDigestBytes = 64;
 constexpr int kSizeAt = 1;
 constexpr int kDigestAt = kSizeAt + 8;
 constexpr int kRegionsAt = kDigestAt + kDigestBytes;
-// Rank 0's commit outcome: 0 failed, 1 committed as step-N, 2 as step-N.<job uid> (1 byte);
-// the manifest's SHA-256.
-constexpr int kOutcome = 1 + kDigestBytes;
+// The record's first byte.
+constexpr uint8_t kWriteFailed = 0;
+constexpr uint8_t kWritten = 1;
+constexpr uint8_t kNoRoom = 2;  // failed for lack of room (IsOutOfSpace)
+// A failed rank's error text closes its record (truncated): every rank can name the file.
+constexpr int kMessageBytes = 256;
+// Rank 0's commit outcome: 0 failed, 1 committed as step-N, 2 as step-N.<job uid>, 3 failed
+// for lack of room (1 byte); the manifest's SHA-256; rank 0's error text.
+constexpr uint8_t kCommitNoRoom = 3;
+constexpr int kOutcomeMessageAt = 1 + kDigestBytes;
+constexpr int kOutcome = kOutcomeMessageAt + kMessageBytes;
 
 void PutDigest(const std::string& hex, uint8_t* out) {
   std::memcpy(out, hex.data(), std::min<size_t>(hex.size(), kDigestBytes));
 }
 std::string GetDigest(const uint8_t* in) {
   return std::string(reinterpret_cast<const char*>(in), kDigestBytes);
+}
+void PutMessage(absl::string_view text, uint8_t* out) {
+  std::memcpy(out, text.data(), std::min<size_t>(text.size(), kMessageBytes));
+}
+std::string GetMessage(const uint8_t* in) {
+  const char* p = reinterpret_cast<const char*>(in);
+  return std::string(p, strnlen(p, kMessageBytes));
 }
 
 // All-gathers n host bytes over the world into out (world_size * n), or broadcasts them from
@@ -63,6 +81,11 @@ absl::Status ExchangeBytes(const TrainingState& s, uint8_t* values, int64_t n, u
                             : g.world->Broadcast(CommBuffer(t), 0));
   if (!t.is_cpu() || gather) std::memcpy(out, t.cpu().data_ptr<uint8_t>(), t.numel());
   return absl::OkStatus();
+}
+
+bool IsDirectory(const std::string& path) {
+  absl::StatusOr<PathKind> kind = GetPathKind(path);
+  return kind.ok() && *kind == PathKind::kDirectory;
 }
 
 // The layout a state is laid out in.
@@ -105,6 +128,35 @@ struct StagedCheckpoint::Impl {
   CheckpointFileEntry entry;
   std::vector<std::string> digests;
 };
+
+namespace {
+
+// Every rank agreed that the save of `step` failed for lack of room on rank(s) `ranks` (`what`:
+// the first one's error): nothing is committed. Each rank removes its own file, a barrier, then
+// the temporary folder, now empty, goes (whichever rank comes first). CHECKPOINT_OUT_OF_SPACE
+// (common/error_info.h) naming the step, the ranks and the error; a removal that fails is added
+// to the message (the next commit's pruning removes what is left).
+absl::Status NotSavedForLackOfRoom(const comm::ProcessGroups& g, const std::string& temp,
+                                   int64_t step, const std::string& ranks, int first,
+                                   const std::string& what) {
+  std::string left;
+  const auto note = [&left](const absl::Status& st) {
+    if (!st.ok()) left += "; then " + std::string(st.message());
+  };
+  note(RemoveFileIfPresent(JoinPath(temp, CheckpointRankFileName(g.rank))));
+  LK_RETURN_IF_ERROR(g.world->Barrier());
+  note(RemoveEmptyDirIfPresent(temp));
+  ErrorInfo info;
+  info.reason = error_reason::kCheckpointOutOfSpace;
+  info.metadata = {{"step", std::to_string(step)}, {"rank", std::to_string(first)}};
+  return WithErrorInfo(
+      absl::ResourceExhaustedError("checkpoint of step " + std::to_string(step) +
+                                   " not saved: no room on rank(s) " + ranks + ": rank " +
+                                   std::to_string(first) + ": " + what + left),
+      info);
+}
+
+}  // namespace
 
 StagedCheckpoint::StagedCheckpoint() : impl_(std::make_unique<Impl>()) {}
 StagedCheckpoint::~StagedCheckpoint() = default;
@@ -215,10 +267,14 @@ absl::StatusOr<CheckpointCommit> CommitStagedCheckpoint(const TrainingState& sta
   // Confirmations: every rank's record (ok, size, SHA-256, region digests) reaches every rank.
   size_t most = 0;
   for (int r = 0; r < g.world_size; ++r) most = std::max(most, t.held_by(r).size());
-  const int64_t record = kRegionsAt + static_cast<int64_t>(most) * kDigestBytes;
+  const int64_t message_at = kRegionsAt + static_cast<int64_t>(most) * kDigestBytes;
+  const int64_t record = message_at + kMessageBytes;
   std::vector<uint8_t> mine(record, 0);
-  if (write_status.ok()) {
-    mine[0] = 1;
+  if (!write_status.ok()) {
+    mine[0] = IsOutOfSpace(write_status) ? kNoRoom : kWriteFailed;
+    PutMessage(write_status.message(), mine.data() + message_at);
+  } else {
+    mine[0] = kWritten;
     const int64_t size = x.entry.bytes;
     std::memcpy(mine.data() + kSizeAt, &size, sizeof(size));
     PutDigest(x.entry.sha256, mine.data() + kDigestAt);
@@ -228,14 +284,34 @@ absl::StatusOr<CheckpointCommit> CommitStagedCheckpoint(const TrainingState& sta
   }
   std::vector<uint8_t> all(record * g.world_size);
   LK_RETURN_IF_ERROR(ExchangeBytes(state, mine.data(), record, all.data(), /*gather=*/true));
+  // The verdict, the same on every rank (every rank sees every record): when every rank that
+  // failed found no room, the save is dropped and training goes on; any other failure fails
+  // every rank (the attempt ends, as for any fault).
+  const std::string& temp = x.temp;
+  std::string failed;
+  int no_room = -1;
+  bool other = false;
+  for (int r = 0; r < g.world_size; ++r) {
+    const uint8_t code = all[r * record];
+    if (code == kWritten) continue;
+    failed += (failed.empty() ? "" : ",") + std::to_string(r);
+    if (code == kNoRoom && no_room < 0) no_room = r;
+    other = other || code != kNoRoom;
+  }
+  if (!failed.empty() && !other) {
+    return NotSavedForLackOfRoom(g, temp, step, failed, no_room,
+                                 GetMessage(all.data() + no_room * record + message_at));
+  }
   if (!write_status.ok()) return write_status;
+  if (!failed.empty()) {
+    return absl::InternalError("checkpoint of step " + std::to_string(step) + " in " + temp +
+                               ": rank(s) " + failed + " could not write their file");
+  }
   CheckpointManifest manifest = x.manifest;
   CheckpointCommit c;
-  std::string failed;
   std::vector<std::vector<std::string>> digests(g.world_size);
   for (int r = 0; r < g.world_size; ++r) {
     const uint8_t* rec = all.data() + r * record;
-    if (rec[0] != 1) failed += (failed.empty() ? "" : ",") + std::to_string(r);
     int64_t size = 0;
     std::memcpy(&size, rec + kSizeAt, sizeof(size));
     manifest.files.push_back({CheckpointRankFileName(r), size, GetDigest(rec + kDigestAt)});
@@ -243,11 +319,6 @@ absl::StatusOr<CheckpointCommit> CommitStagedCheckpoint(const TrainingState& sta
       digests[r].push_back(GetDigest(rec + kRegionsAt + i * kDigestBytes));
     }
     c.bytes += size;
-  }
-  const std::string& temp = x.temp;
-  if (!failed.empty()) {
-    return absl::InternalError("checkpoint of step " + std::to_string(step) + " in " + temp +
-                               ": rank(s) " + failed + " could not write their file");
   }
   // Every rank sees the same digests, so every rank refuses a disagreement alike.
   absl::StatusOr<std::vector<CheckpointTensor>> tensors = TensorsFromDigests(t, digests, step);
@@ -263,10 +334,17 @@ absl::StatusOr<CheckpointCommit> CommitStagedCheckpoint(const TrainingState& sta
       // Every rank names the folder: step-N, or step-N.<uid> when step-N is another job's.
       outcome[0] = done->dir == JoinPath(x.root, CheckpointStepDirName(step)) ? 1 : 2;
       PutDigest(done->manifest_sha256, outcome + 1);
+    } else if (IsOutOfSpace(done.status()) && IsDirectory(temp)) {
+      // No room for the manifest, and the folder was not renamed: nothing is committed.
+      outcome[0] = kCommitNoRoom;
+      PutMessage(done.status().message(), outcome + kOutcomeMessageAt);
     }
     commit_status = done.status();
   }
   LK_RETURN_IF_ERROR(ExchangeBytes(state, outcome, kOutcome, outcome, /*gather=*/false));
+  if (outcome[0] == kCommitNoRoom) {
+    return NotSavedForLackOfRoom(g, temp, step, "0", 0, GetMessage(outcome + kOutcomeMessageAt));
+  }
   LK_RETURN_IF_ERROR(g.world->Barrier());
   LK_RETURN_IF_ERROR(commit_status);
   if (outcome[0] != 1 && outcome[0] != 2) {

@@ -84,8 +84,12 @@ absl::Status WriteStagedCheckpoint(StagedCheckpoint& staged);
 // WriteStagedCheckpoint result) and region digests, compares the replicas (DATA_LOSS naming the
 // tensor and the ranks when they disagree, on every rank), rank 0 commits the manifest, rank 0's
 // outcome is broadcast, barrier. Returns the commit (same on every rank) or the failure (a rank
-// that failed to write fails every rank). CheckpointCommit::blocked_seconds is left 0: the
-// caller measures times.
+// that failed to write fails every rank). When every rank that failed (to write its file, or
+// rank 0 its manifest) found no room (files.h, IsOutOfSpace), every rank returns RESOURCE_
+// EXHAUSTED with reason CHECKPOINT_OUT_OF_SPACE (common/error_info.h) naming the step, the ranks
+// and the first one's error (its file and strerror's text), after removing its own file, a
+// barrier and the removal of the emptied temporary folder: nothing of the save is left.
+// CheckpointCommit::blocked_seconds is left 0: the caller measures times.
 absl::StatusOr<CheckpointCommit> CommitStagedCheckpoint(const TrainingState& state,
                                                         StagedCheckpoint& staged,
                                                         const absl::Status& write_status);

@@ -8,17 +8,34 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <string>
+#include <system_error>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace latchkey {
 namespace {
 
+// The payload WithErrno attaches: the errno in decimal.
+constexpr char kErrnoTypeUrl[] = "latchkey.dev/errno";
+
 absl::Status ErrnoError(absl::string_view what, const std::string& path, int err) {
   std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(msg);
-  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
-  return absl::InternalError(msg);
+  if (err == ENOENT) return WithErrno(absl::NotFoundError(msg), err);
+  if (err == EACCES || err == EPERM) return WithErrno(absl::PermissionDeniedError(msg), err);
+  return WithErrno(absl::InternalError(msg), err);
+}
+
+// INTERNAL `msg` for a std::filesystem error, its errno attached when it is one (the standard
+// library's system errors are errno values).
+absl::Status FsError(const std::string& msg, const std::error_code& ec) {
+  absl::Status st = absl::InternalError(msg);
+  if (ec.category() != std::system_category() && ec.category() != std::generic_category()) {
+    return st;
+  }
+  return WithErrno(st, ec.value());
 }
 
 // The folder holding `path` ("." for a bare name, "/" for a file in the root).
@@ -99,11 +116,43 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return out;
 }
 
+absl::Status WithErrno(absl::Status status, int err) {
+  if (status.ok()) return status;
+  status.SetPayload(kErrnoTypeUrl, absl::Cord(std::to_string(err)));
+  return status;
+}
+
+int StatusErrno(const absl::Status& status) {
+  const auto payload = status.GetPayload(kErrnoTypeUrl);
+  int err = 0;
+  if (!payload || !absl::SimpleAtoi(std::string(*payload), &err)) return 0;
+  return err;
+}
+
+bool IsOutOfSpace(const absl::Status& status) {
+  const int err = StatusErrno(status);
+  return err == ENOSPC || err == EDQUOT || err == EFBIG;
+}
+
+absl::Status RemoveFileIfPresent(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoError("cannot remove", path, errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoveEmptyDirIfPresent(const std::string& dir) {
+  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoError("cannot remove folder", dir, errno);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CreateDirectories(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    return absl::InternalError(absl::StrCat("cannot create directory ", dir, ": ", ec.message()));
+    return FsError(absl::StrCat("cannot create directory ", dir, ": ", ec.message()), ec);
   }
   return absl::OkStatus();
 }
@@ -138,7 +187,7 @@ absl::Status FsyncDirectory(const std::string& dir) {
 absl::Status RemoveTree(const std::string& path) {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", ec.message()));
+  if (ec) return FsError(absl::StrCat("cannot remove ", path, ": ", ec.message()), ec);
   return absl::OkStatus();
 }
 

@@ -2,7 +2,9 @@
 // reads, crash-safe (atomic) writes, and the questions a folder reader asks. POSIX underneath.
 //
 // Errors name the path: NOT_FOUND (missing), PERMISSION_DENIED, INVALID_ARGUMENT (a directory
-// where a file was expected), INTERNAL (any other OS error, with strerror's text).
+// where a file was expected), INTERNAL (any other OS error, with strerror's text). An error of
+// the OS also carries its errno as a payload (WithErrno), so that a caller can tell a full disk
+// (IsOutOfSpace) from a failing one without reading the message.
 //
 // Thread-safety: all functions are reentrant. Concurrent WriteFileAtomically calls for the same
 // path are safe (each writes its own temporary file); the last rename wins.
@@ -41,6 +43,21 @@ absl::Status FsyncDirectory(const std::string& dir);
 
 // Removes `path` and everything under it (OK when it is missing). INTERNAL naming `path`.
 absl::Status RemoveTree(const std::string& path);
+
+// `status` with the errno `err` of the OS call that failed attached (a payload of its own, not
+// an ErrorInfo: it is for the caller's decision and never travels further). OK stays OK.
+absl::Status WithErrno(absl::Status status, int err);
+// The errno attached by WithErrno; 0 when none is.
+int StatusErrno(const absl::Status& status);
+// True when `status` is an OS error that says the file system has no room for the write:
+// ENOSPC (no space left), EDQUOT (quota exceeded) or EFBIG (file too large).
+bool IsOutOfSpace(const absl::Status& status);
+
+// Removes the file at `path`: OK when it is removed or was missing; else the OS error naming it.
+absl::Status RemoveFileIfPresent(const std::string& path);
+// Removes the empty folder `dir`: OK when it is removed or was missing; else the OS error naming
+// it (ENOTEMPTY among them).
+absl::Status RemoveEmptyDirIfPresent(const std::string& dir);
 
 // `dir` + "/" + `name`, without doubling a trailing slash of `dir`.
 std::string JoinPath(absl::string_view dir, absl::string_view name);

@@ -1,5 +1,6 @@
 #include "worker/checkpoint/files.h"
 
+#include <errno.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -89,6 +90,38 @@ TEST(FilesTest, PathKindsAndDirectories) {
   absl::Status s = CreateDirectories(dir + "/f/sub");
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(Msg(s), HasSubstr("cannot create directory " + dir + "/f/sub"));
+}
+
+TEST(FilesTest, AFullDiskIsToldFromOtherErrorsByItsErrno) {
+  const testing::ScopedTempDir tmp_dir("checkpoint-files");
+  const std::string dir = tmp_dir.path();
+  EXPECT_TRUE(IsOutOfSpace(WithErrno(absl::InternalError("x"), ENOSPC)));
+  EXPECT_TRUE(IsOutOfSpace(WithErrno(absl::InternalError("x"), EDQUOT)));
+  EXPECT_TRUE(IsOutOfSpace(WithErrno(absl::InternalError("x"), EFBIG)));
+  EXPECT_FALSE(IsOutOfSpace(WithErrno(absl::InternalError("x"), EIO)));
+  EXPECT_FALSE(IsOutOfSpace(absl::InternalError("No space left on device")));  // text alone
+  EXPECT_TRUE(WithErrno(absl::OkStatus(), ENOSPC).ok());
+  EXPECT_EQ(StatusErrno(absl::InternalError("x")), 0);
+  // The OS errors of this file carry their errno.
+  absl::StatusOr<std::string> missing = ReadWholeFile(dir + "/missing");
+  EXPECT_EQ(StatusErrno(missing.status()), ENOENT);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/f", "x").ok());
+  EXPECT_EQ(StatusErrno(CreateDirectories(dir + "/f/sub")), ENOTDIR);
+}
+
+TEST(FilesTest, RemovesAFileOrAnEmptyFolderThatMayBeGone) {
+  const testing::ScopedTempDir tmp_dir("checkpoint-files");
+  const std::string dir = tmp_dir.path();
+  ASSERT_TRUE(CreateDirectories(dir + "/d").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/d/f", "x").ok());
+  absl::Status not_empty = RemoveEmptyDirIfPresent(dir + "/d");
+  EXPECT_FALSE(not_empty.ok());
+  EXPECT_THAT(Msg(not_empty), HasSubstr(dir + "/d"));
+  EXPECT_TRUE(RemoveFileIfPresent(dir + "/d/f").ok());
+  EXPECT_TRUE(RemoveFileIfPresent(dir + "/d/f").ok());  // already gone
+  EXPECT_TRUE(RemoveEmptyDirIfPresent(dir + "/d").ok());
+  EXPECT_TRUE(RemoveEmptyDirIfPresent(dir + "/d").ok());  // already gone
+  EXPECT_FALSE(fs::exists(dir + "/d"));
 }
 
 TEST(FilesTest, JoinPath) {

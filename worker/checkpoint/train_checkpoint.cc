@@ -25,7 +25,8 @@ namespace {
 constexpr char kManifestName[] = "manifest.json";
 
 absl::Status OsError(absl::string_view what, const std::string& path, int err) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(err)));
+  return WithErrno(absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(err))),
+                   err);
 }
 
 // Writes `contents` to `path` (created or truncated) and fsyncs it.
@@ -307,9 +308,17 @@ absl::StatusOr<CommittedCheckpoint> CommitCheckpoint(const std::string& root,
   if (!name.ok()) return name.status();
   const std::string text = SerializeManifest(manifest);
   const std::string tmp = JoinPath(temp_dir, std::string(kManifestName) + ".tmp");
-  if (absl::Status st = WriteAndSync(tmp, text); !st.ok()) return st;
-  if (absl::Status st = Rename(tmp, JoinPath(temp_dir, kManifestName)); !st.ok()) return st;
-  if (absl::Status st = FsyncDirectory(temp_dir); !st.ok()) return st;
+  const std::string placed = JoinPath(temp_dir, kManifestName);
+  // Until the folder is renamed nothing is committed: a failure removes the manifest again, so
+  // that the temporary folder holds only the ranks' files (a full disk: docs/fault-tolerance.md).
+  const auto unwritten = [&](absl::Status st) {
+    ::unlink(tmp.c_str());
+    ::unlink(placed.c_str());
+    return st;
+  };
+  if (absl::Status st = WriteAndSync(tmp, text); !st.ok()) return unwritten(st);
+  if (absl::Status st = Rename(tmp, placed); !st.ok()) return unwritten(st);
+  if (absl::Status st = FsyncDirectory(temp_dir); !st.ok()) return unwritten(st);
   std::string final_dir;
   std::string aside;
   for (bool again = false;; again = true) {

@@ -166,7 +166,9 @@ absl::StatusOr<CheckpointFileEntry> WriteCheckpointRankFile(const std::string& t
 // coordinator never heard from committed it); otherwise root/step-N.<job uid> (replaced the
 // same way when it exists; the name is chosen again, once, when another job's commit takes
 // step-N between the choice and the rename). FAILED_PRECONDITION naming step-N when it holds
-// another job's checkpoint and the manifest has no job uid to name another folder by.
+// another job's checkpoint and the manifest has no job uid to name another folder by. A failure
+// before the folder's rename (the manifest's write: a full disk) leaves `temp_dir` without a
+// manifest, as it was.
 struct CommittedCheckpoint {
   std::string dir;              // root/step-N or root/step-N.<job uid>
   std::string manifest_sha256;  // hex, of the manifest's bytes

@@ -230,6 +230,34 @@ TEST(TrainCheckpointTest, MissingManifestAndTempFoldersAreSkipped) {
   EXPECT_FALSE(NewestValidCheckpoint(root / "absent", "")->has_value());
 }
 
+TEST(TrainCheckpointTest, NoRoomForARankFileOrTheManifestIsOutOfSpaceAndCommitsNothing) {
+  const testing::ScopedTempDir root("train-ckpt");
+  // /dev/full: every write fails with ENOSPC.
+  const std::string temp = root / CheckpointTempDirName(5, UidOf("job-a"), 1);
+  fs::create_directories(temp);
+  fs::create_symlink("/dev/full", temp + "/" + CheckpointRankFileName(1));
+  absl::StatusOr<CheckpointFileEntry> full = WriteCheckpointRankFile(temp, 1, RankFile(1, 5));
+  ASSERT_FALSE(full.ok());
+  EXPECT_TRUE(IsOutOfSpace(full.status())) << full.status();
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kInternal);  // as any write error
+  EXPECT_THAT(std::string(full.status().message()),
+              ::testing::HasSubstr("cannot write " + temp + "/rank-00001.safetensors: "));
+  // Both files written, no room for the manifest: nothing committed, no manifest left.
+  fs::remove(temp + "/" + CheckpointRankFileName(1));
+  CheckpointManifest m = Manifest(5, 2, "job-a", UidOf("job-a"));
+  for (int r = 0; r < 2; ++r) m.files.push_back(*WriteCheckpointRankFile(temp, r, RankFile(r, 5)));
+  fs::create_symlink("/dev/full", temp + "/manifest.json.tmp");
+  absl::StatusOr<CommittedCheckpoint> c = CommitCheckpoint(root.path(), temp, m);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(IsOutOfSpace(c.status())) << c.status();
+  EXPECT_EQ(Names(temp),
+            (std::vector<std::string>{"rank-00000.safetensors", "rank-00001.safetensors"}));
+  EXPECT_FALSE(fs::exists(root / "step-00000005"));
+  // Room again: the same folder commits.
+  ASSERT_TRUE(CommitCheckpoint(root.path(), temp, m).ok());
+  EXPECT_TRUE(VerifyCheckpoint(root / "step-00000005", "").ok());
+}
+
 TEST(TrainCheckpointTest, CommitReplacesACommittedFolderOfTheSameStep) {
   const testing::ScopedTempDir root("train-ckpt");
   absl::StatusOr<std::string> first = Save(root.path(), 6, 2, "job-a", 1);

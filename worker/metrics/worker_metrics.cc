@@ -6,6 +6,10 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <mutex>
+
+#include "worker/checkpoint/save_failures.h"
+
 namespace latchkey {
 
 namespace {
@@ -84,6 +88,10 @@ struct WorkerMetrics::Families {
   prometheus::Histogram* checkpoint_background_seconds;
   prometheus::Counter* checkpoint_bytes;
   prometheus::Gauge* last_checkpoint;
+  // Follows the process's count (worker/checkpoint/save_failures.h) when serialized.
+  prometheus::Counter* checkpoint_failures;
+  std::mutex failures_mu;
+  int64_t failures_exported = 0;  // guarded by failures_mu
 };
 
 WorkerMetrics::WorkerMetrics()
@@ -234,6 +242,14 @@ WorkerMetrics::WorkerMetrics()
            .Help("Unix time of the last committed resumable checkpoint (0 before the first)")
            .Register(*registry_)
            .Add({});
+  f_->checkpoint_failures =
+      &BuildCounter()
+           .Name("latchkey_checkpoint_failures_total")
+           .Help(
+               "Resumable checkpoint saves that failed for lack of room (ENOSPC, EDQUOT, EFBIG) "
+               "and were dropped while training went on")
+           .Register(*registry_)
+           .Add({});
 }
 
 WorkerMetrics::~WorkerMetrics() = default;
@@ -282,6 +298,14 @@ void WorkerMetrics::ObserveCheckpointBackground(double seconds) {
 }
 
 std::string WorkerMetrics::Serialize() const {
+  {
+    std::lock_guard<std::mutex> lock(f_->failures_mu);
+    const int64_t now = CheckpointSaveFailures();
+    if (now > f_->failures_exported) {
+      f_->checkpoint_failures->Increment(static_cast<double>(now - f_->failures_exported));
+      f_->failures_exported = now;
+    }
+  }
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 

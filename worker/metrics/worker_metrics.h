@@ -58,7 +58,8 @@ class WorkerMetrics {
   // An asynchronous save committed: the time from the end of its staging to its commit.
   void ObserveCheckpointBackground(double seconds);
 
-  // The text exposition (what /metrics returns).
+  // The text exposition (what /metrics returns). latchkey_checkpoint_failures_total is brought
+  // up to the process's count of dropped saves (worker/checkpoint/save_failures.h) here.
   std::string Serialize() const;
 
  private:
