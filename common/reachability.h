@@ -30,9 +30,9 @@ struct PeerList {
 
 // One probe round's outcome (latchkey.v1.Reachability).
 struct Reachability {
-  int64_t peers_version = 0;    // the PeerList probed (0: none yet)
-  int probed = 0;               // peers probed in the round
-  std::vector<int> unreachable; // ranks whose address did not answer within the deadline
+  int64_t peers_version = 0;         // the PeerList probed (0: none yet)
+  int probed = 0;                    // peers probed in the round
+  std::vector<int> unreachable;      // ranks whose address did not answer within the deadline
   double unreachable_seconds = 0.0;  // the longest any of them has not answered, so far
 };
 

@@ -141,7 +141,8 @@ RankPosition FromProto(const v1::RankPosition& p) {
   out.group = p.group();
   out.seq = p.seq();
   out.seconds = std::max(0.0, absl::ToDoubleSeconds(FromProtoDuration(p.in_position())));
-  if (p.has_quiet()) out.quiet_seconds = std::max(0.0, absl::ToDoubleSeconds(FromProtoDuration(p.quiet())));
+  if (p.has_quiet())
+    out.quiet_seconds = std::max(0.0, absl::ToDoubleSeconds(FromProtoDuration(p.quiet())));
   return out;
 }
 

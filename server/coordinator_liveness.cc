@@ -95,8 +95,8 @@ void Coordinator::CheckLiveness() {
     if (std::optional<PartitionVerdict> cut = CurrentPartition(*job, now)) {
       unreachable += cut->pairs;
     }
-    if (job->ranks.all_joined() && (job->rec.state == JobState::kPending ||
-                                     job->rec.state == JobState::kRecovering)) {
+    if (job->ranks.all_joined() &&
+        (job->rec.state == JobState::kPending || job->rec.state == JobState::kRecovering)) {
       (void)MaybeStart(*job, now);  // a store failure leaves it waiting; the next check retries
       if (IsTerminal(job->rec.state)) continue;
     }

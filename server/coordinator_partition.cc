@@ -20,9 +20,7 @@ namespace {
 // How often the waiting cause is written to the job's record while a link stays cut.
 constexpr absl::Duration kWaitingWritten = absl::Seconds(5);
 
-std::string Secs(absl::Duration d) {
-  return absl::StrFormat("%.0f s", absl::ToDoubleSeconds(d));
-}
+std::string Secs(absl::Duration d) { return absl::StrFormat("%.0f s", absl::ToDoubleSeconds(d)); }
 
 }  // namespace
 
@@ -98,9 +96,9 @@ absl::Status Coordinator::MaybeStart(Job& job, absl::Time now) {
   if (!job.partition) job.partition = Job::PartitionWait{now - absl::Seconds(longest)};
   const absl::Duration waited = now - job.partition->since;
   if (waited > absl::Seconds(job.spec.partition_timeout_seconds)) {
-    const std::string why = absl::StrCat(
-        "network partition: ", cut->Links(), " stayed cut past latchkey.partition_timeout_seconds (",
-        job.spec.partition_timeout_seconds, " s)");
+    const std::string why = absl::StrCat("network partition: ", cut->Links(),
+                                         " stayed cut past latchkey.partition_timeout_seconds (",
+                                         job.spec.partition_timeout_seconds, " s)");
     Log(absl::StrCat(job.rec.job_id, ": ", why));
     const JobEventRecord event = Event(job, "partition", why);
     return EndJob(job, JobState::kFailed, why, WorkerState::kDone, &event);

@@ -82,9 +82,10 @@ void ReportAll(Running& r, int64_t version, bool cut, double seconds = 0,
   for (int i = 0; i < 4; ++i) {
     HeartbeatArgs a;
     a.position = position;
-    a.reach = Reach(version, cut ? (i < 2 ? std::vector<int>{2, 3} : std::vector<int>{0, 1})
-                                 : std::vector<int>{},
-                    seconds);
+    a.reach =
+        Reach(version,
+              cut ? (i < 2 ? std::vector<int>{2, 3} : std::vector<int>{0, 1}) : std::vector<int>{},
+              seconds);
     ASSERT_TRUE(r.c->Heartbeat(r.calls[i], a).ok());
   }
 }
@@ -212,7 +213,7 @@ TEST(CoordinatorPartitionTest, ALinkCutPastThePartitionTimeoutFailsTheJobNamingI
   const JobView failed = *r.c->GetJob(r.id, false);
   EXPECT_EQ(failed.record.state, JobState::kFailed);
   EXPECT_NE(failed.record.failure_reason.find("network partition: the link between 10.0.0.2 and "
-                                               "10.0.0.3"),
+                                              "10.0.0.3"),
             std::string::npos)
       << failed.record.failure_reason;
   EXPECT_NE(failed.record.failure_reason.find("latchkey.partition_timeout_seconds (100 s)"),
@@ -271,7 +272,8 @@ TEST(PartitionVerdictTest, NamesEachCutLinkWithBothSidesRanks) {
                                         {4, "h4", nullptr, ""}};
   auto v = FindPartition(ranks);
   ASSERT_TRUE(v.has_value());
-  EXPECT_EQ(v->message, "ranks 0,1 (h2) cannot reach ranks 2,3 (h3) for 9 s (reduce_scatter/dp #66)");
+  EXPECT_EQ(v->message,
+            "ranks 0,1 (h2) cannot reach ranks 2,3 (h3) for 9 s (reduce_scatter/dp #66)");
   EXPECT_EQ(v->Links(), "the link between h2 and h3 (unreachable for 9 s)");
   EXPECT_EQ(v->pairs, 5);
   ASSERT_EQ(v->links.size(), 1u);

@@ -42,8 +42,9 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
                   .Add({});
   unreachable_ = &prometheus::BuildGauge()
                       .Name("latchkey_unreachable_peers")
-                      .Help("(rank, peer) pairs that live jobs' ranks report unreachable now: a "
-                            "cut link between hosts.")
+                      .Help(
+                          "(rank, peer) pairs that live jobs' ranks report unreachable now: a "
+                          "cut link between hosts.")
                       .Register(*registry_)
                       .Add({});
   restarts_ = &prometheus::BuildCounter()

@@ -61,9 +61,10 @@ absl::Status ClusterJob::Launch() {
   std::ofstream(tokens) << "admin test " << Sha256Hex(token_) << "\n";
   chmod(tokens.c_str(), 0600);
   address_ = absl::StrCat(SimCluster::Address(kCoordinatorHost), ":", kCoordinatorPort);
-  std::vector<std::string> coord = {LATCHKEY_COORDINATOR_BIN, "--listen", address_,
-                                    "--db", dir_ + "/coordinator.db", "--auth-tokens", tokens,
-                                    "--port-file", dir_ + "/ports.json", "--metrics-port", "-1"};
+  std::vector<std::string> coord = {
+      LATCHKEY_COORDINATOR_BIN, "--listen",       address_, "--db",
+      dir_ + "/coordinator.db", "--auth-tokens",  tokens,   "--port-file",
+      dir_ + "/ports.json",     "--metrics-port", "-1"};
   coord.insert(coord.end(), o_.coordinator_flags.begin(), o_.coordinator_flags.end());
   coordinator_argv_ = coord;
   if (absl::Status st = StartCoordinator(); !st.ok()) return st;
@@ -91,11 +92,21 @@ absl::Status ClusterJob::Launch() {
         absl::StrCat("RANK=", r), absl::StrCat("LOCAL_RANK=", r % o_.ranks_per_host),
         absl::StrCat("LOCAL_WORLD_SIZE=", o_.ranks_per_host), "LATCHKEY_JOIN_TOKEN=" + join_token,
         "LATCHKEY_GLOO_HOSTNAME=" + ip};
-    const std::vector<std::string> argv = {
-        LATCHKEY_WORKER_BIN, "--coordinator", address_, "--job", job_id_, "--advertise-host", ip,
-        "--metrics-jsonl", absl::StrCat(dir_, "/steps-", r, ".jsonl"), "--save", dir_ + "/final",
-        "--collective-timeout-seconds", std::to_string(o_.collective_timeout_s), "--quiet",
-        "--log-steps"};
+    const std::vector<std::string> argv = {LATCHKEY_WORKER_BIN,
+                                           "--coordinator",
+                                           address_,
+                                           "--job",
+                                           job_id_,
+                                           "--advertise-host",
+                                           ip,
+                                           "--metrics-jsonl",
+                                           absl::StrCat(dir_, "/steps-", r, ".jsonl"),
+                                           "--save",
+                                           dir_ + "/final",
+                                           "--collective-timeout-seconds",
+                                           std::to_string(o_.collective_timeout_s),
+                                           "--quiet",
+                                           "--log-steps"};
     std::vector<std::string> full = argv;
     full.insert(full.end(), o_.worker_flags.begin(), o_.worker_flags.end());
     cluster_->StartSupervised(host, full, env, WorkerLog(r),
@@ -106,13 +117,14 @@ absl::Status ClusterJob::Launch() {
 
 absl::Status ClusterJob::StartCoordinator() {
   std::filesystem::remove(dir_ + "/ports.json");
-  coordinator_pid_ = cluster_->Start(kCoordinatorHost, coordinator_argv_, {},
-                                     absl::StrCat(dir_, "/coordinator-", coordinator_starts_++,
-                                                  ".log"));
-  const std::string ports =
-      WaitForFile(dir_ + "/ports.json", [](const std::string& t) { return !t.empty(); },
-                  std::chrono::seconds(30));
-  if (ports.empty()) return absl::UnavailableError("coordinator did not start: " + CoordinatorLog());
+  coordinator_pid_ =
+      cluster_->Start(kCoordinatorHost, coordinator_argv_, {},
+                      absl::StrCat(dir_, "/coordinator-", coordinator_starts_++, ".log"));
+  const std::string ports = WaitForFile(
+      dir_ + "/ports.json", [](const std::string& t) { return !t.empty(); },
+      std::chrono::seconds(30));
+  if (ports.empty())
+    return absl::UnavailableError("coordinator did not start: " + CoordinatorLog());
   return absl::OkStatus();
 }
 

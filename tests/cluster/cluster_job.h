@@ -54,8 +54,10 @@ class ClusterJob {
   std::map<int64_t, int> StepRuns() const;
   std::string FinalWeights() const { return dir_ + "/final/model.safetensors"; }
   std::string CoordinatorLog() const;
-  std::string WorkerLog(int rank) const;
+  std::string WorkerLog(int rank) const;  // its path
   int WorkerPid(int rank) const;  // the current process of the rank (its supervisor restarts it)
+  // `latchkey ARGS` run on the coordinator's host with the admin token; its output.
+  std::string Cli(const std::vector<std::string>& args, int* exit_code) const;
   // kill -9 of the coordinator, then the same coordinator (database, address) started again.
   absl::Status RestartCoordinator();
 
@@ -63,7 +65,6 @@ class ClusterJob {
   ClusterJob(std::string dir, ClusterJobOptions o) : dir_(std::move(dir)), o_(std::move(o)) {}
   absl::Status Launch();
   absl::Status StartCoordinator();
-  std::string Cli(const std::vector<std::string>& args, int* exit_code) const;
 
   std::string dir_;
   ClusterJobOptions o_;

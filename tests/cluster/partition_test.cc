@@ -191,27 +191,82 @@ TEST_P(PartitionMatrix, SucceedsWithoutRestartsAndEqualsTheUninterruptedRun) {
   }
 }
 
+// Split brain: the link between the worker hosts is cut just as rank 0 commits a checkpoint (its
+// step record is out; the save runs after it). Whatever the commit's fate, the coordinator
+// records no checkpoint of a fenced attempt, every attempt resumes from the newest checkpoint it
+// had recorded when the attempt began, and the run equals the uninterrupted one.
+TEST(SplitBrain, ACutWhileACheckpointCommitsCommitsNothingFromTheFencedAttempt) {
+  LATCHKEY_REQUIRE_SIM_HOSTS();
+  const Baseline& ref = Uninterrupted();
+  ASSERT_EQ(ref.losses.size(), static_cast<size_t>(kSteps)) << "the uninterrupted run failed";
+  const ScopedTempDir dir("cluster-split");
+  auto started = ClusterJob::Start(dir.path(), Options(false));
+  ASSERT_TRUE(started.ok()) << started.status();
+  ClusterJob& job = **started;
+  // Checkpoints after steps 4, 9, 14, ...: cut as step 14's record lands on rank 0.
+  const std::string jsonl = dir.path() + "/steps-0.jsonl";
+  const std::string seen = WaitForFile(
+      jsonl, [](const std::string& t) { return t.find("\"step\":14,") != std::string::npos; },
+      std::chrono::milliseconds(240000));
+  ASSERT_NE(seen.find("\"step\":14,"), std::string::npos) << job.CoordinatorLog();
+  ASSERT_TRUE(job.cluster().Cut(2, 3).ok());
+  std::this_thread::sleep_for(seconds(20));
+  ASSERT_TRUE(job.cluster().Heal(2, 3).ok());
+  auto end = job.WaitEnded(seconds(600));
+  ASSERT_TRUE(end.has_value()) << job.CoordinatorLog();
+  EXPECT_EQ(end->value("state", ""), "SUCCEEDED") << end->dump(2) << job.CoordinatorLog();
+  EXPECT_EQ(end->value("restarts", -1), 0);
+  EXPECT_GE((*end)["attempts"].size(), 2u) << "the cut caused no recovery: " << end->dump(2);
+
+  // The audit, in order: each attempt began from the newest checkpoint recorded before it, and
+  // every checkpoint was recorded by the attempt current then.
+  const std::string audit = job.Cli({"--json", "audit", job.job_id()}, nullptr);
+  const nlohmann::json a = nlohmann::json::parse(audit.substr(audit.find('{')));
+  int64_t newest = -1;
+  int64_t current = 1;
+  std::map<int64_t, int64_t> resumed;  // attempt -> the newest checkpoint when it began
+  for (const auto& e : a["events"]) {
+    const std::string kind = e.value("kind", "");
+    const nlohmann::json& at = e.contains("attempt") ? e["attempt"] : nlohmann::json(1);
+    const int64_t attempt = at.is_number() ? at.get<int64_t>() : std::stoll(at.get<std::string>());
+    if (kind == "checkpoint") {
+      EXPECT_EQ(attempt, current) << e.dump();
+      const std::string m = e.value("message", "");
+      const int64_t step = std::stoll(m.substr(std::string("checkpoint after step ").size()));
+      newest = std::max(newest, step);
+    } else if (kind == "recovery") {
+      current = attempt;
+      resumed[attempt] = newest;
+    }
+  }
+  for (const auto& at : (*end)["attempts"]) {
+    const int64_t n = at.value("attempt", 0);
+    if (resumed.count(n)) {
+      EXPECT_EQ(at.value("resume_step", -2), resumed[n]) << at.dump();
+    }
+  }
+  const std::map<int64_t, double> losses = job.Losses();
+  for (const auto& [step, loss] : ref.losses) EXPECT_EQ(losses.at(step), loss) << "step " << step;
+  EXPECT_EQ(Bytes(job.FinalWeights()), ref.weights) << "final weights differ";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Faults, PartitionMatrix,
-    ::testing::Values(Case{"cut_workers_25s", FaultKind::kCut, 2, 3, 25, false, true},
-                      Case{"cut_workers_120s", FaultKind::kCut, 2, 3, 120, false, false},
-                      Case{"isolate_worker_5s", FaultKind::kIsolate, 3, 0, 5, false, false},
-                      Case{"isolate_worker_25s", FaultKind::kIsolate, 3, 0, 25, false, true},
-                      Case{"isolate_coordinator_25s", FaultKind::kIsolate, 1, 0, 25, false, true},
-                      Case{"isolate_coordinator_120s", FaultKind::kIsolate, 1, 0, 120, false,
-                           false},
-                      Case{"throttle_worker_30s", FaultKind::kThrottle, 3, 0, 30, false, true},
-                      Case{"elastic_cut_workers_25s", FaultKind::kCut, 2, 3, 25, true, false},
-                      Case{"elastic_cut_workers_120s", FaultKind::kCut, 2, 3, 120, true, false},
-                      Case{"elastic_isolate_worker_5s", FaultKind::kIsolate, 3, 0, 5, true, false},
-                      Case{"elastic_isolate_worker_25s", FaultKind::kIsolate, 3, 0, 25, true,
-                           false},
-                      Case{"elastic_isolate_coordinator_25s", FaultKind::kIsolate, 1, 0, 25, true,
-                           false},
-                      Case{"elastic_isolate_coordinator_120s", FaultKind::kIsolate, 1, 0, 120,
-                           true, false},
-                      Case{"elastic_throttle_worker_30s", FaultKind::kThrottle, 3, 0, 30, true,
-                           false}),
+    ::testing::Values(
+        Case{"cut_workers_25s", FaultKind::kCut, 2, 3, 25, false, true},
+        Case{"cut_workers_120s", FaultKind::kCut, 2, 3, 120, false, false},
+        Case{"isolate_worker_5s", FaultKind::kIsolate, 3, 0, 5, false, false},
+        Case{"isolate_worker_25s", FaultKind::kIsolate, 3, 0, 25, false, true},
+        Case{"isolate_coordinator_25s", FaultKind::kIsolate, 1, 0, 25, false, true},
+        Case{"isolate_coordinator_120s", FaultKind::kIsolate, 1, 0, 120, false, false},
+        Case{"throttle_worker_30s", FaultKind::kThrottle, 3, 0, 30, false, true},
+        Case{"elastic_cut_workers_25s", FaultKind::kCut, 2, 3, 25, true, false},
+        Case{"elastic_cut_workers_120s", FaultKind::kCut, 2, 3, 120, true, false},
+        Case{"elastic_isolate_worker_5s", FaultKind::kIsolate, 3, 0, 5, true, false},
+        Case{"elastic_isolate_worker_25s", FaultKind::kIsolate, 3, 0, 25, true, false},
+        Case{"elastic_isolate_coordinator_25s", FaultKind::kIsolate, 1, 0, 25, true, false},
+        Case{"elastic_isolate_coordinator_120s", FaultKind::kIsolate, 1, 0, 120, true, false},
+        Case{"elastic_throttle_worker_30s", FaultKind::kThrottle, 3, 0, 30, true, false}),
     CaseName);
 
 }  // namespace

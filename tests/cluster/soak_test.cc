@@ -118,7 +118,7 @@ TEST(ClusterSoak, EveryFaultSurvivedAndTheRunEqualsAnUninterruptedOne) {
 
   // Every kind once in the first six (shuffled by the seed), then drawn at random.
   std::mt19937 rng(seed);
-  std::vector<Fault> kinds = {Fault::kKill, Fault::kStop,        Fault::kCut,
+  std::vector<Fault> kinds = {Fault::kKill,    Fault::kStop,        Fault::kCut,
                               Fault::kIsolate, Fault::kCoordinator, Fault::kThrottle};
   std::shuffle(kinds.begin(), kinds.end(), rng);
   int crashes = 0;

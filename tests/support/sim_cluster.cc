@@ -19,7 +19,8 @@ std::string SimHostsScript() {
 std::string SimCluster::Unavailable() {
   if (geteuid() != 0) return "needs root (network and mount namespaces)";
   for (const char* tool : {"ip", "tc", "unshare"}) {
-    if (!HaveTool(tool)) return absl::StrCat(tool, " is not installed (Debian iproute2, util-linux)");
+    if (!HaveTool(tool))
+      return absl::StrCat(tool, " is not installed (Debian iproute2, util-linux)");
   }
   return "";
 }
@@ -46,9 +47,8 @@ absl::Status SimCluster::Run(const std::vector<std::string>& args) {
   argv.insert(argv.end(), args.begin(), args.end());
   const Captured c = RunAndCapture(argv, std::chrono::seconds(30));
   if (c.exit_code != 0) {
-    return absl::InternalError(
-        absl::StrCat("sim_hosts.sh ", absl::StrJoin(args, " "), ": exit ", c.exit_code, ": ",
-                     c.output));
+    return absl::InternalError(absl::StrCat("sim_hosts.sh ", absl::StrJoin(args, " "), ": exit ",
+                                            c.exit_code, ": ", c.output));
   }
   return absl::OkStatus();
 }
@@ -64,8 +64,8 @@ int SimCluster::Start(int host, const std::vector<std::string>& argv,
 int SimCluster::StartSupervised(int host, const std::vector<std::string>& argv,
                                 const std::vector<std::string>& env, const std::string& log,
                                 const std::string& pid_file) {
-  std::vector<std::string> args = {SimHostsScript(), "supervise", name_, std::to_string(host),
-                                   pid_file, "env"};
+  std::vector<std::string> args = {SimHostsScript(),     "supervise", name_,
+                                   std::to_string(host), pid_file,    "env"};
   args.insert(args.end(), env.begin(), env.end());
   args.insert(args.end(), argv.begin(), argv.end());
   return StartProcess(args, {}, log);

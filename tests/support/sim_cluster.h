@@ -67,13 +67,14 @@ std::string SimHostsScript();
 }  // namespace latchkey::testing
 
 // Skips (or, with CI=true, fails) the current test unless simulated hosts can run here.
-#define LATCHKEY_REQUIRE_SIM_HOSTS()                                                          \
-  do {                                                                                        \
-    const std::string why = ::latchkey::testing::SimCluster::Unavailable();                   \
-    if (!why.empty()) {                                                                       \
-      if (::latchkey::testing::InCi()) FAIL() << "simulated hosts: " << why << "; CI=true requires them"; \
-      GTEST_SKIP() << "simulated hosts: " << why;                                             \
-    }                                                                                         \
+#define LATCHKEY_REQUIRE_SIM_HOSTS()                                        \
+  do {                                                                      \
+    const std::string why = ::latchkey::testing::SimCluster::Unavailable(); \
+    if (!why.empty()) {                                                     \
+      if (::latchkey::testing::InCi())                                      \
+        FAIL() << "simulated hosts: " << why << "; CI=true requires them";  \
+      GTEST_SKIP() << "simulated hosts: " << why;                           \
+    }                                                                       \
   } while (0)
 
 #endif  // LATCHKEY_TESTS_SUPPORT_SIM_CLUSTER_H_

@@ -81,7 +81,8 @@ absl::StatusOr<std::unique_ptr<PeerProber>> PeerProber::Start(PeerProberOptions 
   const std::string ip = p->opt_.host.empty() ? "" : Resolve(p->opt_.host);
   const bool v6 = ip.find(':') != std::string::npos;
   p->listen_fd_ = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (p->listen_fd_ < 0) return absl::InternalError(absl::StrCat("probe socket: ", strerror(errno)));
+  if (p->listen_fd_ < 0)
+    return absl::InternalError(absl::StrCat("probe socket: ", strerror(errno)));
   sockaddr_storage addr{};
   socklen_t len = 0;
   if (v6) {
@@ -98,8 +99,8 @@ absl::StatusOr<std::unique_ptr<PeerProber>> PeerProber::Start(PeerProberOptions 
   }
   if (bind(p->listen_fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
       listen(p->listen_fd_, 64) != 0) {
-    return absl::UnavailableError(absl::StrCat("probe port on ", ip.empty() ? "*" : ip, ": ",
-                                               strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("probe port on ", ip.empty() ? "*" : ip, ": ", strerror(errno)));
   }
   if (getsockname(p->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
     p->port_ = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
@@ -184,8 +185,8 @@ void PeerProber::Loop() {
       Round();
       next = absl::Now() + opt_.every;
     }
-    const absl::Duration wait = active ? std::max(absl::ZeroDuration(), next - absl::Now())
-                                       : absl::Milliseconds(200);
+    const absl::Duration wait =
+        active ? std::max(absl::ZeroDuration(), next - absl::Now()) : absl::Milliseconds(200);
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
     (void)poll(fds, 2, static_cast<int>(absl::ToInt64Milliseconds(wait)) + 1);
     if (fds[0].revents & POLLIN) Accept();
@@ -262,7 +263,8 @@ void PeerProber::Round() {
     }
     auto [it, added] = unreachable_since_.emplace(peers[i].rank, now);
     r.unreachable.push_back(peers[i].rank);
-    r.unreachable_seconds = std::max(r.unreachable_seconds, absl::ToDoubleSeconds(now - it->second));
+    r.unreachable_seconds =
+        std::max(r.unreachable_seconds, absl::ToDoubleSeconds(now - it->second));
   }
   latest_ = std::move(r);
   latest_time_ = now;

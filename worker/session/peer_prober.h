@@ -26,9 +26,9 @@
 namespace latchkey {
 
 struct PeerProberOptions {
-  std::string host;                                   // listen address; "": every address
-  absl::Duration deadline = absl::Seconds(1);         // one probe's connect deadline
-  absl::Duration every = absl::Milliseconds(500);     // between rounds while active
+  std::string host;                                // listen address; "": every address
+  absl::Duration deadline = absl::Seconds(1);      // one probe's connect deadline
+  absl::Duration every = absl::Milliseconds(500);  // between rounds while active
 };
 
 class PeerProber {

@@ -12,8 +12,8 @@
 #include "worker/session/worker_session.h"
 
 #include <algorithm>
-#include <iostream>
 #include <atomic>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <utility>
