@@ -429,9 +429,9 @@ class Coordinator {
   // A re-run's report against the stored first one.
   absl::Status CheckDeterminism(Job& job, const StepReportRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A retry (a step this rank reported in this attempt) against the stored report: ABORTED
-  // when its numbers differ.
-  absl::Status CheckRetry(const Job& job, const StepReportRecord& record)
+  // A retry (a step this rank reported in this attempt) against the stored report: what
+  // differs ("" when its numbers are the stored ones).
+  absl::StatusOr<std::string> RetryConflict(const Job& job, const StepReportRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `why`, after recording it in the job's audit (event "refused_report", at most
   // kMaxRefusalEvents per attempt): a report of `what` no worker of the job could honestly send.

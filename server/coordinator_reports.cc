@@ -257,9 +257,8 @@ absl::StatusOr<WorkerStatus> Coordinator::StageReport(const WorkerCall& call,
   record.report_time = clock_->Now();
   LK_ASSIGN_OR_RETURN(bool inserted, store_->StageStepReport(record));
   if (!inserted && report.step < rank.steps_reported) {
-    if (absl::Status retry = CheckRetry(j, record); !retry.ok()) {
-      return RefuseReport(j, call, what, std::move(retry));
-    }
+    LK_ASSIGN_OR_RETURN(std::string conflict, RetryConflict(j, record));
+    if (!conflict.empty()) return RefuseReport(j, call, what, absl::AbortedError(conflict));
   }
   // Durable with the group's commit; nothing staged: everything is durable already (a repeat
   // included: what it repeats was committed).
@@ -286,7 +285,8 @@ absl::StatusOr<WorkerStatus> Coordinator::StageReport(const WorkerCall& call,
   return out;
 }
 
-absl::Status Coordinator::CheckRetry(const Job& job, const StepReportRecord& record) {
+absl::StatusOr<std::string> Coordinator::RetryConflict(const Job& job,
+                                                       const StepReportRecord& record) {
   const StepReport& r = record.report;
   LK_ASSIGN_OR_RETURN(StepReportRecord stored,
                       store_->LoadStepReport(job.rec.job_id, record.rank, r.step));
@@ -294,14 +294,14 @@ absl::Status Coordinator::CheckRetry(const Job& job, const StepReportRecord& rec
   // What a worker sends again after a lost answer is the report it sent: the same numbers.
   if (SameMeasure(s.loss, r.loss) && SameMeasure(s.grad_norm, r.grad_norm) &&
       s.micro_batches == r.micro_batches && s.tokens == r.tokens) {
-    return absl::OkStatus();
+    return std::string();
   }
-  return absl::AbortedError(absl::StrFormat(
+  return absl::StrFormat(
       "step %d was reported by rank %d in attempt %d with loss %.17g, grad_norm %.17g, "
       "micro_batches %d, tokens %d; this report has loss %.17g, grad_norm %.17g, "
       "micro_batches %d, tokens %d (the first report is kept)",
       r.step, record.rank, job.attempts.attempt(), s.loss, s.grad_norm, s.micro_batches, s.tokens,
-      r.loss, r.grad_norm, r.micro_batches, r.tokens));
+      r.loss, r.grad_norm, r.micro_batches, r.tokens);
 }
 
 absl::Status Coordinator::CheckDeterminism(Job& job, const StepReportRecord& record) {

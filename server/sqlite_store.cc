@@ -109,10 +109,10 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   }
   std::unique_ptr<SqliteStore> store(new SqliteStore(db));
   sqlite3_busy_handler(db, &WaitForWriteLock, nullptr);
-  // WAL: readers never block the writer and a commit is one append. NORMAL sync is durable
-  // against a process crash; FULL adds an fsync per commit for power loss.
   // A damaged file is refused before anything is written to it.
   absl::Status s = store->CheckSound();
+  // WAL: readers never block the writer and a commit is one append. NORMAL sync is durable
+  // against a process crash; FULL adds an fsync per commit for power loss.
   if (s.ok()) s = store->Exec("PRAGMA journal_mode=WAL;");
   if (s.ok()) {
     s = store->Exec(sync == SqliteSync::kFull ? "PRAGMA synchronous=FULL;"
