@@ -317,7 +317,11 @@ class Coordinator {
   // A report of a step already stored (a re-run after a recovery, or a retry) is acknowledged
   // as duplicate (the first report is kept) and still moves the rank's progress in this
   // attempt; a re-run whose loss differs bitwise from the first report is a determinism
-  // violation (event and JobRecord::determinism_violations, once per step and attempt).
+  // violation (event and JobRecord::determinism_violations, once per step and attempt). A
+  // report no worker of the job could honestly send is refused and audited (RefuseReport): a
+  // rank the caller does not hold, a step outside the job or not published yet, a retry in the
+  // same attempt with other numbers than the stored report's (ABORTED), a collective_calls map
+  // over kMaxCollectiveKeys keys or with a key over kMaxCollectiveKeyBytes.
   // Returns once the report is durable: reports are group-committed (the store's
   // StageStepReport), one commit for every report that arrived within kGroupCommitWindow (or
   // sooner, when another write commits the group); the job's progress moves at once. While
@@ -330,6 +334,11 @@ class Coordinator {
   void ReportStep(const WorkerCall& call, StepReportRecord report,
                   std::function<void(absl::StatusOr<WorkerStatus>)> done);
   static constexpr absl::Duration kGroupCommitWindow = absl::Milliseconds(2);
+  static constexpr int kMaxCollectiveKeys = 1024;
+  static constexpr size_t kMaxCollectiveKeyBytes = 256;
+  static constexpr size_t kMaxManifestShaBytes = 256;
+  // Refused reports recorded as events per job and attempt; the rest are only refused.
+  static constexpr int kMaxRefusalEvents = 20;
   // A failed group commit keeps its reports staged and unacknowledged and is retried after
   // kCommitRetryFirst, doubling up to kCommitRetryMax, until it succeeds (or the coordinator
   // stops: the calls fail with the commit's error).
@@ -454,6 +463,17 @@ class Coordinator {
   void TerminateOnLostReports(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A re-run's report against the stored first one.
   absl::Status CheckDeterminism(Job& job, const StepReportRecord& record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A retry (a step this rank reported in this attempt) against the stored report: what
+  // differs ("" when its numbers are the stored ones).
+  absl::StatusOr<std::string> RetryConflict(const Job& job, const StepReportRecord& record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `why`, after recording it in the job's audit (event "refused_report", at most
+  // kMaxRefusalEvents per attempt): a report of `what` no worker of the job could honestly send.
+  absl::Status RefuseReport(Job& job, const WorkerCall& call, const std::string& what,
+                            absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checks of a report's identity and step every report kind makes, each refusal audited.
+  absl::StatusOr<Job*> FindReporter(const WorkerCall& call, const std::string& what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An event of the job's current attempt, stamped now.
   JobEventRecord Event(const Job& job, const std::string& kind, const std::string& message) const

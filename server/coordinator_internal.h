@@ -87,6 +87,10 @@ struct Coordinator::Job {
   // presenting the same bytes is checked by comparison, without hashing under the lock. Never
   // persisted.
   std::string verified_token;
+  // Reports refused as ones no worker of the job could honestly send, recorded as events in
+  // attempt `refusals_attempt` (Coordinator::RefuseReport). Never persisted.
+  int64_t refusals_attempt = 0;
+  int refusals_recorded = 0;
 
   int world_size() const { return ranks.world_size(); }
 };

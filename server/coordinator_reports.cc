@@ -3,6 +3,7 @@
 // check), each report's boundary wait (BoundaryArrivals), and committed checkpoints, the resume
 // points of later attempts.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,7 +24,45 @@ namespace {
 
 bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
 
+// A measure as stored: a NaN reads back as a NaN, whatever its bits were.
+bool SameMeasure(double a, double b) { return (std::isnan(a) && std::isnan(b)) || SameBits(a, b); }
+
+std::string Named(const char* rpc, int64_t step) { return absl::StrCat(rpc, " of step ", step); }
+
 }  // namespace
+
+absl::Status Coordinator::RefuseReport(Job& j, const WorkerCall& call, const std::string& what,
+                                       absl::Status why) {
+  if (j.refusals_attempt != j.attempts.attempt()) {
+    j.refusals_attempt = j.attempts.attempt();
+    j.refusals_recorded = 0;
+  }
+  if (j.refusals_recorded >= kMaxRefusalEvents) return why;
+  ++j.refusals_recorded;
+  std::string message =
+      absl::StrCat(what, " from worker ", call.worker_id, " as rank ", call.rank, " refused (",
+                   absl::StatusCodeToString(why.code()), "): ", why.message());
+  if (j.refusals_recorded == kMaxRefusalEvents) {
+    absl::StrAppend(&message, "; the later refusals of attempt ", j.attempts.attempt(),
+                    " are not recorded");
+  }
+  Log(absl::StrCat(j.rec.job_id, ": ", message));
+  const absl::Status stored = store_->AppendEvent(Event(j, "refused_report", message));
+  if (!stored.ok()) {
+    Log(absl::StrCat(j.rec.job_id, ": cannot record the refusal: ", stored.message()));
+  }
+  return why;
+}
+
+absl::StatusOr<Coordinator::Job*> Coordinator::FindReporter(const WorkerCall& call,
+                                                            const std::string& what) {
+  // The token and the attempt fence first: a caller without the token is no worker of the job
+  // (nothing is recorded), and a fenced one is a survivor of an earlier attempt, not a liar.
+  LK_ASSIGN_OR_RETURN(Job * j, FindForWorker(call, /*check_rank=*/false));
+  absl::Status held = j->ranks.CheckHolder(call.job_id, call.rank, call.worker_id);
+  if (!held.ok()) return RefuseReport(*j, call, what, std::move(held));
+  return j;
+}
 
 absl::StatusOr<WorkerStatus> Coordinator::ReportStep(const WorkerCall& call,
                                                      StepReportRecord record) {
@@ -162,18 +201,34 @@ void Coordinator::TerminateOnLostReports(const absl::Status& why) {
 absl::StatusOr<WorkerStatus> Coordinator::StageReport(const WorkerCall& call,
                                                       StepReportRecord record, uint64_t* ticket) {
   absl::MutexLock lock(&mu_);
-  LK_ASSIGN_OR_RETURN(Job * found, FindForWorker(call, /*check_rank=*/true));
+  const StepReport& report = record.report;
+  const std::string what = Named("ReportStep", report.step);
+  LK_ASSIGN_OR_RETURN(Job * found, FindReporter(call, what));
   Job& j = *found;
   RankTable::Rank& rank = j.ranks.at(call.rank);
   rank.last_seen = clock_->Now();
-  const StepReport& report = record.report;
   WorkerStatus out;
   out.state = j.rec.state;
   out.reason = j.rec.failure_reason;
   out.attempt = j.attempts.attempt();
   if (report.step < 0 || report.step >= j.spec.steps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step: ", report.step, " is outside [0, ", j.spec.steps, ")"));
+    return RefuseReport(j, call, what,
+                        absl::InvalidArgumentError(absl::StrCat(
+                            "step: ", report.step, " is outside [0, ", j.spec.steps, ")")));
+  }
+  if (report.collective_calls.size() > static_cast<size_t>(kMaxCollectiveKeys)) {
+    return RefuseReport(j, call, what,
+                        absl::InvalidArgumentError(
+                            absl::StrCat("collective_calls: ", report.collective_calls.size(),
+                                         " keys, more than ", kMaxCollectiveKeys)));
+  }
+  for (const auto& [key, calls] : report.collective_calls) {
+    if (key.size() > kMaxCollectiveKeyBytes) {
+      return RefuseReport(
+          j, call, what,
+          absl::InvalidArgumentError(absl::StrCat("collective_calls: a key of ", key.size(),
+                                                  " bytes, longer than ", kMaxCollectiveKeyBytes)));
+    }
   }
   if (j.rec.state == JobState::kSucceeded) {  // every report is in already
     out.duplicate = true;
@@ -184,20 +239,27 @@ absl::StatusOr<WorkerStatus> Coordinator::StageReport(const WorkerCall& call,
         absl::StrCat(j.rec.job_id, ": job is ", JobStateName(j.rec.state)));
   }
   if (report.step >= j.latches.next_window()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("step: latch(", report.step, ") is not published yet"));
+    return RefuseReport(j, call, what,
+                        absl::FailedPreconditionError(
+                            absl::StrCat("step: latch(", report.step, ") is not published yet")));
   }
   LK_ASSIGN_OR_RETURN(std::vector<PublishedLatch> latch, j.latches.Read(*store_, report.step, 1));
   const int64_t generation = latch.front().latch.generation;
   if (report.latch_generation != generation) {
-    return absl::AbortedError(absl::StrCat(
-        "latch_generation: step ", report.step, " ran under generation ", report.latch_generation,
-        " but latch(", report.step, ") has generation ", generation));
+    return RefuseReport(
+        j, call, what,
+        absl::AbortedError(absl::StrCat(
+            "latch_generation: step ", report.step, " ran under generation ",
+            report.latch_generation, " but latch(", report.step, ") has generation ", generation)));
   }
   record.job_id = j.rec.job_id;
   record.rank = call.rank;
   record.report_time = clock_->Now();
   LK_ASSIGN_OR_RETURN(bool inserted, store_->StageStepReport(record));
+  if (!inserted && report.step < rank.steps_reported) {
+    LK_ASSIGN_OR_RETURN(std::string conflict, RetryConflict(j, record));
+    if (!conflict.empty()) return RefuseReport(j, call, what, absl::AbortedError(conflict));
+  }
   // Durable with the group's commit; nothing staged: everything is durable already (a repeat
   // included: what it repeats was committed).
   *ticket = store_->HasStaged() ? ++staged_ : 0;
@@ -221,6 +283,25 @@ absl::StatusOr<WorkerStatus> Coordinator::StageReport(const WorkerCall& call,
   }
   out.state = j.rec.state;
   return out;
+}
+
+absl::StatusOr<std::string> Coordinator::RetryConflict(const Job& job,
+                                                       const StepReportRecord& record) {
+  const StepReport& r = record.report;
+  LK_ASSIGN_OR_RETURN(StepReportRecord stored,
+                      store_->LoadStepReport(job.rec.job_id, record.rank, r.step));
+  const StepReport& s = stored.report;
+  // What a worker sends again after a lost answer is the report it sent: the same numbers.
+  if (SameMeasure(s.loss, r.loss) && SameMeasure(s.grad_norm, r.grad_norm) &&
+      s.micro_batches == r.micro_batches && s.tokens == r.tokens) {
+    return std::string();
+  }
+  return absl::StrFormat(
+      "step %d was reported by rank %d in attempt %d with loss %.17g, grad_norm %.17g, "
+      "micro_batches %d, tokens %d; this report has loss %.17g, grad_norm %.17g, "
+      "micro_batches %d, tokens %d (the first report is kept)",
+      r.step, record.rank, job.attempts.attempt(), s.loss, s.grad_norm, s.micro_batches, s.tokens,
+      r.loss, r.grad_norm, r.micro_batches, r.tokens);
 }
 
 absl::Status Coordinator::CheckDeterminism(Job& job, const StepReportRecord& record) {
@@ -254,24 +335,50 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportCheckpoint(const WorkerCall& cal
     return absl::InvalidArgumentError("manifest_sha256: required");
   if (report.bytes < 0) return absl::InvalidArgumentError("bytes: must be >= 0");
   absl::MutexLock lock(&mu_);
-  LK_ASSIGN_OR_RETURN(Job * found, FindForWorker(call, /*check_rank=*/true));
+  const std::string what = Named("ReportCheckpoint", report.step);
+  LK_ASSIGN_OR_RETURN(Job * found, FindReporter(call, what));
   Job& j = *found;
   j.ranks.at(call.rank).last_seen = clock_->Now();
   if (report.step < 0 || report.step >= j.spec.steps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step: ", report.step, " is outside [0, ", j.spec.steps, ")"));
+    return RefuseReport(j, call, what,
+                        absl::InvalidArgumentError(absl::StrCat(
+                            "step: ", report.step, " is outside [0, ", j.spec.steps, ")")));
+  }
+  if (report.manifest_sha256.size() > kMaxManifestShaBytes) {
+    return RefuseReport(
+        j, call, what,
+        absl::InvalidArgumentError(absl::StrCat("manifest_sha256: ", report.manifest_sha256.size(),
+                                                " bytes, longer than ", kMaxManifestShaBytes)));
   }
   if (j.rec.state == JobState::kPending || j.rec.state == JobState::kFailed ||
       j.rec.state == JobState::kCancelled) {
     return absl::FailedPreconditionError(
         absl::StrCat(j.rec.job_id, ": job is ", JobStateName(j.rec.state)));
   }
+  // A checkpoint holds the state after its step: the step ran, so its latch was published.
+  if (report.step >= j.latches.next_window()) {
+    return RefuseReport(
+        j, call, what,
+        absl::FailedPreconditionError(absl::StrCat(
+            "step: latch(", report.step, ") is not published yet, so no rank has run that step")));
+  }
   WorkerStatus out{j.rec.state, j.rec.failure_reason, false, j.attempts.attempt(), {}};
   LK_ASSIGN_OR_RETURN(std::vector<CheckpointRecord> known, store_->LoadCheckpoints(j.rec.job_id));
   for (const CheckpointRecord& k : known) {
-    if (k.step == report.step && k.manifest_sha256 == report.manifest_sha256) {
+    if (k.step != report.step) continue;
+    if (k.manifest_sha256 == report.manifest_sha256) {
       out.duplicate = true;  // a repeat: already recorded
       return out;
+    }
+    // A later attempt that re-ran the step saved it again: its checkpoint replaces the
+    // earlier one. In one attempt a step is saved once.
+    if (k.attempt == j.attempts.attempt()) {
+      return RefuseReport(
+          j, call, what,
+          absl::AbortedError(absl::StrCat("step ", report.step, ": attempt ", k.attempt,
+                                          " committed the checkpoint with manifest sha256 ",
+                                          k.manifest_sha256, " already; this one's is ",
+                                          report.manifest_sha256, " (the first is kept)")));
     }
   }
   CheckpointRecord c;

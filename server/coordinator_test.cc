@@ -62,14 +62,18 @@ std::vector<PublishedLatch> Latches(Coordinator& c, const WorkerCall& call, int6
   return b.ok() ? b->latches : std::vector<PublishedLatch>{};
 }
 
-absl::Status Report(Coordinator& c, const WorkerCall& call, int64_t step, int64_t gen) {
+StepReportRecord ReportOf(int64_t step, int64_t gen) {
   StepReportRecord r;
   r.report.step = step;
   r.report.latch_generation = gen;
   r.report.loss = 1.0 / (step + 1);
   r.report.tokens = 128;
   r.report.step_seconds = 0.01;
-  return c.ReportStep(call, r).status();
+  return r;
+}
+
+absl::Status Report(Coordinator& c, const WorkerCall& call, int64_t step, int64_t gen) {
+  return c.ReportStep(call, ReportOf(step, gen)).status();
 }
 
 TEST(CoordinatorTest, SubmitValidatesNamingTheField) {
@@ -150,8 +154,8 @@ TEST(CoordinatorTest, PublishesWithinLookaheadAndSucceeds) {
   EXPECT_EQ(Latches(*c, calls[0], 3).size(), 0u);  // slowest rank (1) is still at window 0
   ASSERT_TRUE(Report(*c, calls[1], 0, 0).ok());
   EXPECT_EQ(Latches(*c, calls[0], 3).size(), 1u);
-  auto dup = c->ReportStep(calls[1], StepReportRecord{});
-  ASSERT_TRUE(dup.ok());
+  auto dup = c->ReportStep(calls[1], ReportOf(0, 0));  // a retry: the report sent again
+  ASSERT_TRUE(dup.ok()) << dup.status();
   EXPECT_TRUE(dup->duplicate);
 
   for (int64_t s = 1; s < 6; ++s) {
@@ -466,9 +470,7 @@ TEST(CoordinatorTest, RestartOnSameFileServesSameLatchesAndState) {
   ASSERT_EQ(after.size(), before.size());
   for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(after[i].latch, before[i].latch) << i;
   // The duplicate report from before the restart is still recognised.
-  StepReportRecord again;
-  again.report.step = 1;
-  auto dup = c->ReportStep(Call(job, "w0", 0), again);
+  auto dup = c->ReportStep(Call(job, "w0", 0), ReportOf(1, 0));
   ASSERT_TRUE(dup.ok()) << dup.status();
   EXPECT_TRUE(dup->duplicate);
   // Next job id continues the sequence.

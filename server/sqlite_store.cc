@@ -93,6 +93,12 @@ int WaitForWriteLock(void* /*unused*/, int tries) {
 
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path,
                                                                SqliteSync sync) {
+  // Every error of opening names the file as the flag does.
+  const auto named = [&path](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("--db ", path, ": ", s.message()));
+  };
+  // Before SQLite reads the log, which it would treat as empty (sqlite_integrity.cc).
+  if (absl::Status wal = CheckWalHeader(path); !wal.ok()) return named(wal);
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
@@ -103,16 +109,17 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   }
   std::unique_ptr<SqliteStore> store(new SqliteStore(db));
   sqlite3_busy_handler(db, &WaitForWriteLock, nullptr);
+  // A damaged file is refused before anything is written to it.
+  absl::Status s = store->CheckSound();
   // WAL: readers never block the writer and a commit is one append. NORMAL sync is durable
   // against a process crash; FULL adds an fsync per commit for power loss.
-  absl::Status s = store->Exec("PRAGMA journal_mode=WAL;");
+  if (s.ok()) s = store->Exec("PRAGMA journal_mode=WAL;");
   if (s.ok()) {
     s = store->Exec(sync == SqliteSync::kFull ? "PRAGMA synchronous=FULL;"
                                               : "PRAGMA synchronous=NORMAL;");
   }
   if (s.ok()) s = store->Upgrade();
-  // Every error of opening names the file as the flag does.
-  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--db ", path, ": ", s.message()));
+  if (!s.ok()) return named(s);
   auto mode = store->QueryText("PRAGMA journal_mode");
   // Only with WAL do a reader and the writer not block each other. Without a reader the audit is
   // read on the writer's connection, as `latchkey audit` reads it: correct, only serialised.

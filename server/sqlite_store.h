@@ -131,6 +131,10 @@ class SqliteStore : public JobStore {
   // The first column of the first row of `sql`.
   absl::StatusOr<std::string> QueryText(const char* sql);
   absl::StatusOr<int> SchemaVersion();
+  // A damaged file refused before anything is written to it (sqlite_integrity.cc): the
+  // write-ahead log's header, read before SQLite reads the log, and PRAGMA quick_check.
+  static absl::Status CheckWalHeader(const std::string& path);
+  absl::Status CheckSound();
   // Creates or migrates the schema to kSchemaVersion (sqlite_schema.cc); Open names the file in
   // its errors.
   absl::Status Upgrade();

@@ -139,7 +139,8 @@ struct JobEventRecord {
   std::string job_id;
   absl::Time time = absl::UnixEpoch();
   int64_t attempt = 1;
-  std::string kind;  // "recovery", "stalled", "determinism_violation", "checkpoint", "fenced"
+  std::string kind;  // "recovery", "stalled", "determinism_violation", "checkpoint", "fenced",
+                     // "refused_report"
   std::string message;
 };
 

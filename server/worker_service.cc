@@ -18,7 +18,6 @@ namespace {
 constexpr size_t kMaxWorkerIdBytes = 256;
 constexpr size_t kMaxHostBytes = 256;
 constexpr size_t kMaxFailureBytes = 4096;
-constexpr int kMaxCollectiveKeys = 1024;
 constexpr int kMaxUnreachableRanks = 1 << 16;  // more ranks than any job's
 constexpr int kLatchBatch = 64;
 
@@ -103,10 +102,8 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ReportStep(grpc::CallbackServerCont
   }
   WorkerCall call;
   StepReportRecord r;
+  // The report's sizes are checked by the core, which records a refusal in the job's audit.
   absl::Status st = ToCall(req->identity(), req->rank(), &call);
-  if (st.ok() && req->collective_calls_size() > kMaxCollectiveKeys) {
-    st = Invalid(absl::StrCat("collective_calls: more than ", kMaxCollectiveKeys, " keys"));
-  }
   if (st.ok()) {
     auto report = FromProto(*req);
     if (report.ok()) {
@@ -345,9 +342,7 @@ absl::Status WorkerServiceImpl::DoReportCheckpoint(const v1::ReportCheckpointReq
                                                    v1::ReportCheckpointResponse* resp) {
   WorkerCall call;
   LK_RETURN_IF_ERROR(ToCall(req.identity(), req.rank(), &call));
-  if (req.manifest_sha256().size() > kMaxHostBytes) {
-    return Invalid(absl::StrCat("manifest_sha256: longer than ", kMaxHostBytes, " bytes"));
-  }
+  // The manifest's size is checked by the core, which records a refusal in the job's audit.
   LK_ASSIGN_OR_RETURN(CheckpointReport report, FromProto(req));
   LK_ASSIGN_OR_RETURN(WorkerStatus out, core_->ReportCheckpoint(call, report));
   ToProto(ToReply(out), resp);
