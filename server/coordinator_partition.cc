@@ -95,6 +95,8 @@ absl::Status Coordinator::MaybeStart(Job& job, absl::Time now) {
   for (const CutLink& l : cut->links) longest = std::max(longest, l.seconds);
   if (!job.partition) job.partition = Job::PartitionWait{now - absl::Seconds(longest)};
   const absl::Duration waited = now - job.partition->since;
+  // The wait counts from the partition's start (the probes of restarted ranks count afresh).
+  for (CutLink& l : cut->links) l.seconds = std::max(l.seconds, absl::ToDoubleSeconds(waited));
   if (waited > absl::Seconds(job.spec.partition_timeout_seconds)) {
     const std::string why = absl::StrCat("network partition: ", cut->Links(),
                                          " stayed cut past latchkey.partition_timeout_seconds (",

@@ -140,7 +140,11 @@ std::optional<nlohmann::json> ClusterJob::Status() {
   const std::string out = Cli({"--json", "status", job_id_}, &code);
   if (code != 0) return std::nullopt;
   try {
-    return nlohmann::json::parse(out.substr(out.find('{')));
+    nlohmann::json j = nlohmann::json::parse(out.substr(out.find('{')));
+    // "JOB_STATE_SUCCEEDED" -> "SUCCEEDED"
+    std::string state = j.value("state", "");
+    if (state.rfind("JOB_STATE_", 0) == 0) j["state"] = state.substr(10);
+    return j;
   } catch (const std::exception&) {
     return std::nullopt;
   }

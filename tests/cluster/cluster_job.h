@@ -42,7 +42,8 @@ class ClusterJob {
   int HostOf(int rank) const { return 2 + rank / o_.ranks_per_host; }
   const std::string& job_id() const { return job_id_; }
 
-  // `latchkey --json status JOB` run on the coordinator's host; nullopt when it did not answer.
+  // `latchkey --json status JOB` run on the coordinator's host (its "state" without the
+  // JOB_STATE_ prefix); nullopt when it did not answer.
   std::optional<nlohmann::json> Status();
   // Polls Status until the job ended (succeeded, failed, cancelled) or the deadline.
   std::optional<nlohmann::json> WaitEnded(std::chrono::seconds deadline);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "tests/cluster/cluster_job.h"
 #include "tests/support/launch.h"
 #include "tests/support/process.h"
@@ -68,6 +69,8 @@ ClusterJobOptions Options(bool elastic) {
   ClusterJobOptions o;
   o.spec = PartitionSpec(elastic);
   o.coordinator_flags = {"--liveness-timeout", "15"};
+  // Windows of at least 0.5 s (about 20 s of training): the faults meet a running job.
+  o.worker_flags = {"--test-min-window-seconds", "0.5"};
   return o;
 }
 
@@ -149,7 +152,19 @@ TEST_P(PartitionMatrix, SucceedsWithoutRestartsAndEqualsTheUninterruptedRun) {
       ASSERT_TRUE(net.Throttle(c.host_a, "1mbit").ok());
       break;
   }
-  std::this_thread::sleep_for(seconds(c.seconds));
+  // While the fault lasts: when the coordinator first names it (a recovery's cause).
+  double named_s = -1;
+  std::string named;
+  while (Since(fault_start) < c.seconds) {
+    if (named_s < 0) {
+      if (auto s = job.Status(); s.has_value() && (*s)["attempts"].size() > 1) {
+        named_s = Since(fault_start);
+        named = (*s)["attempts"].back().value("cause", "");
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  const int64_t before_heal = job.Losses().empty() ? -1 : job.Losses().rbegin()->first;
   switch (c.kind) {
     case FaultKind::kCut:
       ASSERT_TRUE(net.Heal(c.host_a, c.host_b).ok());
@@ -162,6 +177,10 @@ TEST_P(PartitionMatrix, SucceedsWithoutRestartsAndEqualsTheUninterruptedRun) {
       break;
   }
   const double fault_s = Since(fault_start);
+  const auto healed = Clock::now();
+  // From the heal to training again: a step past the last one before it, on every rank.
+  const bool trained = job.WaitStep(before_heal + 1, seconds(300));
+  const double to_train_s = trained ? Since(healed) : -1;
   auto end = job.WaitEnded(seconds(600));
   ASSERT_TRUE(end.has_value()) << job.CoordinatorLog();
   std::printf("case %s: fault %.0f s; state %s, restarts %d, attempts %zu\n", c.name, fault_s,
@@ -186,6 +205,13 @@ TEST_P(PartitionMatrix, SucceedsWithoutRestartsAndEqualsTheUninterruptedRun) {
   for (const auto& [step, runs] : job.StepRuns()) replayed += runs - 1;
   std::printf("  max loss deviation %.3g, steps run again after a recovery %d\n", max_dev,
               replayed);
+  std::printf("  named after %.1f s: %s\n  heal to training %.1f s\n", named_s,
+              named.empty() ? "(nothing)" : named.c_str(), to_train_s);
+  std::printf("| %s | %s | %d | %s | %s | %d | %.3g |\n", c.name, end->value("state", "").c_str(),
+              end->value("restarts", -1),
+              named_s < 0 ? "not named" : absl::StrFormat("%.1f s", named_s).c_str(),
+              to_train_s < 0 ? "-" : absl::StrFormat("%.1f s", to_train_s).c_str(), replayed,
+              max_dev);
   if (!c.elastic) {
     EXPECT_EQ(Bytes(job.FinalWeights()), ref.weights) << "final weights differ";
   }
