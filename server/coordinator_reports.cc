@@ -370,16 +370,10 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportCheckpoint(const WorkerCall& cal
       out.duplicate = true;  // a repeat: already recorded
       return out;
     }
-    // A later attempt that re-ran the step saved it again: its checkpoint replaces the
-    // earlier one. In one attempt a step is saved once.
-    if (k.attempt == j.attempts.attempt()) {
-      return RefuseReport(
-          j, call, what,
-          absl::AbortedError(absl::StrCat("step ", report.step, ": attempt ", k.attempt,
-                                          " committed the checkpoint with manifest sha256 ",
-                                          k.manifest_sha256, " already; this one's is ",
-                                          report.manifest_sha256, " (the first is kept)")));
-    }
+    // A rank that re-ran the step saved it again, and the folder on disk now holds that save:
+    // its checkpoint replaces the earlier one, in a later attempt or in the same one (a worker
+    // that re-joins its attempt after a coordinator restart runs it again from its resume
+    // point). The audit keeps both reports.
   }
   CheckpointRecord c;
   c.job_id = j.rec.job_id;
