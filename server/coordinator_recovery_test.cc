@@ -338,6 +338,33 @@ TEST(CoordinatorRecoveryTest, LivenessVerdictNamesWhereTheRankWasAndRecovers) {
             "the liveness deadline of 30s");
 }
 
+// The ranks of a later attempt that reported a step (their state moved to active) still hold
+// their ranks after a coordinator restart: their heartbeats are answered, not fenced.
+TEST(CoordinatorRecoveryTest, ReopenedInALaterAttemptItsActiveRanksKeepTheirRanks) {
+  ScopedTempDir dir;
+  const std::string db = dir.path() + "/c.db";
+  SubmitResult job;
+  std::vector<WorkerCall> second;
+  {
+    auto c = Make({}, db);
+    job = *c->SubmitJob({Spec(), "", "", 0});
+    std::vector<WorkerCall> first = JoinAll(*c, job, 2);
+    ASSERT_EQ(c->ReportFailure(first[1], "killed by signal 9")->state, JobState::kRecovering);
+    second = JoinAll(*c, job, 2, "v");
+    ASSERT_EQ(second[0].attempt, 2);
+    for (const auto& call : second) ASSERT_TRUE(Report(*c, call, 0, 2.5).ok());
+  }
+  auto c = Make({}, db);
+  const JobView v = *c->GetJob(job.job.record.job_id, true);
+  EXPECT_EQ(v.record.state, JobState::kRunning);
+  EXPECT_EQ(v.workers_joined, 2);
+  for (const auto& call : second) {
+    auto beat = c->Heartbeat(call);
+    ASSERT_TRUE(beat.ok()) << beat.status();
+    EXPECT_EQ(beat->attempt, 2);
+  }
+}
+
 TEST(CoordinatorRecoveryTest, ReopenedInStateRecoveringTheCoordinatorFinishesTheRecovery) {
   ScopedTempDir dir;
   const std::string db = dir.path() + "/c.db";

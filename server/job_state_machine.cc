@@ -62,6 +62,7 @@ absl::Status JobStateMachine::SetWorkerState(const std::string& job_id, RankTabl
   w.host = r.host;
   w.state = state;
   w.join_time = r.join_time;
+  w.attempt = r.attempt;  // the row is replaced whole: a restarted coordinator reads it back
   LK_RETURN_IF_ERROR(store_->PutWorker(w));
   if (observer_) {
     observer_->AddWorkers(r.state, -1);
