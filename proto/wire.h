@@ -138,7 +138,7 @@ latchkey::v1::ReportCheckpointRequest MakeReportCheckpointRequest(const WorkerId
 latchkey::v1::HeartbeatRequest MakeHeartbeatRequest(const WorkerIdentity& identity, int rank,
                                                     const RankPosition* position,
                                                     const Reachability* reachability = nullptr,
-                                                    bool want_peers = false);
+                                                    bool want_peers = false, int probe_port = 0);
 latchkey::v1::Reachability ToProto(const Reachability& r);
 Reachability FromProto(const latchkey::v1::Reachability& r);
 // `reason`: the ErrorInfo reason of the error ("" when it has none).

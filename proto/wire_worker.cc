@@ -224,13 +224,15 @@ v1::ReportCheckpointRequest MakeReportCheckpointRequest(const WorkerIdentity& id
 
 v1::HeartbeatRequest MakeHeartbeatRequest(const WorkerIdentity& identity, int rank,
                                           const RankPosition* position,
-                                          const Reachability* reachability, bool want_peers) {
+                                          const Reachability* reachability, bool want_peers,
+                                          int probe_port) {
   v1::HeartbeatRequest out;
   *out.mutable_identity() = ToProto(identity);
   out.set_rank(rank);
   if (position) *out.mutable_position() = ToProto(*position);
   if (reachability) *out.mutable_reachability() = ToProto(*reachability);
   out.set_want_peers(want_peers);
+  out.set_probe_port(probe_port);
   return out;
 }
 

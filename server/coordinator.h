@@ -236,6 +236,7 @@ struct HeartbeatArgs {
   std::optional<RankPosition> position;  // none from an older client
   std::optional<Reachability> reach;     // the rank's newest probe round of its peers
   bool want_peers = false;               // answer with the peer list
+  int probe_port = 0;                    // the worker's probe port (0: unknown)
 };
 
 // The same values as JobService's plain types (common/job_info.h), which proto/wire.h puts on

@@ -265,6 +265,11 @@ absl::StatusOr<WorkerStatus> Coordinator::Heartbeat(const WorkerCall& call,
   } else if (!r.position) {
     r.position = RankPosition{};
   }
+  if (args.probe_port > 0 && args.probe_port != r.probe_port) {
+    // A coordinator restarted since the Join: the peer list has this rank's address again.
+    r.probe_port = args.probe_port;
+    j->ranks.PeersChanged();
+  }
   if (args.reach) {
     r.reach = *args.reach;
     r.reach_time = now;

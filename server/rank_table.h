@@ -84,6 +84,7 @@ class RankTable {
   // Changes whenever a rank gets another holder (Place, Reset): the version of the peer list
   // the ranks probe (common/reachability.h).
   int64_t peers_version() const { return peers_version_; }
+  void PeersChanged() { ++peers_version_; }
 
   // min over ranks of steps_reported; 0 until every rank has joined. O(1).
   int64_t StepsCompleted() const;

@@ -321,6 +321,10 @@ absl::Status WorkerServiceImpl::DoHeartbeat(const v1::HeartbeatRequest& req,
     args.reach = FromProto(req.reachability());
   }
   args.want_peers = req.want_peers();
+  if (req.probe_port() < 0 || req.probe_port() > 65535) {
+    return Invalid("probe_port: must be 0..65535");
+  }
+  args.probe_port = req.probe_port();
   LK_ASSIGN_OR_RETURN(WorkerStatus out, core_->Heartbeat(call, args));
   ToProto(ToReply(out), resp);
   return absl::OkStatus();

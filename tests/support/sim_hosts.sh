@@ -13,7 +13,10 @@
 #   sim_hosts.sh supervise NAME I PIDFILE CMD...
 #                                       as exec, and restart CMD after each exit a pod's
 #                                       supervisor restarts (not 0, 1, 2, 3: the job ended, a
-#                                       usage error, a diverged training); PIDFILE holds CMD's pid
+#                                       usage error, a diverged training): at once after 75 (it
+#                                       left a fenced attempt), after $SIM_RESTART_DELAY (15) s
+#                                       otherwise, as a Job replaces a crashed pod; PIDFILE holds
+#                                       CMD's pid
 #   sim_hosts.sh cut NAME I J           no packet between hosts I and J (blackhole routes both
 #                                       ways); both still reach every other host
 #   sim_hosts.sh heal NAME I J          undo cut
@@ -97,8 +100,11 @@ while :; do
   "$@" & echo $! > "$pidfile"
   wait $!; rc=$?
   case $rc in 0|1|2|3) exit $rc ;; esac
-  echo "sim_hosts.sh: $1 exited with $rc; restarting it" >&2
-  sleep 0.2
+  # 75: it left a fenced attempt, the coordinator knows; anything else (a signal, a crash) is
+  # replaced as a Job replaces a failed pod, after the scheduling and start that takes.
+  delay=0.2; [ "$rc" = 75 ] || delay=${SIM_RESTART_DELAY:-15}
+  echo "sim_hosts.sh: $1 exited with $rc; restarting it in $delay s" >&2
+  sleep "$delay"
 done'
   exec ip netns exec "$(hostns "$name" "$i")" unshare -m --propagation private \
     sh -c "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec sh -c '$loop' sh \"\$@\"" \

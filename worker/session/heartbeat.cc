@@ -47,8 +47,9 @@ absl::Status WorkerSession::Impl::HeartbeatOnce(bool retry) {
     absl::MutexLock lock(&mu);
     want_peers = prober->peers_version() != peers_version || peers_version == 0;
   }
-  const v1::HeartbeatRequest req = MakeHeartbeatRequest(
-      who, Rank(), position ? &*position : nullptr, reach ? &*reach : nullptr, want_peers);
+  const v1::HeartbeatRequest req =
+      MakeHeartbeatRequest(who, Rank(), position ? &*position : nullptr, reach ? &*reach : nullptr,
+                           want_peers, prober ? prober->port() : 0);
   v1::HeartbeatResponse resp;
   grpc::Status st;
   if (retry) {
