@@ -209,4 +209,29 @@ int ClusterJob::WorkerPid(int rank) const {
   return text.empty() ? -1 : std::stoi(text);
 }
 
+SpecParams ClusterSpecParams(int steps, int seed, int data_seed) {
+  ModelShape model;
+  model.n_embd = 64;
+  model.n_positions = 32;
+  SpecParams p;
+  p.model = ModelJson(model);
+  p.micro_batch = 2;
+  p.gas = 2;
+  p.zero_stage = 1;
+  p.optimizer = "AdamW";
+  p.lr = 3e-3;
+  p.tp = 2;
+  p.seq_len = 32;
+  p.steps = steps;
+  p.seed = seed;
+  p.world_size = 4;
+  p.data = SyntheticData(data_seed);
+  return p;
+}
+
+std::vector<char> FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 }  // namespace latchkey::testing

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tests/support/sim_cluster.h"
+#include "tests/support/specs.h"
 
 namespace latchkey::testing {
 
@@ -78,13 +79,12 @@ class ClusterJob {
   int coordinator_starts_ = 0;
 };
 
-// The same job run without faults: `latchkey up`'s layout does not matter for the numbers (the
-// same spec gives the same losses and weights at any placement of its ranks), so this is a
-// ClusterJob left alone. Returns its losses and final weights' path under `dir`.
-struct Reference {
-  std::map<int64_t, double> losses;
-  std::string weights;
-};
+// The cluster tests' job: a small GPTBigCode (n_embd 64, 32 positions), DP 2 x TP 2, ZeRO-1
+// AdamW, GAS 2, synthetic data; the caller adds its latchkey keys and makes it a spec.
+SpecParams ClusterSpecParams(int steps, int seed, int data_seed);
+
+// A file's bytes (empty when it does not read).
+std::vector<char> FileBytes(const std::string& path);
 
 }  // namespace latchkey::testing
 

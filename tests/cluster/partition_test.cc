@@ -41,22 +41,7 @@ double Since(Clock::time_point t) {
 }
 
 nlohmann::json PartitionSpec(bool elastic) {
-  ModelShape model;
-  model.n_embd = 64;
-  model.n_positions = 32;
-  SpecParams p;
-  p.model = ModelJson(model);
-  p.micro_batch = 2;
-  p.gas = 2;
-  p.zero_stage = 1;
-  p.optimizer = "AdamW";
-  p.lr = 3e-3;
-  p.tp = 2;
-  p.seq_len = 32;
-  p.steps = kSteps;
-  p.seed = 23;
-  p.world_size = 4;
-  p.data = SyntheticData(5);
+  SpecParams p = ClusterSpecParams(kSteps, 23, 5);
   p.extra_latchkey = {{"checkpoint", {{"dir", "ckpt"}, {"every_steps", kCheckpointEvery}}},
                       {"hang_timeout_seconds", kHangTimeout},
                       {"rejoin_timeout_seconds", 30},
@@ -80,11 +65,6 @@ struct Baseline {
   std::vector<char> weights;
 };
 
-std::vector<char> Bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 const Baseline& Uninterrupted() {
   static Baseline* b = [] {
     auto* out = new Baseline;
@@ -101,7 +81,7 @@ const Baseline& Uninterrupted() {
       return out;
     }
     out->losses = (*job)->Losses();
-    out->weights = Bytes((*job)->FinalWeights());
+    out->weights = FileBytes((*job)->FinalWeights());
     return out;
   }();
   return *b;
@@ -213,7 +193,7 @@ TEST_P(PartitionMatrix, SucceedsWithoutRestartsAndEqualsTheUninterruptedRun) {
               to_train_s < 0 ? "-" : absl::StrFormat("%.1f s", to_train_s).c_str(), replayed,
               max_dev);
   if (!c.elastic) {
-    EXPECT_EQ(Bytes(job.FinalWeights()), ref.weights) << "final weights differ";
+    EXPECT_EQ(FileBytes(job.FinalWeights()), ref.weights) << "final weights differ";
   }
 }
 
@@ -273,7 +253,7 @@ TEST(SplitBrain, ACutWhileACheckpointCommitsCommitsNothingFromTheFencedAttempt) 
   }
   const std::map<int64_t, double> losses = job.Losses();
   for (const auto& [step, loss] : ref.losses) EXPECT_EQ(losses.at(step), loss) << "step " << step;
-  EXPECT_EQ(Bytes(job.FinalWeights()), ref.weights) << "final weights differ";
+  EXPECT_EQ(FileBytes(job.FinalWeights()), ref.weights) << "final weights differ";
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -40,22 +40,7 @@ int EnvInt(const char* name, int fallback) {
 }
 
 ClusterJobOptions SoakOptions(int steps) {
-  ModelShape model;
-  model.n_embd = 64;
-  model.n_positions = 32;
-  SpecParams p;
-  p.model = ModelJson(model);
-  p.micro_batch = 2;
-  p.gas = 2;
-  p.zero_stage = 1;
-  p.optimizer = "AdamW";
-  p.lr = 3e-3;
-  p.tp = 2;
-  p.seq_len = 32;
-  p.steps = steps;
-  p.seed = 31;
-  p.world_size = 4;
-  p.data = SyntheticData(7);
+  SpecParams p = ClusterSpecParams(steps, 31, 7);
   p.extra_latchkey = {{"checkpoint", {{"dir", "ckpt"}, {"every_steps", 10}}},
                       {"hang_timeout_seconds", 8},
                       {"rejoin_timeout_seconds", 40},
@@ -67,11 +52,6 @@ ClusterJobOptions SoakOptions(int steps) {
   // Windows of at least 0.5 s: the job outlasts the schedule.
   o.worker_flags = {"--test-min-window-seconds", "0.5"};
   return o;
-}
-
-std::vector<char> Bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 enum class Fault { kKill, kStop, kCut, kIsolate, kCoordinator, kThrottle };
@@ -107,7 +87,7 @@ TEST(ClusterSoak, EveryFaultSurvivedAndTheRunEqualsAnUninterruptedOne) {
   ASSERT_TRUE(ref_end.has_value() && ref_end->value("state", "") == "SUCCEEDED")
       << (*ref)->CoordinatorLog();
   const std::map<int64_t, double> ref_losses = (*ref)->Losses();
-  const std::vector<char> ref_weights = Bytes((*ref)->FinalWeights());
+  const std::vector<char> ref_weights = FileBytes((*ref)->FinalWeights());
   ref->reset();
 
   const ScopedTempDir dir("soak");
@@ -190,7 +170,7 @@ TEST(ClusterSoak, EveryFaultSurvivedAndTheRunEqualsAnUninterruptedOne) {
     ASSERT_TRUE(losses.count(step)) << "step " << step;
     EXPECT_EQ(losses.at(step), loss) << "step " << step;
   }
-  EXPECT_EQ(Bytes(job.FinalWeights()), ref_weights) << "final weights differ";
+  EXPECT_EQ(FileBytes(job.FinalWeights()), ref_weights) << "final weights differ";
 }
 
 }  // namespace
