@@ -6,7 +6,7 @@
 #   sim_hosts.sh create NAME N          N hosts NAME-h1..NAME-hN, 10.77.0.1..N/24 on eth0, one
 #                                       bridge in NAME-br; lo up in each
 #   sim_hosts.sh destroy NAME           kill every process on the hosts, delete the namespaces
-#   sim_hosts.sh gc                     destroy clusters named lk<PID> whose PID is gone
+#   sim_hosts.sh gc                     destroy clusters named lk<PID>[x<N>] whose PID is gone
 #   sim_hosts.sh addr NAME I            the address of host I
 #   sim_hosts.sh exec NAME I CMD...     run CMD on host I with a private tmpfs /dev/shm (so shm
 #                                       groups form only within a host)
@@ -74,8 +74,9 @@ destroy() {
 
 gc() {
   local name
-  for name in $(ip netns list | awk '{print $1}' | sed -nE 's/^(lk[0-9]+)-br$/\1/p' | sort -u); do
-    [[ -d /proc/${name#lk} ]] || destroy "$name"
+  for name in $(ip netns list | awk '{print $1}' | sed -nE 's/^(lk[0-9]+(x[0-9]+)?)-br$/\1/p' | sort -u); do
+    local pid=${name#lk}
+    [[ -d /proc/${pid%%x*} ]] || destroy "$name"
   done
 }
 
