@@ -37,9 +37,7 @@ absl::Status Coordinator::FailOrRecover(Job& job, int rank, WorkerState worker_s
   if (live) {
     const absl::Time now = clock_->Now();
     if (std::optional<PartitionVerdict> cut = CurrentPartition(job, now)) {
-      double longest = 0;
-      for (const CutLink& l : cut->links) longest = std::max(longest, l.seconds);
-      if (!job.partition) job.partition = Job::PartitionWait{now - absl::Seconds(longest)};
+      if (!job.partition) job.partition = Job::PartitionWait{now - absl::Seconds(cut->Longest())};
       if (observer_) observer_->UnreachablePeers(cut->pairs);
       AttemptLog::Recovery r;
       r.cause = absl::StrCat("network partition: ", cut->message, " (", cause, ")");

@@ -91,9 +91,7 @@ absl::Status Coordinator::MaybeStart(Job& job, absl::Time now) {
     job.partition.reset();
     return StartJob(job);
   }
-  double longest = 0;
-  for (const CutLink& l : cut->links) longest = std::max(longest, l.seconds);
-  if (!job.partition) job.partition = Job::PartitionWait{now - absl::Seconds(longest)};
+  if (!job.partition) job.partition = Job::PartitionWait{now - absl::Seconds(cut->Longest())};
   const absl::Duration waited = now - job.partition->since;
   // The wait counts from the partition's start (the probes of restarted ranks count afresh).
   for (CutLink& l : cut->links) l.seconds = std::max(l.seconds, absl::ToDoubleSeconds(waited));

@@ -28,6 +28,12 @@ std::string PartitionVerdict::Links() const {
   return absl::StrJoin(parts, ", ");
 }
 
+double PartitionVerdict::Longest() const {
+  double out = 0;
+  for (const CutLink& l : links) out = std::max(out, l.seconds);
+  return out;
+}
+
 std::optional<PartitionVerdict> FindPartition(const std::vector<RankReach>& ranks) {
   std::map<int, const RankReach*> by_rank;
   for (const RankReach& r : ranks) by_rank[r.rank] = &r;

@@ -38,6 +38,8 @@ struct PartitionVerdict {
   std::string message;
   // "the link between 10.77.0.2 and 10.77.0.3 (unreachable for 41 s)" per link, joined by ", ".
   std::string Links() const;
+  // The longest any cut link has been unreachable, in seconds.
+  double Longest() const;
 };
 
 std::optional<PartitionVerdict> FindPartition(const std::vector<RankReach>& ranks);
