@@ -2,6 +2,7 @@
 // of a recovery whose ranks do not come back, the layout each attempt runs and the windows a
 // new layout re-decides, spares, the grow-back at a checkpoint, a coordinator restart that
 // keeps the layouts, and the determinism check within a layout. Real SQLite, a ManualClock.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,8 +29,9 @@ std::unique_ptr<Coordinator> Make(CoordinatorOptions opt, const std::string& db 
   return *std::move(c);
 }
 
-// DP2 x TP2, GAS 2, 16 steps, elastic down to one replica, rejoin within 5 s.
-std::string ElasticSpec() {
+// DP2 x TP2, GAS 2, 16 steps, elastic down to one replica, rejoin within 5 s, max_restarts
+// restarts (1 unless a test says otherwise).
+std::string ElasticSpec(int max_restarts = 1) {
   SpecParams p;
   p.world_size = 4;
   p.tp = 2;
@@ -37,7 +39,7 @@ std::string ElasticSpec() {
   p.steps = 16;
   p.extra_latchkey["elastic"] = {{"min_dp", 1}};
   p.extra_latchkey["rejoin_timeout_seconds"] = 5;
-  p.extra_latchkey["max_restarts"] = 1;
+  p.extra_latchkey["max_restarts"] = max_restarts;
   return SpecJson(p);
 }
 
@@ -89,7 +91,7 @@ class ElasticTest : public ::testing::Test {
   // Submits the job, joins w0..w3, reports steps 0..3 and the checkpoint after step 3, then
   // loses ranks 2 and 3 (a failure report of rank 2: a recovery, attempt 2).
   void RunToLoss(Coordinator& c) {
-    auto submitted = c.SubmitJob({ElasticSpec(), "", "", 0});
+    auto submitted = c.SubmitJob({ElasticSpec(max_restarts_), "", "", 0});
     ASSERT_TRUE(submitted.ok()) << submitted.status();
     job_ = *submitted;
     id_ = job_.job.record.job_id;
@@ -130,6 +132,7 @@ class ElasticTest : public ::testing::Test {
 
   ManualClock clock_;
   CoordinatorOptions opt_;
+  int max_restarts_ = 1;
   SubmitResult job_;
   std::string id_;
   std::vector<WorkerCall> calls_;
@@ -254,6 +257,44 @@ TEST_F(ElasticTest, SparesWaitAndGrowTheJobBackAtTheNextCheckpoint) {
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_TRUE(after->spare);
   EXPECT_EQ(after->state, JobState::kCancelled);
+}
+
+// Spares wait beside a shrunk job; a survivor is lost, so the recovery fills its ranks from
+// the spares, whose own rank numbers (2, 3) are past the shrunk world. At the grow they ask for
+// those numbers again: in an elastic job the rank a worker holds wins over the one it asks for
+// (the layout is the coordinator's), so every rejoin is taken and the job grows.
+TEST_F(ElasticTest, ASparePlacedAtAnotherRankKeepsItWhenItAsksForItsOwnAgain) {
+  max_restarts_ = 3;
+  auto c = Make(opt_);
+  RunToLoss(*c);
+  Shrink(*c);
+  for (const char* w : {"s2", "s3"}) ASSERT_TRUE(TryJoin(*c, job_, w, w[1] - '0')->spare);
+  ASSERT_TRUE(c->ReportFailure(calls_[1], "killed").ok());
+  ASSERT_EQ(c->GetJob(id_, false)->record.attempt, 4)
+      << JobStateName(c->GetJob(id_, false)->record.state) << " "
+      << c->GetJob(id_, false)->record.failure_reason;
+  // The spares poll first and take the free ranks of the DP1 attempt.
+  std::map<std::string, int> held;
+  for (const char* w : {"s2", "s3"}) {
+    auto r = TryJoin(*c, job_, w, w[1] - '0');
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (!r->spare) held[w] = r->rank;
+  }
+  ASSERT_FALSE(held.empty());
+  for (const auto& [w, rank] : held) {
+    // Asking for its own number again keeps the rank it holds.
+    auto again = TryJoin(*c, job_, w, w[1] - '0');
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->rank, rank);
+  }
+  // Outside an elastic job the mismatch stays an error (a worker started with the wrong rank).
+  SpecParams p;
+  p.world_size = 2;
+  p.tp = 2;
+  p.steps = 4;
+  auto fixed = *c->SubmitJob({SpecJson(p), "", "", 0});
+  ASSERT_TRUE(TryJoin(*c, fixed, "f0", 0).ok());
+  EXPECT_EQ(TryJoin(*c, fixed, "f0", 1).status().code(), absl::StatusCode::kAborted);
 }
 
 TEST_F(ElasticTest, ARestartedCoordinatorKeepsEveryAttemptsLayout) {

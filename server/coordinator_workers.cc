@@ -53,7 +53,9 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
   }
   std::optional<int> rank = j.ranks.RankOf(args.call.worker_id);
   if (rank) {  // a rejoin: same worker, same rank
-    if (args.requested_rank && *args.requested_rank != *rank) {
+    // In an elastic job the layout is the coordinator's: a worker placed at another rank than
+    // the one it asks for (a spare, a shrink's survivor) keeps the rank it holds.
+    if (args.requested_rank && *args.requested_rank != *rank && !j.attempts.elastic()) {
       return absl::AbortedError(absl::StrCat("worker ", args.call.worker_id, " already holds rank ",
                                              *rank, ", not ", *args.requested_rank));
     }

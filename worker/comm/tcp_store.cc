@@ -92,7 +92,8 @@ absl::StatusOr<std::shared_ptr<Store>> ConnectTcpStore(const std::string& host, 
   // other rank; else c10d's host inside rank 0's client).
   std::unique_ptr<TcpStoreHost> keys_host;
   if (is_host && kOwnHost) {
-    auto started = TcpStoreHost::Start(port);
+    // The previous attempt's rank 0 (another worker, fenced) may hold the port until it exits.
+    auto started = TcpStoreHost::Start(port, timeout);
     if (!started.ok()) {
       return absl::Status(started.status().code(), "rendezvous store at " + address + ": " +
                                                        std::string(started.status().message()));

@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -349,7 +351,8 @@ class Server {
   std::unordered_map<std::string, std::vector<int>> waiting_;  // key -> connections in WAIT
 };
 
-int ListenOn(int port, std::string* err) {
+int ListenOn(int port, std::string* err, bool* in_use) {
+  *in_use = false;
   for (int family : {AF_INET6, AF_INET}) {
     const int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) continue;
@@ -373,20 +376,31 @@ int ListenOn(int port, std::string* err) {
     if (rc == 0 && listen(fd, kListenBacklog) == 0) return fd;
     *err = std::string(family == AF_INET6 ? "[::]:" : "0.0.0.0:") + std::to_string(port) + ": " +
            std::strerror(errno);
+    const int bind_errno = errno;
     close(fd);
-    if (errno == EADDRINUSE) break;  // IPv4 alone would collide too
+    if (bind_errno == EADDRINUSE) {  // IPv4 alone would collide too
+      *in_use = true;
+      break;
+    }
   }
   return -1;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TcpStoreHost>> TcpStoreHost::Start(int port) {
+absl::StatusOr<std::unique_ptr<TcpStoreHost>> TcpStoreHost::Start(
+    int port, std::chrono::milliseconds wait_for_port) {
   if (port <= 0 || port > 65535) {
     return absl::InvalidArgumentError("store port " + std::to_string(port) + " outside [1, 65535]");
   }
   std::string err = "no socket";
-  const int listen_fd = ListenOn(port, &err);
+  bool in_use = false;
+  const auto until = std::chrono::steady_clock::now() + wait_for_port;
+  int listen_fd = ListenOn(port, &err, &in_use);
+  while (listen_fd < 0 && in_use && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    listen_fd = ListenOn(port, &err, &in_use);
+  }
   if (listen_fd < 0) return absl::UnavailableError("store host cannot listen on " + err);
   const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   const int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

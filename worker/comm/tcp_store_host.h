@@ -18,6 +18,7 @@
 #define LATCHKEY_WORKER_COMM_TCP_STORE_HOST_H_
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -28,8 +29,11 @@ namespace latchkey::comm {
 class TcpStoreHost {
  public:
   // Listens on every address (IPv6 with IPv4 mapped, or IPv4 alone) at `port` (1..65535).
-  // UNAVAILABLE when the port cannot be bound.
-  static absl::StatusOr<std::unique_ptr<TcpStoreHost>> Start(int port);
+  // UNAVAILABLE when the port cannot be bound. A port in use is tried again every 100 ms for
+  // up to `wait_for_port`: the previous attempt's rank 0, another process, may still hold it
+  // until it leaves the fenced attempt.
+  static absl::StatusOr<std::unique_ptr<TcpStoreHost>> Start(
+      int port, std::chrono::milliseconds wait_for_port = std::chrono::milliseconds(0));
   ~TcpStoreHost();
   TcpStoreHost(const TcpStoreHost&) = delete;
   TcpStoreHost& operator=(const TcpStoreHost&) = delete;

@@ -3,7 +3,9 @@
 // fail ABORTED at once), rejoin the job's current attempt, and CoordinatorLatchSource::Recover
 // turns all of it into the next attempt's plan; with max_restarts 0 a rank's own error fails
 // the job naming it; a rank stuck in a fenced attempt exits with kExitRestartMe.
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -365,6 +367,49 @@ TEST(WorkerSessionRecoveryDeathTest, StuckInAFencedAttemptExitsForARestart) {
   EXPECT_EXIT(StuckRank(), ::testing::ExitedWithCode(kExitRestartMe),
               "latchkey-worker: rank 0 stuck in all_reduce/tp #3 of attempt 1 while the job is "
               "at attempt 2; exiting for a restart");
+}
+
+// A rank whose training thread is back and rejoining is not stuck, however long the join waits
+// (here for the new attempt's rank 0, as a recovery's survivors do): the watchdog leaves it be.
+// Rank 1's session runs on a ManualClock moved well past stuck_exit_after during its Rejoin.
+void RejoinOutlastingTheWatchdog() {
+  InProcessCoordinator server(FastOptions());
+  const SubmittedJob job = Submit(server, 2);
+  ManualClock clock;
+  std::vector<WorkerSessionOptions> opts = {Options(server.address(), job, 0),
+                                            Options(server.address(), job, 1)};
+  opts[1].clock = &clock;
+  opts[1].stuck_exit_after = absl::Seconds(1);
+  auto sessions = JoinBoth(server.address(), job, opts);
+  if (!sessions[0] || !sessions[1]) std::_Exit(1);
+  if (!sessions[0]->ReportFailure("rank 0 stopped").ok()) std::_Exit(2);
+  for (int i = 0; i < 100 && !sessions[1]->fenced(); ++i) {
+    clock.Advance(absl::Milliseconds(100));
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (!sessions[1]->fenced()) std::_Exit(3);
+  std::atomic<int> rejoined{-1};
+  std::thread t([&] { rejoined = sessions[1]->Rejoin().ok() ? 1 : 0; });
+  for (int i = 0; i < 30; ++i) {  // 3 s of its time: three times stuck_exit_after
+    clock.Advance(absl::Milliseconds(100));
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (rejoined != -1) std::_Exit(4);  // it did not wait for rank 0: the case is not made
+  if (!sessions[0]->Rejoin().ok()) std::_Exit(5);
+  for (int i = 0; i < 300 && rejoined == -1; ++i) {
+    clock.Advance(absl::Milliseconds(100));
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  t.join();
+  if (rejoined != 1 || sessions[1]->attempt() != 2) std::_Exit(6);
+  std::fprintf(stderr, "rank 1 rejoined attempt 2\n");
+  std::_Exit(0);
+}
+
+TEST(WorkerSessionRecoveryDeathTest, ARejoinThatWaitsForRankZeroIsNotStuck) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(RejoinOutlastingTheWatchdog(), ::testing::ExitedWithCode(0),
+              "rank 1 rejoined attempt 2");
 }
 
 }  // namespace

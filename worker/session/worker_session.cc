@@ -164,6 +164,9 @@ absl::Status WorkerSession::Rejoin() {
   {
     absl::MutexLock lock(&impl_->mu);
     if (impl_->closed) return SessionClosedError();
+    // The training thread is back to recover: the stuck watchdog leaves it be while it joins
+    // (a join waits for the attempt's rank 0 and may outlast stuck_exit_after).
+    impl_->recovering = true;
   }
   impl_->StopReader();
   impl_->outbox.Drop();  // what the old attempt queued is moot: the coordinator refuses it
