@@ -151,5 +151,32 @@ TEST(TcpStoreHost, ALyingLengthClosesThatConnectionOnly) {
   EXPECT_EQ(S(honest->get("k")), "after");
 }
 
+// The port a new attempt's rank 0 listens on may still be held by the previous attempt's rank 0
+// (another process, leaving its fenced attempt): without a wait the start fails UNAVAILABLE
+// naming the port; with one it takes the port once the holder lets go.
+TEST(TcpStoreHost, WaitsForAPortItsPreviousHolderStillListensOn) {
+  const int port = testing::FreePort();
+  auto first = TcpStoreHost::Start(port);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto refused = TcpStoreHost::Start(port);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find(std::to_string(port) + ": Address already in use"),
+            std::string::npos)
+      << refused.status();
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    first->reset();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto second = TcpStoreHost::Start(port, std::chrono::milliseconds(10000));
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  release.join();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_GE(waited, 0.4);
+  EXPECT_LT(waited, 5.0);
+}
+
 }  // namespace
 }  // namespace latchkey::comm
