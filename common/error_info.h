@@ -41,6 +41,11 @@ inline constexpr char kTrainingDiverged[] = "TRAINING_DIVERGED";
 // written. The worker's checkpoint manager counts it and training goes on; it never ends an
 // attempt. Metadata: step (the save's), rank (the first rank that found no room).
 inline constexpr char kCheckpointOutOfSpace[] = "CHECKPOINT_OUT_OF_SPACE";
+// ABORTED: the rank a join asked for is held by another worker of the job's current attempt.
+// Not final: the rank is freed when its holder leaves, is fenced, or misses its liveness
+// deadline (the job then recovers, and its next attempt frees every rank), so the joiner (a
+// replacement of a dead process) waits and asks again. Metadata: rank, holder (worker id).
+inline constexpr char kRankHeld[] = "RANK_HELD";
 }  // namespace error_reason
 
 struct ErrorInfo {

@@ -27,6 +27,7 @@
 #include "latchkey_version.h"
 #include "server/coordinator.h"
 #include "server/coordinator_flags.h"
+#include "server/database_lock.h"
 #include "server/metrics.h"
 #include "server/security.h"
 #include "server/server.h"
@@ -117,6 +118,9 @@ int Serve(const latchkey::CoordinatorProcessOptions& o) {
   }
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  // One coordinator per database (server/database_lock.h), held until the process ends.
+  auto db_lock = latchkey::DatabaseLock::Acquire(o.db);
+  if (!db_lock.ok()) return Fail(db_lock.status().message());
   auto store = latchkey::SqliteStore::Open(o.db, o.db_sync);
   if (!store.ok()) return Fail(store.status().message());
   latchkey::CoordinatorMetrics metrics;

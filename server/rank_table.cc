@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_info.h"
 
 namespace latchkey {
 
@@ -48,8 +49,12 @@ absl::StatusOr<int> RankTable::Claim(const std::string& job_id,
     }
     const Rank& held = at(*requested);
     if (!held.worker_id.empty()) {
-      return absl::AbortedError(absl::StrCat("rank ", *requested, " of job ", job_id,
-                                             " is held by worker ", held.worker_id));
+      ErrorInfo info;
+      info.reason = error_reason::kRankHeld;
+      info.metadata = {{"rank", std::to_string(*requested)}, {"holder", held.worker_id}};
+      return WithErrorInfo(absl::AbortedError(absl::StrCat("rank ", *requested, " of job ", job_id,
+                                                           " is held by worker ", held.worker_id)),
+                           info);
     }
     return *requested;
   }

@@ -69,7 +69,8 @@ class RankTable {
   // when another worker (or none) holds it.
   absl::Status CheckHolder(const std::string& job_id, int rank, const std::string& worker_id) const;
   // The rank a new worker gets: `requested` if free, else the lowest free one. INVALID_ARGUMENT
-  // for a requested rank outside the grid; ABORTED when it is held or every rank is taken.
+  // for a requested rank outside the grid; ABORTED when it is held (reason RANK_HELD) or every
+  // rank is taken.
   absl::StatusOr<int> Claim(const std::string& job_id, std::optional<int> requested) const;
   // Records `worker` (already persisted) as the holder of worker.rank.
   void Place(const WorkerRecord& worker, absl::Time now);

@@ -416,6 +416,47 @@ TEST(ProcessTest, MetricsEndpointPassesPromtoolAndSigtermExitsCleanly) {
   EXPECT_EQ(proc.Terminate(), 0);
 }
 
+// One coordinator per database (server/database_lock.h): a second coordinator started on the
+// database a live one serves exits non-zero within seconds, naming the lock file and the holder
+// (its pid), and the first keeps serving; once the first is killed with -9, a successor on the
+// same database starts at once (the kernel let go of the dead holder's lock).
+TEST(ProcessTest, ASecondCoordinatorOnALiveDatabaseIsRefusedAndAKilledHolderBlocksNoSuccessor) {
+  const ScopedTempDir dir("coord-db");
+  const std::string db = dir / "coord.db";
+  CoordinatorProcess first(db);
+  ASSERT_TRUE(first.Start());
+  JobClient client({first.address(), absl::Seconds(5), absl::ZeroDuration(), {}});
+  const SubmittedJob job = SubmitOrDie(client, SpecParams());
+
+  const absl::Time t0 = absl::Now();
+  const Captured second = RunAndCapture(
+      {CoordinatorBinary(), "--listen", "127.0.0.1:0", "--db", db, "--metrics-port", "-1"},
+      std::chrono::seconds(30));
+  const double took = absl::ToDoubleSeconds(absl::Now() - t0);
+  EXPECT_NE(second.exit_code, 0) << second.output;
+  EXPECT_LT(took, 10.0);
+  EXPECT_NE(second.output.find("--db " + db + " is served by another coordinator"),
+            std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("pid " + std::to_string(first.pid())), std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("lock file " + db + ".lock"), std::string::npos) << second.output;
+  // The first still serves, its job intact.
+  auto seen = client.GetJob(job.job_id);
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(seen->job_id, job.job_id);
+
+  first.Kill9();
+  CoordinatorProcess successor(db);
+  const absl::Time t1 = absl::Now();
+  ASSERT_TRUE(successor.Start());
+  EXPECT_LT(absl::ToDoubleSeconds(absl::Now() - t1), 10.0);
+  JobClient again({successor.address(), absl::Seconds(5), absl::ZeroDuration(), {}});
+  auto kept = again.GetJob(job.job_id);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(successor.Terminate(), 0);
+}
+
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -5,8 +5,9 @@
 // doubled (the global batch kept) and succeed with `status` dp 1, every step's loss after the
 // resume within 1e-5 (relative) of an uninterrupted DP2 x TP2 run, the audit naming the shrink.
 // The second test then starts two spares: the job grows back to DP2 at the next checkpoint and
-// still matches. Dropout is 0 (the model's default): the reference is exact up to float
-// summation order only without it.
+// still matches. Replacements: a worker started for a held rank waits for its holder to go,
+// then takes the rank, and the job ends bit for bit as the uninterrupted run. Dropout is 0 (the
+// model's default): the reference is exact up to float summation order only without it.
 //
 // Resuming a DP2 checkpoint at DP1 needs layout-independent checkpoints (latchkey-checkpoint/2):
 // until they load into another layout, the resumed attempt fails its load with
@@ -95,11 +96,12 @@ class Cluster {
   bool ok() const { return !job_.empty(); }
   std::string jsonl(int rank) const { return dir_ + "/steps-" + std::to_string(rank) + ".jsonl"; }
 
-  int StartWorker(int rank, const std::string& tag) {
-    const int pid = StartProcess(
-        {WorkerBinary(), "--coordinator", address_, "--job", job_, "--join-token", token_,
-         "--metrics-jsonl", dir_ + "/steps-{rank}.jsonl", "--quiet"},
-        {"RANK=" + std::to_string(rank), "LOCAL_WORLD_SIZE=4"}, dir_ + "/worker-" + tag + ".log");
+  int StartWorker(int rank, const std::string& tag, std::vector<std::string> env = {}) {
+    env.insert(env.begin(), {"RANK=" + std::to_string(rank), "LOCAL_WORLD_SIZE=4"});
+    const int pid =
+        StartProcess({WorkerBinary(), "--coordinator", address_, "--job", job_, "--join-token",
+                      token_, "--metrics-jsonl", dir_ + "/steps-{rank}.jsonl", "--quiet"},
+                     env, dir_ + "/worker-" + tag + ".log");
     workers_.push_back(pid);
     return pid;
   }
@@ -258,6 +260,86 @@ TEST(ElasticEndToEnd, SparesGrowTheShrunkJobBackToDp2AtTheNextCheckpoint) {
     EXPECT_EQ(got.at(step)["micro_batches"], step <= grow_resume ? 2 * kGas : kGas) << step;
   }
   ExpectMatches(ref, got, shrink_resume + 1);
+}
+
+// Replacements (docs/fault-tolerance.md "Replacements"), in the same fixed DP2 x TP2 layout:
+// a worker started for a rank another worker still holds waits (it says for whom) instead of
+// exiting, and takes the rank once its holder is gone. Every step's loss equals the
+// uninterrupted run's, bit for bit (the layout is unchanged), with one restart.
+void ExpectBitwise(const std::map<int64_t, nlohmann::json>& ref,
+                   const std::map<int64_t, nlohmann::json>& got) {
+  for (int64_t s = 0; s < kSteps; ++s) {
+    SCOPED_TRACE(s);
+    ASSERT_TRUE(ref.count(s) && got.count(s));
+    EXPECT_EQ(got.at(s)["loss"].get<double>(), ref.at(s)["loss"].get<double>());
+  }
+}
+
+// Waits for rank 2's record of `step`, kills rank 2 with -9 and starts its replacement `delay`
+// later; returns the replacement's pid.
+int KillThenReplace(Cluster& c, const std::vector<int>& pids, int step,
+                    std::chrono::milliseconds delay) {
+  WaitForFile(
+      c.jsonl(2),
+      [step](const std::string& t) {
+        return t.find("\"step\":" + std::to_string(step) + ",") != std::string::npos;
+      },
+      seconds(300));
+  kill(pids[2], SIGKILL);
+  WaitProcess(pids[2], seconds(10));
+  std::this_thread::sleep_for(delay);
+  return c.StartWorker(2, "2b");
+}
+
+void ExpectOneRestartAndTheReference(Cluster& c, const std::vector<int>& pids, int replacement) {
+  for (int r : {0, 1, 3}) EXPECT_EQ(WaitProcess(pids[static_cast<size_t>(r)], seconds(480)), 0);
+  EXPECT_EQ(WaitProcess(replacement, seconds(60)), 0) << c.log("2b");
+  const nlohmann::json s = c.WaitStatus(Ended, seconds(60));
+  EXPECT_NE(s.value("state", std::string()).find("SUCCEEDED"), std::string::npos) << s.dump();
+  EXPECT_EQ(s["restarts"], 1) << s.dump();
+  EXPECT_EQ(s["attempts"].size(), 2u) << s.dump();
+  ExpectBitwise(Reference(), LastByStep(c.jsonl(0)));
+  ExpectBitwise(Reference(), LastByStep(c.jsonl(2)));
+}
+
+TEST(Replacement, StartedOneSecondAfterAKillNineItJoinsAndTheJobRecoversOnce) {
+  const std::string dir = MakeTempDir("replace-after-kill");
+  Cluster c(dir, ElasticSpec(false));
+  ASSERT_TRUE(c.ok());
+  std::vector<int> pids;
+  for (int r = 0; r < 4; ++r) pids.push_back(c.StartWorker(r, std::to_string(r)));
+  const int replacement = KillThenReplace(c, pids, 6, std::chrono::milliseconds(1000));
+  ExpectOneRestartAndTheReference(c, pids, replacement);
+}
+
+// The holder trains on (a window lasts at least 1 s, so the job outlasts the replacement's
+// start) while the replacement asks for its rank; once the replacement says it waits, the holder
+// is killed, and the replacement takes the rank in the next attempt.
+TEST(Replacement, StartedWhileItsHolderStillHeartbeatsItWaitsThenTakesTheRank) {
+  const std::string dir = MakeTempDir("replace-live-holder");
+  Cluster c(dir, ElasticSpec(false));
+  ASSERT_TRUE(c.ok());
+  const std::vector<std::string> slow = {"LATCHKEY_TEST_MIN_WINDOW_SECONDS=1"};
+  std::vector<int> pids;
+  for (int r = 0; r < 4; ++r) pids.push_back(c.StartWorker(r, std::to_string(r), slow));
+  WaitForFile(
+      c.jsonl(2), [](const std::string& t) { return t.find("\"step\":1,") != std::string::npos; },
+      seconds(300));
+  const int replacement = c.StartWorker(2, "2b", slow);
+  const std::string said = WaitForFile(
+      dir + "/worker-2b.log",
+      [](const std::string& t) { return t.find("waiting for it to leave") != std::string::npos; },
+      seconds(60));
+  // It said whom it waits for: the holder, by its worker id (host:pid).
+  EXPECT_NE(said.find("is held by worker"), std::string::npos) << said;
+  EXPECT_NE(said.find(":" + std::to_string(pids[2]) + "; waiting for it to leave"),
+            std::string::npos)
+      << said;
+  const nlohmann::json before = c.Status();
+  EXPECT_EQ(before.value("restarts", -1), 0) << before.dump();
+  kill(pids[2], SIGKILL);
+  WaitProcess(pids[2], seconds(10));
+  ExpectOneRestartAndTheReference(c, pids, replacement);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 //   record the answer under `mu` (SetEnd, NoteAttempt, NoteRefusal). Retry sleeps through
 //   Sleep (woken by Close). said_retrying and answered are atomics shared with the other
 //   threads; the outbox has its own lock.
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -108,9 +109,24 @@ absl::StatusOr<JoinInfo> WorkerSession::Impl::DoJoin(absl::Duration limit) {
   v1::JoinResponse resp;
   const absl::Time start = clock->Now();
   bool said_spare = false;
+  std::string said_held;  // the holder this join said it waits for
   while (true) {
     absl::Status s = Retry([&](grpc::ClientContext* ctx) { return stub->Join(ctx, req, &resp); },
                            limit, /*joining=*/true);
+    if (HasErrorReason(s, error_reason::kRankHeld) && clock->Now() - start < limit) {
+      // A replacement of a process that died (or was preempted) while the job still counts its
+      // holder: the rank is freed when the holder leaves, is fenced or misses its liveness
+      // deadline, so it waits and asks again, saying for whom.
+      const std::string holder = GetErrorInfo(s)->metadata["holder"];
+      if (holder != said_held) {
+        said_held = holder;
+        std::cerr << "latchkey-worker: " << s.message()
+                  << "; waiting for it to leave or miss its liveness deadline (up to "
+                  << absl::FormatDuration(limit) << ")" << std::endl;
+      }
+      if (!Sleep(std::max(opt.retry_max, absl::Milliseconds(500)))) return SessionClosedError();
+      continue;
+    }
     if (!s.ok()) return s;
     if (resp.spare()) {
       // latchkey.elastic: no rank for this worker now. It joins again (the coordinator counts

@@ -380,8 +380,13 @@ void RejoinOutlastingTheWatchdog() {
                                             Options(server.address(), job, 1)};
   opts[1].clock = &clock;
   opts[1].stuck_exit_after = absl::Seconds(1);
-  auto sessions = JoinBoth(server.address(), job, opts);
-  if (!sessions[0] || !sessions[1]) std::_Exit(1);
+  // Rank 0 first: rank 1's first Join must not wait for rank 0's host on a clock nobody moves.
+  std::vector<std::unique_ptr<WorkerSession>> sessions;
+  for (const WorkerSessionOptions& o : opts) {
+    auto s = WorkerSession::Join(o);
+    if (!s.ok()) std::_Exit(1);
+    sessions.push_back(*std::move(s));
+  }
   if (!sessions[0]->ReportFailure("rank 0 stopped").ok()) std::_Exit(2);
   for (int i = 0; i < 100 && !sessions[1]->fenced(); ++i) {
     clock.Advance(absl::Milliseconds(100));
