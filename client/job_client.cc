@@ -3,6 +3,8 @@
 #include <grpcpp/client_context.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,7 +17,11 @@
 namespace latchkey {
 
 struct JobClient::Impl {
+  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::JobService::Stub> stub;
+  // Whether a call was ever answered: a channel that worked and broke (a coordinator restart)
+  // is waited for, one that never worked fails at once ("is the coordinator running?").
+  mutable std::atomic<bool> answered{false};
   absl::Status channel_error;  // the credentials could not be loaded: every call fails so
   bool tls = false;
   std::string coordinator;
@@ -39,7 +45,8 @@ JobClient::JobClient(ClientOptions options)
     impl_->channel_error = channel.status();
     channel = MakeCoordinatorChannel(options_.coordinator);
   }
-  impl_->stub = v1::JobService::NewStub(*channel);
+  impl_->channel = *channel;
+  impl_->stub = v1::JobService::NewStub(impl_->channel);
 }
 
 JobClient::~JobClient() = default;
@@ -49,10 +56,22 @@ namespace {
 template <typename Resp, typename Req, typename Method, typename Impl>
 absl::StatusOr<Resp> Call(const Impl& impl, Method method, const Req& req, absl::Duration timeout) {
   if (!impl.channel_error.ok()) return impl.channel_error;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  const absl::Time deadline = absl::Now() + timeout;
   Resp resp;
-  grpc::Status st = (impl.stub.get()->*method)(&ctx, req, &resp);
+  grpc::Status st;
+  for (int sent = 0; sent < 2; ++sent) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    st = (impl.stub.get()->*method)(&ctx, req, &resp);
+    if (st.ok()) impl.answered = true;
+    // A call on a channel that broke fails at once; gRPC reconnects it only while someone
+    // waits on it. A client that was answered before waits (within the call's deadline) for
+    // the coordinator to come back, and sends the call once more.
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE || !impl.answered ||
+        !impl.channel->WaitForConnected(absl::ToChronoTime(deadline))) {
+      break;
+    }
+  }
   if (!st.ok()) return impl.Explain(st);
   return resp;
 }
@@ -146,8 +165,12 @@ absl::StatusOr<JobInfo> JobClient::WatchJob(const std::string& job_id,
                                             const std::function<bool(const JobUpdate&)>& on_update,
                                             absl::Time deadline, bool replay_recent_steps) {
   if (!impl_->channel_error.ok()) return impl_->channel_error;
-  // A reopened stream does not replay: its steps were delivered already.
   v1::WatchJobRequest req = MakeWatchJobRequest(job_id, replay_recent_steps);
+  // A reopened stream replays the steps the coordinator holds, and those delivered already are
+  // dropped: the steps completed while the stream was down (a coordinator restart, a network
+  // blip) reach the caller, none twice.
+  int64_t last_delivered_step = -1;
+  bool got_any_before = false;  // any message on any stream
   absl::Duration backoff = absl::Milliseconds(100);
   absl::Time unreachable_since = absl::InfiniteFuture();
   // Even an endless watch has a deadline per stream: it is reopened after each.
@@ -156,16 +179,26 @@ absl::StatusOr<JobInfo> JobClient::WatchJob(const std::string& job_id,
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + kStreamAttempt)));
     auto reader = impl_->stub->WatchJob(&ctx, req);
-    req.set_replay_recent_steps(false);
+    req.set_replay_recent_steps(true);
     v1::WatchJobResponse m;
     JobInfo last;
     bool got_any = false;
     while (reader->Read(&m)) {
       got_any = true;
+      impl_->answered = true;
       unreachable_since = absl::InfiniteFuture();
       backoff = absl::Milliseconds(100);
       JobUpdate update = FromProto(m);
       last = update.job;
+      if (!got_any_before && !replay_recent_steps && update.job.last_step) {
+        // Without replay the caller starts from the job as it is: older steps stay unsent.
+        last_delivered_step = std::max(last_delivered_step, update.job.last_step->report.step);
+      }
+      got_any_before = true;
+      if (update.step) {
+        if (update.step->report.step <= last_delivered_step) continue;
+        last_delivered_step = update.step->report.step;
+      }
       if (!on_update(update)) {
         ctx.TryCancel();
         reader->Finish().ok();
@@ -185,7 +218,12 @@ absl::StatusOr<JobInfo> JobClient::WatchJob(const std::string& job_id,
       return st.ok() ? absl::UnavailableError("watch stream ended without news")
                      : impl_->Explain(st);
     }
-    absl::SleepFor(std::min(backoff, deadline - now));
+    // Waiting on the channel, not a plain sleep: gRPC reconnects a broken channel only while
+    // someone waits on it, and a stream opened on it fails at once.
+    const absl::Time wake = now + std::min(backoff, deadline - now);
+    if (st.ok() || !impl_->channel->WaitForConnected(absl::ToChronoTime(wake))) {
+      absl::SleepFor(wake - absl::Now());  // (returns at once past `wake`)
+    }
     backoff = std::min(backoff * 2, absl::Seconds(2));
   }
 }

@@ -71,9 +71,11 @@ class JobClient {
   // `on_update` returns false (CANCELLED), or `deadline` passes (DEADLINE_EXCEEDED). A stream
   // broken by a coordinator restart is reopened (with backoff, up to `watch_reconnect`, else
   // `timeout`, unreachable), and so is each stream after 30 minutes (every call has a deadline,
-  // even an endless watch); a reopened stream starts again with the job as it is. `on_update`
-  // runs on the caller's thread. `replay_recent_steps`: the first stream also delivers the
-  // completed steps the coordinator still holds (oldest first) after the job as it is.
+  // even an endless watch); a reopened stream starts again with the job as it is, then the
+  // completed steps the coordinator holds that were not delivered yet, so the steps completed
+  // while the stream was down are not lost and none comes twice. `on_update` runs on the
+  // caller's thread. `replay_recent_steps`: the first stream also delivers the completed steps
+  // the coordinator still holds (oldest first) after the job as it is.
   absl::StatusOr<JobInfo> WatchJob(const std::string& job_id,
                                    const std::function<bool(const JobUpdate&)>& on_update,
                                    absl::Time deadline, bool replay_recent_steps = false);

@@ -335,6 +335,9 @@ TEST(ProcessTest, LrAndEvalLossSurviveKillNineAndComeBackInGetJobAndWatchJob) {
   };
   for (int64_t s = 0; s < kStepsBeforeKill; ++s) run_step(s);
   first->Kill9();
+  // Down long enough that the watch's backoff has grown past a second: the steps after the
+  // restart complete before it reopens, and it must still show each of them.
+  absl::SleepFor(absl::Milliseconds(3500));
 
   CoordinatorProcess second(db, port, args);
   ASSERT_TRUE(second.Start());
