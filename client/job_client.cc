@@ -120,6 +120,17 @@ absl::StatusOr<JobInfo> JobClient::ResumeJob(const std::string& job_id, const st
   return FromProto(r->job());
 }
 
+absl::StatusOr<JobInfo> JobClient::SuspendJob(const std::string& job_id,
+                                              const std::string& reason) {
+  v1::SuspendJobRequest req;
+  req.set_job_id(job_id);
+  req.set_reason(reason);
+  auto r = Call<v1::SuspendJobResponse>(*impl_, &v1::JobService::Stub::SuspendJob, req,
+                                        options_.timeout);
+  if (!r.ok()) return r.status();
+  return FromProto(r->job());
+}
+
 absl::StatusOr<JobPolicyUpdateResult> JobClient::UpdateJobPolicy(const JobPolicyUpdate& update) {
   auto r = Call<v1::UpdateJobPolicyResponse>(*impl_, &v1::JobService::Stub::UpdateJobPolicy,
                                              ToProto(update), options_.timeout);

@@ -58,6 +58,8 @@ class JobClient {
   // Failed/cancelled -> recovering: a new attempt from the newest committed checkpoint;
   // returns the job as it is then. FAILED_PRECONDITION for a job in another state.
   absl::StatusOr<JobInfo> ResumeJob(const std::string& job_id, const std::string& reason);
+  // A running job saves its last completed step and stops, then waits suspended for ResumeJob.
+  absl::StatusOr<JobInfo> SuspendJob(const std::string& job_id, const std::string& reason);
   // Changes the policy from the first window not yet published.
   absl::StatusOr<JobPolicyUpdateResult> UpdateJobPolicy(const JobPolicyUpdate& update);
   // One page of the latch audit from `start_window`; `page_size` 0: the coordinator's default.

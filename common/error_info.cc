@@ -74,6 +74,16 @@ absl::Status AttemptFencedError(absl::string_view message, int64_t job_attempt,
   return WithErrorInfo(absl::AbortedError(message), info);
 }
 
+absl::Status AttemptStoppedError(int64_t before_window) {
+  ErrorInfo info;
+  info.reason = error_reason::kAttemptStopped;
+  info.metadata = {{"before_window", std::to_string(before_window)}};
+  return WithErrorInfo(
+      absl::AbortedError(absl::StrCat("the attempt stops before window ", before_window,
+                                      ": saving the state after step ", before_window - 1)),
+      info);
+}
+
 std::string NonFiniteName(double value) {
   if (std::isnan(value)) return "NaN";
   if (std::isinf(value)) return value > 0 ? "Inf" : "-Inf";

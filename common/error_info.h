@@ -46,6 +46,14 @@ inline constexpr char kCheckpointOutOfSpace[] = "CHECKPOINT_OUT_OF_SPACE";
 // deadline (the job then recovers, and its next attempt frees every rank), so the joiner (a
 // replacement of a dead process) waits and asks again. Metadata: rank, holder (worker id).
 inline constexpr char kRankHeld[] = "RANK_HELD";
+// ABORTED, worker side: the attempt stops before window `before_window` (a rank left on a stop
+// signal, or the job is being suspended: docs/fault-tolerance.md "Preemption"). No latch from
+// that window on comes; the rank saves the state after before_window - 1 with the others.
+// Metadata: before_window.
+inline constexpr char kAttemptStopped[] = "ATTEMPT_STOPPED";
+// FAILED_PRECONDITION: the job is suspended (latchkey suspend); it takes workers again after
+// `latchkey resume`. A worker refused so, or whose attempt ended so, exits kExitPreempted.
+inline constexpr char kJobSuspended[] = "JOB_SUSPENDED";
 }  // namespace error_reason
 
 struct ErrorInfo {
@@ -80,6 +88,9 @@ absl::Status SessionClosedError();
 // The refusal of a call of a fenced attempt (ABORTED, reason ATTEMPT_FENCED).
 absl::Status AttemptFencedError(absl::string_view message, int64_t job_attempt,
                                 int64_t worker_attempt);
+
+// The end of an attempt that stops before `before_window` (ABORTED, reason ATTEMPT_STOPPED).
+absl::Status AttemptStoppedError(int64_t before_window);
 
 // "NaN", "Inf" or "-Inf" for a value that is not finite; the number ("%g") otherwise.
 std::string NonFiniteName(double value);

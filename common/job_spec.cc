@@ -265,6 +265,11 @@ absl::Status ParseElastic(JsonObjectReader s, ElasticConfig* e) {
   return s.RefuseUnknown();
 }
 
+absl::Status ParsePreemption(JsonObjectReader s, JobSpec* spec) {
+  LK_RETURN_IF_ERROR(s.Double("grace_seconds", &spec->preemption_grace_seconds, kPositive));
+  return s.RefuseUnknown();
+}
+
 absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobSpec* spec,
                            bool* has_world_size, bool* has_schedule) {
   LK_RETURN_IF_ERROR(s.Require("seq_len"));
@@ -320,6 +325,11 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
   LK_RETURN_IF_ERROR(s.Double("rejoin_timeout_seconds", &spec->rejoin_timeout_seconds, kPositive));
   LK_RETURN_IF_ERROR(
       s.Double("partition_timeout_seconds", &spec->partition_timeout_seconds, kPositive));
+  const json* preemption = nullptr;
+  LK_RETURN_IF_ERROR(s.Object("preemption", &preemption));
+  if (preemption != nullptr) {
+    LK_RETURN_IF_ERROR(ParsePreemption(s.Child("preemption", *preemption), spec));
+  }
   if (s.Get("backend") != nullptr) {
     std::string name;
     LK_RETURN_IF_ERROR(s.String("backend", &name));

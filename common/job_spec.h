@@ -197,6 +197,11 @@ struct JobSpec {
   // latchkey.partition_timeout_seconds: how long the job waits for a cut link between its ranks
   // (no restart spent while it waits) before it fails naming the link.
   double partition_timeout_seconds = 600;
+  // latchkey.preemption.grace_seconds: how long a worker that got SIGTERM or SIGINT may take
+  // to finish the windows already decided, save with the others and exit; past it, it exits
+  // without the save (the previous checkpoint stays the newest) and the job is recovered from
+  // as after a crash. Inside Kubernetes' default terminationGracePeriodSeconds (30).
+  double preemption_grace_seconds = 25;
   CommBackend backend = CommBackend::kAuto;                // latchkey.backend
   DeviceKind device = DeviceKind::kCpu;                    // latchkey.device
   bool tf32 = false;                                       // latchkey.tf32: TF32 matmuls on cuda

@@ -169,6 +169,9 @@ std::string JobSpecToJson(const JobSpec& spec) {
   if (spec.partition_timeout_seconds != JobSpec().partition_timeout_seconds) {
     latchkey["partition_timeout_seconds"] = spec.partition_timeout_seconds;
   }
+  if (spec.preemption_grace_seconds != JobSpec().preemption_grace_seconds) {
+    latchkey["preemption"] = {{"grace_seconds", spec.preemption_grace_seconds}};
+  }
   latchkey["backend"] = CommBackendName(spec.backend);
   latchkey["device"] = DeviceKindName(spec.device);
   latchkey["tf32"] = spec.tf32;
@@ -247,8 +250,8 @@ bool operator==(const JobSpec& a, const JobSpec& b) {
                     s.no_sync, s.seq_len, s.steps, s.seed, s.world_size, s.kv_reduce, s.data,
                     s.eval, s.init_from, s.checkpoint, s.tensorboard, s.max_restarts,
                     s.hang_timeout_seconds, s.elastic, s.rejoin_timeout_seconds,
-                    s.partition_timeout_seconds, s.backend, s.device, s.tf32,
-                    s.activation_checkpointing, s.overlap_dp_reduction, s.warnings);
+                    s.partition_timeout_seconds, s.preemption_grace_seconds, s.backend, s.device,
+                    s.tf32, s.activation_checkpointing, s.overlap_dp_reduction, s.warnings);
   };
   return t(a) == t(b);
 }

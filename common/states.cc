@@ -16,6 +16,10 @@ const char* JobStateName(JobState s) {
       return "cancelled";
     case JobState::kRecovering:
       return "recovering";
+    case JobState::kPreempted:
+      return "preempted";
+    case JobState::kSuspended:
+      return "suspended";
   }
   return "unknown";
 }

@@ -18,13 +18,18 @@ enum class JobState {
   kSucceeded = 3,
   kFailed = 4,
   kCancelled = 5,
-  kRecovering = 6
+  kRecovering = 6,
+  // Ranks left on a stop signal after the attempt committed its last completed step; resumes
+  // (a new attempt, no restart) once they join again.
+  kPreempted = 7,
+  // The same save-and-stop on demand (latchkey suspend); resumes on latchkey resume.
+  kSuspended = 8
 };
 enum class WorkerState { kJoined = 1, kActive = 2, kDone = 3, kLost = 4, kFailed = 5 };
 
-inline constexpr JobState kAllJobStates[] = {JobState::kPending,   JobState::kRunning,
-                                             JobState::kSucceeded, JobState::kFailed,
-                                             JobState::kCancelled, JobState::kRecovering};
+inline constexpr JobState kAllJobStates[] = {
+    JobState::kPending,   JobState::kRunning,    JobState::kSucceeded, JobState::kFailed,
+    JobState::kCancelled, JobState::kRecovering, JobState::kPreempted, JobState::kSuspended};
 inline constexpr WorkerState kAllWorkerStates[] = {WorkerState::kJoined, WorkerState::kActive,
                                                    WorkerState::kDone, WorkerState::kLost,
                                                    WorkerState::kFailed};

@@ -20,6 +20,10 @@ namespace latchkey {
 // common/error_info.h TRAINING_DIVERGED): the job failed with it; a supervisor does not restart
 // the process (a re-run diverges the same way). Documented in docs/fault-tolerance.md.
 inline constexpr int kExitTrainingDiverged = 3;
+// The exit code of a worker that left on a stop signal (SIGTERM, SIGINT) after its attempt
+// saved, or whose grace ran out first: "preempted, replace me". Its supervisor replaces it
+// without counting a failure (the manifests' podFailurePolicy: Ignore).
+inline constexpr int kExitPreempted = 76;
 
 // Who a worker call comes from (latchkey.v1.WorkerIdentity).
 struct WorkerIdentity {
@@ -40,6 +44,7 @@ struct WorkerReply {
   int64_t attempt = 0;                  // Heartbeat, ReportFailure: the job's current attempt
   // Heartbeat: the job's peer list version, and its peers when asked for (common/reachability.h).
   PeerList peers;
+  bool stop = false;  // Heartbeat, Leave: the attempt is stopping (save and leave)
 };
 
 // "<hostname>:<pid>": the worker id a latchkey-worker process joins with, and the id its

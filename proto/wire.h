@@ -149,16 +149,23 @@ latchkey::v1::ReportFailureRequest MakeReportFailureRequest(const WorkerIdentity
 // The latch stream's two messages: a latch with its publish time, and the job's end.
 latchkey::v1::WatchLatchesResponse MakeLatchMessage(const Latch& latch, absl::Time publish_time);
 latchkey::v1::WatchLatchesResponse MakeJobEndedMessage(JobState state, const std::string& reason);
+// The stream's last message when the attempt stops before `before_window` (a preemption, a
+// suspend).
+latchkey::v1::WatchLatchesResponse MakeStopMessage(int64_t before_window);
+latchkey::v1::LeaveRequest MakeLeaveRequest(const WorkerIdentity& identity, int rank,
+                                            const std::string& reason);
 // The coordinator's answers: each response carries the WorkerReply fields it has
 // (common/worker_protocol.h); an unknown state reads as kPending.
 void ToProto(const WorkerReply& reply, latchkey::v1::ReportStepResponse* out);
 void ToProto(const WorkerReply& reply, latchkey::v1::HeartbeatResponse* out);
 void ToProto(const WorkerReply& reply, latchkey::v1::ReportFailureResponse* out);
 void ToProto(const WorkerReply& reply, latchkey::v1::ReportCheckpointResponse* out);
+void ToProto(const WorkerReply& reply, latchkey::v1::LeaveResponse* out);
 WorkerReply FromProto(const latchkey::v1::ReportStepResponse& reply);
 WorkerReply FromProto(const latchkey::v1::HeartbeatResponse& reply);
 WorkerReply FromProto(const latchkey::v1::ReportFailureResponse& reply);
 WorkerReply FromProto(const latchkey::v1::ReportCheckpointResponse& reply);
+WorkerReply FromProto(const latchkey::v1::LeaveResponse& reply);  // stop is set
 
 google::protobuf::Timestamp ToProtoTime(absl::Time t);
 absl::Time FromProtoTime(const google::protobuf::Timestamp& t);

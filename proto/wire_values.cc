@@ -136,6 +136,10 @@ v1::JobState ToProto(JobState state) {
       return v1::JOB_STATE_CANCELLED;
     case JobState::kRecovering:
       return v1::JOB_STATE_RECOVERING;
+    case JobState::kPreempted:
+      return v1::JOB_STATE_PREEMPTED;
+    case JobState::kSuspended:
+      return v1::JOB_STATE_SUSPENDED;
   }
   return v1::JOB_STATE_UNSPECIFIED;
 }

@@ -273,6 +273,21 @@ v1::WatchLatchesResponse MakeLatchMessage(const Latch& latch, absl::Time publish
   return out;
 }
 
+v1::WatchLatchesResponse MakeStopMessage(int64_t before_window) {
+  v1::WatchLatchesResponse out;
+  out.mutable_stop()->set_before_window(before_window);
+  return out;
+}
+
+v1::LeaveRequest MakeLeaveRequest(const WorkerIdentity& identity, int rank,
+                                  const std::string& reason) {
+  v1::LeaveRequest out;
+  *out.mutable_identity() = ToProto(identity);
+  out.set_rank(rank);
+  out.set_reason(reason);
+  return out;
+}
+
 v1::WatchLatchesResponse MakeJobEndedMessage(JobState state, const std::string& reason) {
   v1::WatchLatchesResponse out;
   out.mutable_job_ended()->set_state(ToProto(state));
@@ -290,6 +305,7 @@ void ToProto(const WorkerReply& reply, v1::HeartbeatResponse* out) {
   out->set_reason(reply.reason);
   out->set_attempt(reply.attempt);
   out->set_peers_version(reply.peers.version);
+  out->set_stop(reply.stop);
   for (const PeerAddress& p : reply.peers.peers) {
     v1::PeerAddress* a = out->add_peers();
     a->set_rank(p.rank);
@@ -305,6 +321,11 @@ void ToProto(const WorkerReply& reply, v1::ReportFailureResponse* out) {
 
 void ToProto(const WorkerReply& reply, v1::ReportCheckpointResponse* out) {
   out->set_state(ToProto(reply.state));
+}
+
+void ToProto(const WorkerReply& reply, v1::LeaveResponse* out) {
+  out->set_state(ToProto(reply.state));
+  out->set_attempt(reply.attempt);
 }
 
 namespace {
@@ -326,6 +347,7 @@ WorkerReply FromProto(const v1::HeartbeatResponse& reply) {
   out.reason = reply.reason();
   out.attempt = reply.attempt();
   out.peers.version = reply.peers_version();
+  out.stop = reply.stop();
   for (const v1::PeerAddress& p : reply.peers()) {
     out.peers.peers.push_back({p.rank(), p.host(), p.port()});
   }
@@ -336,6 +358,14 @@ WorkerReply FromProto(const v1::ReportFailureResponse& reply) {
   WorkerReply out;
   out.state = StateOf(reply.state());
   out.attempt = reply.attempt();
+  return out;
+}
+
+WorkerReply FromProto(const v1::LeaveResponse& reply) {
+  WorkerReply out;
+  out.state = StateOf(reply.state());
+  out.attempt = reply.attempt();
+  out.stop = true;
   return out;
 }
 

@@ -251,6 +251,7 @@ absl::Status Coordinator::StartJob(Job& job) {
 absl::Status Coordinator::EndJob(Job& job, JobState state, const std::string& reason,
                                  WorkerState worker_state, const JobEventRecord* event) {
   const int stalled = static_cast<int>(job.rec.stalled.size());
+  job.stop.reset();
   absl::Status s = machine_->End(job.rec, job.ranks, state, reason, worker_state, event);
   Touch(job);
   LK_RETURN_IF_ERROR(s);
@@ -269,8 +270,9 @@ absl::Status Coordinator::SetWorkerState(Job& job, int rank, WorkerState state) 
 
 absl::Status Coordinator::Publish(Job& job) {
   if (job.rec.state != JobState::kRunning) return absl::OkStatus();
-  const int64_t frontier =
+  int64_t frontier =
       std::min<int64_t>(job.spec.steps, job.steps_completed + 1 + options_.latch_lookahead);
+  if (job.stop) frontier = std::min(frontier, job.stop->before_window);  // coordinator_stop.cc
   LK_ASSIGN_OR_RETURN(
       std::vector<PublishedLatch> published,
       job.latches.Publish(*store_, job.spec, job.rec.policy, frontier, clock_->Now()));

@@ -202,6 +202,9 @@ using JoinResult = JoinInfo;
 struct LatchBatch {
   std::vector<PublishedLatch> latches;  // consecutive, from the requested window
   bool job_ended = false;               // no further latch will come
+  // The attempt stops (a preemption or a suspend): no latch from this window on; the rank saves
+  // the state after stop_before - 1 and leaves. -1: no stop.
+  int64_t stop_before = -1;
   JobState state = JobState::kPending;
   std::string reason;
 };
@@ -229,6 +232,7 @@ struct WorkerStatus {
   bool duplicate = false;  // ReportStep only
   int64_t attempt = 1;     // the job's current attempt (after the call)
   PeerList peers;          // Heartbeat: the peer list's version, and its peers when asked for
+  bool stop = false;       // Heartbeat: the attempt is stopping (Leave, SuspendJob)
 };
 
 // What a heartbeat carries besides the caller (docs/protocol.md).
@@ -282,6 +286,10 @@ class Coordinator {
   // for a job whose stored spec this build cannot parse, and when another live job holds its
   // rendezvous port.
   absl::StatusOr<JobView> ResumeJob(const std::string& job_id, const std::string& reason);
+  // A running job saves its last completed step and stops, then waits, `suspended`, for
+  // ResumeJob (coordinator_stop.cc); a pending, recovering or preempted one is suspended at
+  // once. Same role as CancelJob.
+  absl::StatusOr<JobView> SuspendJob(const std::string& job_id, const std::string& reason);
   absl::StatusOr<JobPolicyUpdateResult> UpdateJobPolicy(const JobPolicyUpdate& update);
   // Returns once the job changed after `after_version` (immediately for 0) or at `deadline`
   // (DEADLINE_EXCEEDED).
@@ -362,6 +370,10 @@ class Coordinator {
   // last_checkpoint_step is the newest one. Repeating a report changes nothing.
   absl::StatusOr<WorkerStatus> ReportCheckpoint(const WorkerCall& call,
                                                 const CheckpointReport& report);
+  // The worker got a stop signal (`reason`, e.g. "SIGTERM"): a running attempt saves its last
+  // completed step and stops (the job then `preempted`, no restart spent); a rank of a job that
+  // is not training gives its rank up at once (coordinator_stop.cc). Idempotent.
+  absl::StatusOr<WorkerStatus> Leave(const WorkerCall& call, const std::string& reason);
 
   // Every live job with a worker past its liveness deadline, (recovering) with a rank that has
   // not joined the attempt within the liveness timeout of the recovery's start, or (running)
@@ -424,6 +436,16 @@ class Coordinator {
   absl::Status MaybeGrow(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees every rank for the job's (new) attempt, fencing the old holders.
   void ResetRanks(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops (coordinator_stop.cc). A running job stops before its first unpublished window,
+  // becoming `to` once the checkpoint of the window before it commits.
+  void BeginStop(Job& job, JobState to, const std::string& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank of a job that is not training gives its rank up (its holder left, or went silent
+  // while a preempted job waited): the worker lost and fenced, the rank free.
+  absl::Status ReleaseRank(Job& job, int rank, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After checkpoint `step` committed (or was found committed already): ends the stop it ends.
+  absl::Status MaybeFinishStop(Job& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Liveness and hang verdicts (coordinator_liveness.cc).
   // The hang detector over a running job; true when it started a recovery or failed the job.
   bool CheckHang(Job& job, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

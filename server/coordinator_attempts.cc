@@ -30,7 +30,8 @@ std::string LayoutText(const AttemptLayout& l) {
 absl::Status Coordinator::FailOrRecover(Job& job, int rank, WorkerState worker_state,
                                         const std::string& cause) {
   if (rank >= 0) LK_RETURN_IF_ERROR(SetWorkerState(job, rank, worker_state));
-  const bool live = job.rec.state == JobState::kRunning || job.rec.state == JobState::kRecovering;
+  const bool live = job.rec.state == JobState::kRunning || job.rec.state == JobState::kRecovering ||
+                    job.rec.state == JobState::kPreempted;
   // A failure while the job's ranks report a cut link between them is the partition's: the
   // recovery names the link and spends no restart; the next attempt forms once the link is back
   // (MaybeStart), or the job fails after latchkey.partition_timeout_seconds.
@@ -59,6 +60,7 @@ absl::Status Coordinator::FailOrRecover(Job& job, int rank, WorkerState worker_s
 }
 
 absl::Status Coordinator::BeginAttempt(Job& job, AttemptLog::Recovery recovery) {
+  job.stop.reset();  // a failure during a stop: recovered from as any other
   recovery.checkpoint_step = job.rec.last_checkpoint_step;
   recovery.checkpoint_sha256 = job.rec.last_checkpoint_sha256;
   LK_ASSIGN_OR_RETURN(AttemptLog::Attempt next, job.attempts.Next(recovery));
@@ -151,9 +153,11 @@ absl::StatusOr<JobView> Coordinator::ResumeJob(const std::string& job_id,
   LK_ASSIGN_OR_RETURN(Job * found, FindJob(job_id));
   Job& job = *found;
   const JobState state = job.rec.state;
-  if (state != JobState::kFailed && state != JobState::kCancelled) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        job_id, ": is ", JobStateName(state), "; only a failed or cancelled job can be resumed"));
+  if (state != JobState::kFailed && state != JobState::kCancelled &&
+      state != JobState::kSuspended) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(job_id, ": is ", JobStateName(state),
+                     "; only a failed, cancelled or suspended job can be resumed"));
   }
   // A job failed on load because this build no longer accepts its spec would only fail again.
   if (auto parsed = ParseJobSpec(job.rec.spec_json, job.rec.base_dir); !parsed.ok()) {
@@ -232,6 +236,8 @@ absl::Status Coordinator::MaybeGrow(Job& job) {
   if (!job.attempts.elastic() || job.rec.state != JobState::kRunning) return absl::OkStatus();
   const AttemptLayout& cur = job.attempts.layout();
   if (cur.dp >= job.attempts.spec_layout().dp) return absl::OkStatus();
+  // A checkpoint after the last step leaves nothing to train: the job ends as it is.
+  if (job.rec.last_checkpoint_step >= job.spec.steps - 1) return absl::OkStatus();
   const int spares = LiveSpares(job, clock_->Now());
   if (spares < cur.tp) return absl::OkStatus();  // no whole replica yet
   const int workers = cur.world_size + spares;

@@ -259,6 +259,33 @@ TEST_F(ElasticTest, SparesWaitAndGrowTheJobBackAtTheNextCheckpoint) {
   EXPECT_EQ(after->state, JobState::kCancelled);
 }
 
+// The spares arrive late: the first checkpoint they could grow the job at is the one after its
+// last step. Nothing is left to train, so it grows nothing; the job ends when the step's reports
+// arrive (a grow there would fence the attempt that just finished and leave a new one with no
+// window to run).
+TEST_F(ElasticTest, ACheckpointAfterTheLastStepGrowsNothingAndTheJobSucceeds) {
+  auto c = Make(opt_);
+  RunToLoss(*c);
+  Shrink(*c);
+  for (int64_t s = 4; s < 15; ++s) {
+    for (const WorkerCall& w : calls_) ASSERT_TRUE(Report(*c, w, s, 0.25, 1).ok());
+  }
+  for (const char* w : {"s2", "s3"}) {
+    auto r = TryJoin(*c, job_, w, w[1] - '0');
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->spare);
+  }
+  ASSERT_TRUE(Report(*c, calls_[1], 15, 0.25, 1).ok());
+  ASSERT_TRUE(Checkpoint(*c, calls_[0], 15).ok());
+  JobView v = *c->GetJob(id_, false);
+  EXPECT_EQ(v.record.attempt, 3);
+  EXPECT_EQ(v.record.state, JobState::kRunning);
+  ASSERT_TRUE(Report(*c, calls_[0], 15, 0.25, 1).ok());
+  v = *c->GetJob(id_, false);
+  EXPECT_EQ(v.record.state, JobState::kSucceeded) << v.record.failure_reason;
+  EXPECT_EQ(v.record.attempt, 3);
+}
+
 // Spares wait beside a shrunk job; a survivor is lost, so the recovery fills its ranks from
 // the spares, whose own rank numbers (2, 3) are past the shrunk world. At the grow they ask for
 // those numbers again: in an elastic job the rank a worker holds wins over the one it asks for

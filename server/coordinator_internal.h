@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,6 +77,18 @@ struct Coordinator::Job {
     absl::Time written = absl::InfinitePast();
   };
   std::optional<PartitionWait> partition;
+  // A stop in progress (coordinator_stop.cc): a rank left on a stop signal, or a suspend. No
+  // latch from `before_window` on is published; the ranks save the state after
+  // before_window - 1 and leave; once that checkpoint commits the job becomes `to`. Never
+  // persisted (a restarted coordinator publishes on; the ranks that left are recovered from as
+  // after a crash).
+  struct Stop {
+    int64_t before_window = 0;
+    JobState to = JobState::kPreempted;
+    std::string cause;
+    std::set<int> left;  // the ranks that said they leave
+  };
+  std::optional<Stop> stop;
 
   // Waiters (WaitJobChange, WaitLatches) and latch streams.
   uint64_t version = 1;  // bumps on every change waiters may care about

@@ -96,12 +96,22 @@ void Coordinator::CheckLiveness() {
       unreachable += cut->pairs;
     }
     if (job->ranks.all_joined() &&
-        (job->rec.state == JobState::kPending || job->rec.state == JobState::kRecovering)) {
+        (job->rec.state == JobState::kPending || job->rec.state == JobState::kRecovering ||
+         job->rec.state == JobState::kPreempted)) {
       (void)MaybeStart(*job, now);  // a store failure leaves it waiting; the next check retries
       if (IsTerminal(job->rec.state)) continue;
     }
     std::vector<int> late = job->ranks.Late(now, options_.liveness_timeout);
     if (now < job->liveness_grace_until) late.clear();  // GraceAfterPause
+    if (job->rec.state == JobState::kPreempted) {
+      // Waiting for its ranks without a deadline: a joined rank that went silent gives its
+      // rank up for another worker; it is no failure.
+      for (int i : late) {
+        (void)ReleaseRank(*job, i, "went silent while the job waited for its ranks");
+      }
+      continue;
+    }
+    if (job->rec.state == JobState::kSuspended) continue;
     if (!late.empty()) {
       LivenessVerdict(*job, late, now);
       continue;

@@ -105,7 +105,8 @@ absl::Status Coordinator::Load() {
                           job->attempts.attempt() == 1 && !IsTerminal(job->rec.state));
     if (IsTerminal(job->rec.state)) continue;
     LK_RETURN_IF_ERROR(job->latches.Restore(*store_));
-    if ((job->rec.state == JobState::kPending || job->rec.state == JobState::kRecovering) &&
+    if ((job->rec.state == JobState::kPending || job->rec.state == JobState::kRecovering ||
+         job->rec.state == JobState::kPreempted) &&
         job->ranks.all_joined()) {
       LK_RETURN_IF_ERROR(StartJob(*job));
     }

@@ -60,7 +60,9 @@ PeerList Coordinator::PeersOf(const Job& job) const {
 
 absl::Status Coordinator::MaybeStart(Job& job, absl::Time now) {
   const JobState state = job.rec.state;
-  if ((state != JobState::kPending && state != JobState::kRecovering) || !job.ranks.all_joined()) {
+  if ((state != JobState::kPending && state != JobState::kRecovering &&
+       state != JobState::kPreempted) ||
+      !job.ranks.all_joined()) {
     return absl::OkStatus();
   }
   // Ranks on one host reach each other; ranks that cannot probe (an older worker) form as

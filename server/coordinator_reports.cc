@@ -368,6 +368,11 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportCheckpoint(const WorkerCall& cal
     if (k.step != report.step) continue;
     if (k.manifest_sha256 == report.manifest_sha256) {
       out.duplicate = true;  // a repeat: already recorded
+      // A stop whose step was saved already (the attempt's resume point, or a save of the
+      // cadence) ends with this report.
+      LK_RETURN_IF_ERROR(MaybeFinishStop(j, report.step));
+      out.state = j.rec.state;
+      out.attempt = j.attempts.attempt();
       return out;
     }
     // A rank that re-ran the step saved it again, and the folder on disk now holds that save:
@@ -395,8 +400,13 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportCheckpoint(const WorkerCall& cal
   j.rec = std::move(next);
   Log(absl::StrCat(j.rec.job_id, ": ", message));
   Touch(j);
-  // A shrunk elastic job grows back here, resuming from this checkpoint.
-  if (j.rec.last_checkpoint_step == report.step) {
+  // A stop saved its step: the job stops here (coordinator_stop.cc). Else a shrunk elastic job
+  // grows back here, resuming from this checkpoint.
+  if (j.stop && report.step == j.stop->before_window - 1) {
+    LK_RETURN_IF_ERROR(MaybeFinishStop(j, report.step));
+    out.state = j.rec.state;
+    out.attempt = j.attempts.attempt();
+  } else if (j.rec.last_checkpoint_step == report.step) {
     LK_RETURN_IF_ERROR(MaybeGrow(j));
     out.attempt = j.attempts.attempt();
   }

@@ -175,7 +175,7 @@ TEST(CoordinatorResumeTest, MaxRestartsCountsFromTheResume) {
       << c->GetJob(id, false)->record.failure_reason;
 }
 
-TEST(CoordinatorResumeTest, OnlyAFailedOrCancelledJobResumes) {
+TEST(CoordinatorResumeTest, OnlyAFailedCancelledOrSuspendedJobResumes) {
   auto c = Make();
   auto job = *c->SubmitJob({Spec(), "", "", 0});
   const std::string id = job.job.record.job_id;
@@ -183,7 +183,7 @@ TEST(CoordinatorResumeTest, OnlyAFailedOrCancelledJobResumes) {
     auto r = c->ResumeJob(id, "");
     EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
     EXPECT_EQ(r.status().message(),
-              id + ": is " + state + "; only a failed or cancelled job can be resumed");
+              id + ": is " + state + "; only a failed, cancelled or suspended job can be resumed");
   };
   refused("pending");
   auto calls = JoinAll(*c, job, "w");

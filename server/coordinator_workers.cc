@@ -46,6 +46,15 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
     j.spares.erase(args.call.worker_id);
     return out;
   }
+  if (j.rec.state == JobState::kSuspended) {
+    ErrorInfo info;
+    info.reason = error_reason::kJobSuspended;
+    return WithErrorInfo(
+        absl::FailedPreconditionError(
+            absl::StrCat(j.rec.job_id, ": is suspended (", j.rec.failure_reason,
+                         "); it takes workers again after `latchkey resume ", j.rec.job_id, "`")),
+        info);
+  }
   if (IsTerminal(j.rec.state)) {
     return absl::FailedPreconditionError(absl::StrCat(
         j.rec.job_id, ": already ended (", JobStateName(j.rec.state), ")",
@@ -96,7 +105,8 @@ bool Coordinator::HasRankFor(const Job& j, std::optional<int> requested) const {
   // A running job's free rank is one whose worker is being replaced: any joiner takes it. A
   // rank number past the world belongs to the recovery's survivors only while it recovers.
   if (requested && !j.ranks.grid().contains(*requested)) {
-    return j.rec.state == JobState::kRecovering || j.rec.state == JobState::kPending;
+    return j.rec.state == JobState::kRecovering || j.rec.state == JobState::kPending ||
+           j.rec.state == JobState::kPreempted;
   }
   return true;
 }
@@ -185,6 +195,10 @@ absl::StatusOr<bool> Coordinator::LatchesNow(Job& j, int64_t window, int max, La
   out->state = j.rec.state;
   out->reason = j.rec.failure_reason;
   const bool failed = j.rec.state == JobState::kFailed || j.rec.state == JobState::kCancelled;
+  if (!failed && j.stop && window >= j.stop->before_window) {
+    out->stop_before = j.stop->before_window;  // coordinator_stop.cc
+    return true;
+  }
   if (!failed && window < j.latches.next_window()) {
     LK_ASSIGN_OR_RETURN(out->latches, j.latches.Read(*store_, window, max));
     return true;
@@ -279,6 +293,7 @@ absl::StatusOr<WorkerStatus> Coordinator::Heartbeat(const WorkerCall& call,
     LK_RETURN_IF_ERROR(MaybeStart(*j, now));
   }
   WorkerStatus out{j->rec.state, j->rec.failure_reason, false, j->attempts.attempt(), {}};
+  out.stop = j->stop.has_value();
   out.peers.version = j->ranks.peers_version();
   if (args.want_peers) out.peers = PeersOf(*j);
   return out;
@@ -289,7 +304,8 @@ absl::StatusOr<WorkerStatus> Coordinator::ReportFailure(const WorkerCall& call,
                                                         const std::string& reason) {
   absl::MutexLock lock(&mu_);
   LK_ASSIGN_OR_RETURN(Job * j, FindForWorker(call, /*check_rank=*/true));
-  if (!IsTerminal(j->rec.state)) {
+  // A suspended job runs nothing: what its ranks meet on their way out is no failure of it.
+  if (!IsTerminal(j->rec.state) && j->rec.state != JobState::kSuspended) {
     const std::string cause = absl::StrCat("rank ", call.rank, " (worker ", call.worker_id,
                                            "): ", message.empty() ? "failed" : message);
     // A diverged training is an outcome of the job's own numbers, not a fault: the last

@@ -81,6 +81,16 @@ grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::Resum
   });
 }
 
+// The same access as CancelJob: suspending frees the job's machines as cancelling does.
+grpc::Status JobServiceImpl::SuspendJob(grpc::ServerContext* ctx, const v1::SuspendJobRequest* req,
+                                        v1::SuspendJobResponse* resp) {
+  return Guard(*ctx, "SuspendJob", JobAccess::kModify, req->job_id(), [&](const Principal&) {
+    LK_ASSIGN_OR_RETURN(JobView r, core_->SuspendJob(req->job_id(), req->reason().substr(0, 1024)));
+    *resp->mutable_job() = ToProto(ToJobInfo(r));
+    return absl::OkStatus();
+  });
+}
+
 grpc::Status JobServiceImpl::UpdateJobPolicy(grpc::ServerContext* ctx,
                                              const v1::UpdateJobPolicyRequest* req,
                                              v1::UpdateJobPolicyResponse* resp) {

@@ -36,6 +36,8 @@ class JobServiceImpl final : public latchkey::v1::JobService::Service {
                          v1::CancelJobResponse* resp) override;
   grpc::Status ResumeJob(grpc::ServerContext* ctx, const v1::ResumeJobRequest* req,
                          v1::ResumeJobResponse* resp) override;
+  grpc::Status SuspendJob(grpc::ServerContext* ctx, const v1::SuspendJobRequest* req,
+                          v1::SuspendJobResponse* resp) override;
   grpc::Status UpdateJobPolicy(grpc::ServerContext* ctx, const v1::UpdateJobPolicyRequest* req,
                                v1::UpdateJobPolicyResponse* resp) override;
   grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,

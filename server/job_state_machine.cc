@@ -10,12 +10,21 @@ namespace latchkey {
 bool JobStateMachine::Allowed(JobState from, JobState to) {
   switch (to) {
     case JobState::kRunning:
-      return from == JobState::kPending || from == JobState::kRecovering;
+      return from == JobState::kPending || from == JobState::kRecovering ||
+             from == JobState::kPreempted;
     case JobState::kRecovering:
       // A failure while running, or another one during a recovery (a new attempt each time);
-      // a user's resume of a failed or cancelled job (Coordinator::ResumeJob).
+      // a user's resume of a failed, cancelled or suspended job (Coordinator::ResumeJob); the
+      // ranks of a preempted job joining again.
       return from == JobState::kRunning || from == JobState::kRecovering ||
-             from == JobState::kFailed || from == JobState::kCancelled;
+             from == JobState::kFailed || from == JobState::kCancelled ||
+             from == JobState::kPreempted || from == JobState::kSuspended;
+    case JobState::kPreempted:
+      // The attempt after a stop (Coordinator::MaybeFinishStop) begins recovering, then waits.
+      return from == JobState::kRunning || from == JobState::kRecovering;
+    case JobState::kSuspended:
+      return from == JobState::kRunning || from == JobState::kPending ||
+             from == JobState::kRecovering || from == JobState::kPreempted;
     case JobState::kSucceeded:
       return from == JobState::kRunning;
     case JobState::kFailed:
@@ -49,6 +58,14 @@ absl::Status JobStateMachine::SetJobState(JobRecord& job, JobState state, const 
   }
   job = std::move(next);
   return absl::OkStatus();
+}
+
+absl::Status JobStateMachine::Pause(JobRecord& job, JobState state, const std::string& reason,
+                                    const JobEventRecord& event) {
+  if (state != JobState::kPreempted && state != JobState::kSuspended) {
+    return absl::InternalError(absl::StrCat(job.job_id, ": Pause to ", JobStateName(state)));
+  }
+  return SetJobState(job, state, reason, &event);
 }
 
 absl::Status JobStateMachine::SetWorkerState(const std::string& job_id, RankTable& ranks, int rank,

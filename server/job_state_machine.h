@@ -54,6 +54,10 @@ class JobStateMachine {
   // the end, e.g. a cancel).
   absl::Status End(JobRecord& job, RankTable& ranks, JobState state, const std::string& reason,
                    WorkerState worker_state, const JobEventRecord* event = nullptr);
+  // A stop's end (coordinator_stop.cc): running | recovering -> preempted, or running | pending
+  // | recovering | preempted -> suspended, with `reason`, persisted with `event`.
+  absl::Status Pause(JobRecord& job, JobState state, const std::string& reason,
+                     const JobEventRecord& event);
   // One rank's worker state (no-op for a free rank or an unchanged state).
   absl::Status SetWorkerState(const std::string& job_id, RankTable& ranks, int rank,
                               WorkerState state);

@@ -96,6 +96,17 @@ void RankTable::Reset(int64_t steps_reported) {
   progress_[steps_reported] = world_size();
 }
 
+void RankTable::Release(int rank) {
+  Rank& r = at(rank);
+  if (r.worker_id.empty()) return;
+  by_worker_.erase(r.worker_id);
+  --joined_;
+  const int64_t steps = r.steps_reported;
+  r = Rank{};
+  r.steps_reported = steps;
+  ++peers_version_;
+}
+
 int64_t RankTable::StepsCompleted() const {
   if (!all_joined()) return 0;
   return progress_.begin()->first;

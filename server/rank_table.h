@@ -78,6 +78,8 @@ class RankTable {
   void SetProgress(int rank, int64_t max_step) { SetStepsReported(rank, max_step + 1); }
   // at(rank).steps_reported = steps.
   void SetStepsReported(int rank, int64_t steps);
+  // Frees one rank (its holder left: Coordinator::Leave); the others keep theirs.
+  void Release(int rank);
   // A new attempt: every rank free, each rank's progress `steps_reported` (the first window the
   // attempt runs).
   void Reset(int64_t steps_reported);

@@ -65,6 +65,7 @@ const char kStyle[] =
     "th{background:#f0f0f0}.state{padding:0 .4em;border-radius:.3em;background:#ddd}"
     ".running{background:#cde8ff}.succeeded{background:#c8f0c8}.failed{background:#ffc8c8}"
     ".recovering{background:#ffe7b0}.cancelled{background:#e0e0e0}"
+    ".preempted{background:#e6e0ff}.suspended{background:#e0e0e0}"
     "#charts{display:flex;flex-wrap:wrap;gap:6px;margin:.5em 0}"
     "svg{background:#fafafa;border:1px solid #ddd}";
 

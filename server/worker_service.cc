@@ -45,6 +45,7 @@ WorkerReply ToReply(const WorkerStatus& status) {
   out.duplicate = status.duplicate;
   out.attempt = status.attempt;
   out.peers = status.peers;
+  out.stop = status.stop;
   return out;
 }
 
@@ -141,6 +142,12 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ReportCheckpoint(
     grpc::CallbackServerContext* ctx, const v1::ReportCheckpointRequest* req,
     v1::ReportCheckpointResponse* resp) {
   return Run(ctx, "ReportCheckpoint", [&] { return DoReportCheckpoint(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Leave(grpc::CallbackServerContext* ctx,
+                                                   const v1::LeaveRequest* req,
+                                                   v1::LeaveResponse* resp) {
+  return Run(ctx, "Leave", [&] { return DoLeave(*req, resp); });
 }
 
 absl::Status WorkerServiceImpl::DoJoin(const std::string& peer, const v1::JoinRequest& req,
@@ -256,6 +263,9 @@ class LatchStreamReactor : public grpc::ServerWriteReactor<v1::WatchLatchesRespo
       if (batch->job_ended) {
         pending_.push_back(MakeJobEndedMessage(batch->state, batch->reason));
         ended_ = true;
+      } else if (batch->stop_before >= 0) {
+        pending_.push_back(MakeStopMessage(batch->stop_before));
+        ended_ = true;
       }
       if (pending_.empty()) return;  // wait for OnJobChanged
     }
@@ -349,6 +359,15 @@ absl::Status WorkerServiceImpl::DoReportCheckpoint(const v1::ReportCheckpointReq
   // The manifest's size is checked by the core, which records a refusal in the job's audit.
   LK_ASSIGN_OR_RETURN(CheckpointReport report, FromProto(req));
   LK_ASSIGN_OR_RETURN(WorkerStatus out, core_->ReportCheckpoint(call, report));
+  ToProto(ToReply(out), resp);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerServiceImpl::DoLeave(const v1::LeaveRequest& req, v1::LeaveResponse* resp) {
+  WorkerCall call;
+  LK_RETURN_IF_ERROR(ToCall(req.identity(), req.rank(), &call));
+  LK_ASSIGN_OR_RETURN(WorkerStatus out,
+                      core_->Leave(call, req.reason().substr(0, kMaxFailureBytes)));
   ToProto(ToReply(out), resp);
   return absl::OkStatus();
 }

@@ -44,6 +44,8 @@ class WorkerServiceImpl final : public latchkey::v1::WorkerService::CallbackServ
   grpc::ServerUnaryReactor* ReportCheckpoint(grpc::CallbackServerContext* ctx,
                                              const v1::ReportCheckpointRequest* req,
                                              v1::ReportCheckpointResponse* resp) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
+                                  v1::LeaveResponse* resp) override;
 
   // "ipv4:10.0.0.5:4321" -> "10.0.0.5", "ipv6:[::1]:4321" -> "::1"; "" when not an IP peer.
   static std::string PeerHost(const std::string& peer);
@@ -55,6 +57,7 @@ class WorkerServiceImpl final : public latchkey::v1::WorkerService::CallbackServ
                                v1::ReportFailureResponse* resp);
   absl::Status DoReportCheckpoint(const v1::ReportCheckpointRequest& req,
                                   v1::ReportCheckpointResponse* resp);
+  absl::Status DoLeave(const v1::LeaveRequest& req, v1::LeaveResponse* resp);
 
   // gate_.Run around `body`, finished on the call's default reactor.
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* ctx, const char* method,

@@ -72,6 +72,7 @@ void AddListCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddStatusCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddCancelCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddResumeCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+void AddSuspendCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddUpdateCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddLatchesCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code);  // up_command.cc

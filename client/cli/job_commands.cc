@@ -180,7 +180,8 @@ void AddResumeCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   auto job_id = std::make_shared<std::string>();
   auto reason = std::make_shared<std::string>();
   CLI::App* sub = app.add_subcommand(
-      "resume", "Continue a failed or cancelled job from its last checkpoint (a new attempt)");
+      "resume",
+      "Continue a failed, cancelled or suspended job from its last checkpoint (a new attempt)");
   sub->add_option("job", *job_id, "job id")->required();
   sub->add_option("--reason", *reason, "recorded with the resumed attempt");
   sub->callback([job_id, reason, &ctx, exit_code] {
@@ -199,6 +200,36 @@ void AddResumeCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
                         ? absl::StrCat("resumes from the checkpoint after step ", job->resume_step)
                         : std::string("no checkpoint: resumes from the start"))
                 << "); start its workers again\n";
+    }
+    *exit_code = kOk;
+  });
+}
+
+// A running job saves its last completed step with every rank and stops; it waits, suspended,
+// for `latchkey resume` (what a queue's suspend maps onto: the machines are free, nothing lost).
+void AddSuspendCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
+  auto job_id = std::make_shared<std::string>();
+  auto reason = std::make_shared<std::string>();
+  CLI::App* sub = app.add_subcommand(
+      "suspend", "Save a running job's last completed step and stop it until `latchkey resume`");
+  sub->add_option("job", *job_id, "job id")->required();
+  sub->add_option("--reason", *reason, "recorded with the job");
+  sub->callback([job_id, reason, &ctx, exit_code] {
+    JobClient client(ctx.client_options());
+    auto job = client.SuspendJob(*job_id, *reason);
+    if (!job.ok()) {
+      *exit_code = Fail(job.status());
+      return;
+    }
+    if (ctx.json) {
+      std::cout << ToJson(ToProto(*job)) << "\n";
+    } else if (job->state == JobState::kSuspended) {
+      std::cout << job->job_id << " suspended\n";
+    } else {
+      std::cout << job->job_id << " " << JobStateName(job->state)
+                << ": suspending (its ranks save the last completed step and stop; `latchkey "
+                   "watch "
+                << job->job_id << "` follows it)\n";
     }
     *exit_code = kOk;
   });

@@ -3,8 +3,8 @@
 //   latchkey [--coordinator HOST:PORT] [--timeout S] [--json] COMMAND ... (the global options
 //   also after the command: `latchkey validate SPEC --json`)
 //   submit SPEC.json [--watch] [--dry-run] | validate SPEC.json | list | status JOB | watch JOB |
-//   cancel JOB | resume JOB | update JOB --kv-reduce MODE | --gas N | latches (audit) JOB |
-//   up [--spec SPEC.json] | logs JOB | checkpoints JOB | checkpoint ... | completion bash|zsh
+//   cancel JOB | resume JOB | suspend JOB | update JOB --kv-reduce MODE | --gas N | latches (audit)
+//   JOB | up [--spec SPEC.json] | logs JOB | checkpoints JOB | checkpoint ... | completion bash|zsh
 //   latchkey --version
 // Exit codes: kExitCodeHelp (cli.h); a bad command line is a usage error (2), a value an
 // option refuses an invalid value (3).
@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
   AddWatchCommand(app, ctx, &exit_code);
   AddCancelCommand(app, ctx, &exit_code);
   AddResumeCommand(app, ctx, &exit_code);
+  AddSuspendCommand(app, ctx, &exit_code);
   AddUpdateCommand(app, ctx, &exit_code);
   AddLatchesCommand(app, ctx, &exit_code);
   AddUpCommand(app, ctx, &exit_code);

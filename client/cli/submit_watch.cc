@@ -64,6 +64,8 @@ int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_s
     case JobState::kPending:
     case JobState::kRunning:
     case JobState::kRecovering:
+    case JobState::kPreempted:
+    case JobState::kSuspended:
       break;
   }
   return kError;  // the stream ended while the job had not

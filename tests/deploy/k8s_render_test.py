@@ -2,10 +2,12 @@
 """Every overlay of deploy/k8s renders with `kubectl kustomize`, every rendered object validates
 against the Kubernetes schemas offline (kubernetes-validate, strict: unknown fields refused),
 and the objects say what the deployment relies on: the workers are an Indexed Job of the spec's
-world size whose failure policy ignores exit 75 and disruptions and fails the job on the
+world size whose failure policy ignores exits 75 and 76 and disruptions, whose grace period
+outlasts latchkey.preemption.grace_seconds by 5 s, and that fails the job on the
 worker's own verdicts, checkpoints on a ReadWriteMany volume at an absolute path, the job id
 shared by the submit and the workers, the coordinator's database on a PVC, GPU limits and NCCL
-in the gpu overlay.
+in the gpu overlay, and in the kueue overlay the queue label, a Job created suspended and the
+requests Kueue counts.
 
 Usage: k8s_render_test.py --deploy-dir deploy/k8s --venv DIR --requirements FILE
 The venv is made (Debian's python3, --system-site-packages) and the pinned requirements
@@ -86,6 +88,7 @@ def check_objects(objects, overlay):
         for code in rule.get("onExitCodes", {}).get("values", []):
             by_code[code] = rule["action"]
     expect(by_code.get(75) == "Ignore", "exit 75 (restart me) is Ignore")
+    expect(by_code.get(76) == "Ignore", "exit 76 (left on SIGTERM after the save) is Ignore")
     expect(by_code.get(1) == "FailJob" and by_code.get(2) == "FailJob",
            "exits 1 and 2 fail the job")
     expect(any(c.get("type") == "DisruptionTarget" and r["action"] == "Ignore"
@@ -93,6 +96,9 @@ def check_objects(objects, overlay):
            "disruptions are Ignore")
     pod = workers["template"]["spec"]
     expect(pod["restartPolicy"] == "Never", "podFailurePolicy needs restartPolicy Never")
+    grace = lk.get("preemption", {}).get("grace_seconds", 25)
+    expect(pod.get("terminationGracePeriodSeconds", 30) >= grace + 5,
+           f"terminationGracePeriodSeconds >= latchkey.preemption.grace_seconds ({grace}) + 5")
     worker = container(pod, "worker")
     env = {e["name"]: e for e in worker["env"]}
     expect(env["LATCHKEY_JOB_ID"]["valueFrom"]["configMapKeyRef"]["name"] == "latchkey-job",
@@ -153,7 +159,17 @@ def check_objects(objects, overlay):
            [p["port"] for p in open_rules[0]["ports"]] == ["metrics"] and "metrics" in port_names,
            "only the named metrics port is open to others")
     gpu = worker["resources"].get("limits", {}).get("nvidia.com/gpu")
-    if overlay == "gpu":
+    job_meta = k.find(objects, "Job", "latchkey-workers")["metadata"]
+    if overlay == "kueue":
+        expect(job_meta.get("labels", {}).get("kueue.x-k8s.io/queue-name") == "latchkey",
+               "the workers' Job names its Kueue LocalQueue")
+        expect(workers.get("suspend") is True, "created suspended: Kueue admits it")
+        requests = worker["resources"].get("requests", {})
+        expect(all(r in requests for r in ("cpu", "memory", "nvidia.com/gpu")),
+               "requests for Kueue's quota: cpu, memory, nvidia.com/gpu")
+    else:
+        expect(not workers.get("suspend"), "runs at once without a queue")
+    if overlay in ("gpu", "kueue"):
         expect(gpu == 1, "one nvidia.com/gpu per worker")
         expect(lk.get("backend") == "nccl" and lk.get("device") == "cuda", "the spec is on NCCL")
         expect(worker["image"].endswith(":cuda"), "the CUDA image")
@@ -174,8 +190,8 @@ def main():
     k.kubectl()
     overlays_dir = os.path.join(a.deploy_dir, "overlays")
     overlays = sorted(os.listdir(overlays_dir))
-    if sorted(overlays) != ["cpu", "gpu"]:
-        print(f"FAIL: overlays are {overlays}, expected cpu and gpu")
+    if sorted(overlays) != ["cpu", "gpu", "kueue"]:
+        print(f"FAIL: overlays are {overlays}, expected cpu, gpu and kueue")
         return 1
     python = ensure_venv(a.venv, a.requirements)
     errors = []

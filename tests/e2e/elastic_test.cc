@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/coordinator_process.h"
 #include "tests/support/free_port.h"
+#include "tests/support/job_processes.h"
 #include "tests/support/launch.h"
 #include "tests/support/process.h"
 #include "tests/support/specs.h"
@@ -42,18 +43,7 @@ constexpr int kSteps = 16;
 constexpr int kGas = 4;
 
 nlohmann::json ElasticSpec(bool elastic) {
-  SpecParams p;
-  p.micro_batch = 2;
-  p.gas = kGas;
-  p.zero_stage = 1;
-  p.optimizer = "AdamW";
-  p.lr = 3e-3;
-  p.tp = 2;
-  p.seq_len = 32;
-  p.steps = kSteps;
-  p.seed = 11;
-  p.world_size = 4;
-  p.data = SyntheticData(7);
+  SpecParams p = Dp2Tp2Params(kSteps, kGas);
   p.extra_latchkey = {{"checkpoint", {{"dir", "ckpt"}, {"every_steps", 4}}}};
   if (elastic) {
     p.extra_latchkey["elastic"] = {{"min_dp", 1}};
@@ -73,69 +63,7 @@ std::map<int64_t, nlohmann::json> LastByStep(const std::string& path) {
   return out;
 }
 
-class Cluster {
- public:
-  explicit Cluster(const std::string& dir, const nlohmann::json& spec)
-      : dir_(dir),
-        coord_(LATCHKEY_COORDINATOR_BIN, dir, InRunDir(dir, {"--liveness-timeout", "5"})) {
-    std::ofstream(dir + "/spec.json") << spec.dump(2);
-    if (!coord_.ok()) return;
-    address_ = coord_.address();
-    const Captured sub = Cli(
-        {"--json", "submit", dir + "/spec.json", "--rendezvous-port", std::to_string(FreePort())});
-    auto s = nlohmann::json::parse(sub.output.substr(sub.output.find('{')), nullptr, false);
-    if (s.is_discarded()) return;
-    job_ = s.contains("job_id") ? s["job_id"] : s["jobId"];
-    token_ = s.contains("join_token") ? s["join_token"] : s["joinToken"];
-  }
-  ~Cluster() {
-    for (int pid : workers_) {
-      if (pid > 0) kill(pid, SIGKILL), WaitProcess(pid, seconds(10));
-    }
-  }
-  bool ok() const { return !job_.empty(); }
-  std::string jsonl(int rank) const { return dir_ + "/steps-" + std::to_string(rank) + ".jsonl"; }
-
-  int StartWorker(int rank, const std::string& tag, std::vector<std::string> env = {}) {
-    env.insert(env.begin(), {"RANK=" + std::to_string(rank), "LOCAL_WORLD_SIZE=4"});
-    const int pid =
-        StartProcess({WorkerBinary(), "--coordinator", address_, "--job", job_, "--join-token",
-                      token_, "--metrics-jsonl", dir_ + "/steps-{rank}.jsonl", "--quiet"},
-                     env, dir_ + "/worker-" + tag + ".log");
-    workers_.push_back(pid);
-    return pid;
-  }
-  Captured Cli(std::vector<std::string> args) const {
-    args.insert(args.begin(), {LATCHKEY_CLI_BIN, "--coordinator", address_});
-    return RunAndCapture(args, seconds(60));
-  }
-  nlohmann::json Status() const {
-    const Captured c = Cli({"--json", "status", job_});
-    const std::string first = c.output.substr(0, c.output.find('\n'));
-    auto j = nlohmann::json::parse(first, nullptr, false);
-    return j.is_discarded() ? nlohmann::json::object() : j;
-  }
-  // Polls status until `pred` holds (or `deadline`); the last status.
-  template <typename Pred>
-  nlohmann::json WaitStatus(Pred pred, seconds deadline) const {
-    const auto until = std::chrono::steady_clock::now() + deadline;
-    nlohmann::json s = Status();
-    while (!pred(s) && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      s = Status();
-    }
-    return s;
-  }
-  std::string log(const std::string& tag) const {
-    return ReadText(dir_ + "/worker-" + tag + ".log");
-  }
-
- private:
-  std::string dir_;
-  ScopedCoordinator coord_;
-  std::string address_, job_, token_;
-  std::vector<int> workers_;
-};
+using Cluster = JobProcesses;
 
 bool Ended(const nlohmann::json& s) {
   const std::string st = s.value("state", std::string());
@@ -228,13 +156,17 @@ TEST(ElasticEndToEnd, SparesGrowTheShrunkJobBackToDp2AtTheNextCheckpoint) {
   const std::string dir = MakeTempDir("elastic-grow");
   Cluster c(dir, ElasticSpec(true));
   ASSERT_TRUE(c.ok());
+  // Windows of at least 0.75 s: the shrunk job's 12 steps outlast the spares' start even on a
+  // loaded machine (else the first checkpoint they could grow it at is the one after its last
+  // step, where nothing is left to grow for).
+  const std::vector<std::string> paced = {"LATCHKEY_TEST_MIN_WINDOW_SECONDS=0.75"};
   std::vector<int> pids;
-  for (int r = 0; r < 4; ++r) pids.push_back(c.StartWorker(r, std::to_string(r)));
+  for (int r = 0; r < 4; ++r) pids.push_back(c.StartWorker(r, std::to_string(r), paced));
   const nlohmann::json shrunk = KillAndShrink(c, pids);
   ASSERT_EQ(shrunk.value("dp", 0), 1) << shrunk.dump();
   // Two spares, later: they wait, and the next checkpoint grows the job back.
-  const int s2 = c.StartWorker(2, "spare2");
-  const int s3 = c.StartWorker(3, "spare3");
+  const int s2 = c.StartWorker(2, "spare2", paced);
+  const int s3 = c.StartWorker(3, "spare3", paced);
   const nlohmann::json grown = c.WaitStatus(
       [](const nlohmann::json& s) { return s.value("dp", 0) == 2 || Ended(s); }, seconds(300));
   EXPECT_EQ(grown.value("dp", 0), 2) << grown.dump();

@@ -75,10 +75,10 @@ bool CheckpointManager::DroppedForLackOfRoom(const absl::Status& st, int64_t ste
   return true;
 }
 
-absl::Status CheckpointManager::CommitDue(const TrainingState& state, int64_t step,
+absl::Status CheckpointManager::CommitDue(const TrainingState& state, int64_t step, int64_t steps,
                                           WindowCheckpoint& out) {
   const int64_t saved = saver_.pending_step();
-  absl::StatusOr<std::optional<CommittedSave>> due = saver_.CommitDue(state, step, opt_.steps);
+  absl::StatusOr<std::optional<CommittedSave>> due = saver_.CommitDue(state, step, steps);
   if (!due.ok() && DroppedForLackOfRoom(due.status(), saved, out)) return absl::OkStatus();
   if (!due.ok()) return Prefixed(due.status(), After(saver_.staged().step()));
   if (!due->has_value()) return absl::OkStatus();
@@ -116,7 +116,8 @@ absl::Status CheckpointManager::Start(const TrainingState& state, int64_t step,
     pruned_at_ = step;
     return Committed(**started, out);
   }
-  return CommitDue(state, step, out);  // the run's last window commits its own save at once
+  return CommitDue(state, step, opt_.steps,
+                   out);  // the run's last window commits its own save at once
 }
 
 absl::StatusOr<WindowCheckpoint> CheckpointManager::AfterWindow(const TrainingState& state,
@@ -125,7 +126,7 @@ absl::StatusOr<WindowCheckpoint> CheckpointManager::AfterWindow(const TrainingSt
   const bool save = !diverged && SaveDue(step);
   if (saver_.pending()) {
     SetPhaseCheckpoint();
-    if (absl::Status st = CommitDue(state, step, out); !st.ok()) return st;
+    if (absl::Status st = CommitDue(state, step, opt_.steps, out); !st.ok()) return st;
     if (save && !saver_.pending()) {
       if (absl::Status st = BarrierAfterPruning(step); !st.ok()) return st;
     }
@@ -161,6 +162,32 @@ absl::StatusOr<WindowCheckpoint> CheckpointManager::SaveNow(const TrainingState&
   if (absl::Status st = BarrierAfterPruning(step); !st.ok()) return st;
   if (absl::Status st = Start(state, step, out); !st.ok()) return st;
   saver_.Launch();  // no record to wait for
+  return out;
+}
+
+absl::StatusOr<WindowCheckpoint> CheckpointManager::SaveForStop(const TrainingState& state,
+                                                                const std::string& reason) {
+  const int64_t step = state.position.step;
+  if (!opt_.config.enabled()) {
+    return absl::FailedPreconditionError("checkpoint for a stop (" + reason +
+                                         "): latchkey.checkpoint.dir is not set");
+  }
+  WindowCheckpoint out;
+  // The run ends at this boundary: a save pending here commits now, as at a run's last window.
+  if (saver_.pending()) {
+    if (absl::Status st = CommitDue(state, step, /*steps=*/step + 1, out); !st.ok()) return st;
+  }
+  if (last_started_step_ == step && !saver_.pending()) return out;  // this step is saved
+  if (opt_.rank == 0) {
+    std::cerr << "latchkey-worker: checkpoint after step " << step << " for a stop: " << reason
+              << std::endl;
+  }
+  if (absl::Status st = BarrierAfterPruning(step); !st.ok()) return st;
+  if (absl::Status st = Start(state, step, out); !st.ok()) return st;
+  saver_.Launch();
+  if (saver_.pending()) {  // asynchronous: the write commits here, not after a next window
+    if (absl::Status st = CommitDue(state, step, /*steps=*/step + 1, out); !st.ok()) return st;
+  }
   return out;
 }
 

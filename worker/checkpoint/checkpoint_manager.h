@@ -117,6 +117,14 @@ class CheckpointManager {
   // save of an earlier step has not committed yet; else as AfterWindow.
   absl::StatusOr<WindowCheckpoint> SaveNow(const TrainingState& state, const std::string& reason);
 
+  // The save a stop needs (docs/fault-tolerance.md "Preemption"): the state now (after window
+  // state.position.step, the attempt's last) saved and committed here, whatever the cadence and
+  // whether saves are asynchronous: a pending save of this step commits at once (waiting for
+  // its write), else this step is saved synchronously and committed. on_commit runs for what
+  // commits. Call after AfterWindow and Launch of that window; COLLECTIVE. Errors as SaveNow.
+  absl::StatusOr<WindowCheckpoint> SaveForStop(const TrainingState& state,
+                                               const std::string& reason);
+
   // Waits for an in-flight background write and drops the save that has not committed (a
   // failed attempt: nothing of it is loaded, its temporary folder is pruned by a later commit).
   void Abandon();
@@ -132,8 +140,10 @@ class CheckpointManager {
   // When `st` says every rank agreed the save of `step` failed for lack of room
   // (CHECKPOINT_OUT_OF_SPACE): counts it, says so on stderr, notes it in `out`; true. Else false.
   bool DroppedForLackOfRoom(const absl::Status& st, int64_t step, WindowCheckpoint& out);
-  // Commits the pending save when `step` is its boundary: on_commit, then rank 0 prunes.
-  absl::Status CommitDue(const TrainingState& state, int64_t step, WindowCheckpoint& out);
+  // Commits the pending save when `step` is its boundary in a run of `steps` windows:
+  // on_commit, then rank 0 prunes.
+  absl::Status CommitDue(const TrainingState& state, int64_t step, int64_t steps,
+                         WindowCheckpoint& out);
   // on_commit, then (rank 0) pruning, for one committed save.
   absl::Status Committed(const CommittedSave& c, WindowCheckpoint& out);
   // The world barrier a save starting at `step` needs when a commit pruned at that boundary.

@@ -4,10 +4,12 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_info.h"
 #include "common/spec_files.h"
 #include "worker/comm/collective_stats.h"
 #include "worker/comm/flight_recorder.h"
 #include "worker/runner/device.h"
+#include "worker/runner/stop_signal.h"
 #include "worker/session/coordinator_latch_source.h"
 #include "worker/session/worker_session.h"
 
@@ -37,9 +39,15 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   so.advertise_host = options.advertise_host;
   so.position = [recorder] { return recorder->Snapshot(); };
   so.stuck_exit_after = kStuckExitAfter;
+  // SIGTERM, SIGINT: the attempt saves and stops, and this process leaves for a replacement.
+  so.stop_signal = InstallStopSignals();
   so.join_timeout = absl::FromChrono(options.join_timeout);
   auto session_or = WorkerSession::Join(so);
   if (!session_or.ok()) {
+    // A suspended job: this worker leaves as a preempted one does (kExitPreempted).
+    if (HasErrorReason(session_or.status(), error_reason::kJobSuspended)) {
+      return session_or.status();
+    }
     return absl::Status(session_or.status().code(), "join " + options.job_id + " at " +
                                                         options.coordinator + ": " +
                                                         std::string(session_or.status().message()));
@@ -65,6 +73,7 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   auto spec = ParseJobSpec(info.spec_json, info.base_dir);
   if (!spec.ok()) return source.Abandon(spec.status());
   job.spec = *std::move(spec);
+  session.SetStopGrace(absl::Seconds(job.spec.preemption_grace_seconds));
   // A file the spec names that this machine cannot read fails the job at once, naming the field
   // (INVALID_ARGUMENT: a configuration error), instead of failing every attempt the same way.
   if (absl::Status files = CheckSpecFiles(job.spec); !files.ok()) return source.Abandon(files);

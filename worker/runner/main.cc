@@ -21,7 +21,8 @@
 // Exit 0 on success; otherwise one line "latchkey-worker: <field>: <reason>" and exit 1
 // (2 for a usage error; kExitTrainingDiverged, 3, when the training diverged: a non-finite loss
 // or gradient norm, "loss is NaN at step 1 (rank 0)", after which no supervisor restarts it;
-// 75, kExitRestartMe, from a worker stuck in a fenced attempt).
+// 75, kExitRestartMe, from a worker stuck in a fenced attempt; 76, kExitPreempted, from a worker
+// that left on SIGTERM or SIGINT, after its attempt saved or when its grace ran out).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,9 +61,13 @@ int RunFailed(absl::string_view msg) {
 // The run's end: 0, or its error's line and exit code (a diverged training's own).
 int RunEnded(const absl::Status& st) {
   if (st.ok()) return 0;
-  const int code = latchkey::HasErrorReason(st, latchkey::error_reason::kTrainingDiverged)
-                       ? latchkey::kExitTrainingDiverged
-                       : kRunFailed;
+  int code = latchkey::HasErrorReason(st, latchkey::error_reason::kTrainingDiverged)
+                 ? latchkey::kExitTrainingDiverged
+                 : kRunFailed;
+  if (latchkey::HasErrorReason(st, latchkey::error_reason::kAttemptStopped) ||
+      latchkey::HasErrorReason(st, latchkey::error_reason::kJobSuspended)) {
+    code = latchkey::kExitPreempted;  // left on a stop signal: a replacement takes its rank
+  }
   std::cerr << "latchkey-worker: " << st.message() << "\n";
   return code;
 }

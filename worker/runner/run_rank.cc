@@ -221,6 +221,26 @@ void NoteCheckpoint(const WindowCheckpoint& c, StepReport& report) {
   if (c.blocked_seconds) report.checkpoint_seconds = *c.blocked_seconds;
 }
 
+// The attempt stops before window `s` (a preemption or a suspend, `stop`: ATTEMPT_STOPPED):
+// the state after window s - 1 is saved and committed with every rank (rank 0 reports it),
+// then the attempt ends with `stop`. Nothing ran since the resume: the resumed checkpoint is
+// that state, and rank 0 reports it again.
+absl::Status SaveAndStop(Attempt& a, CheckpointManager& checkpoints, LatchSource& source, int64_t s,
+                         absl::Status stop) {
+  if (s - 1 <= a.plan.resume_step) {
+    if (a.plan.resume_step < 0) return stop;  // nothing trained, nothing to keep
+    CheckpointCommit again;
+    again.step = a.plan.resume_step;
+    again.manifest_sha256 = a.plan.resume_manifest_sha256;
+    if (absl::Status st = source.CheckpointCommitted(again); !st.ok()) return st;
+    return stop;
+  }
+  absl::StatusOr<WindowCheckpoint> saved =
+      checkpoints.SaveForStop(a.engine->state(), std::string(stop.message()));
+  if (!saved.ok()) return saved.status();
+  return stop;
+}
+
 // One attempt: open it (groups, engine, the checkpoint to resume), then every remaining window.
 absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOptions& options,
                         AttemptPlan plan, RankProcess& proc) {
@@ -237,7 +257,12 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
     proc.recorder->BeginWindow(s, RankPhase::kLatch);
     const auto wait_start = Clock::now();
     auto latch = source.Await(s);
-    if (!latch.ok()) return latch.status();
+    if (!latch.ok()) {
+      if (HasErrorReason(latch.status(), error_reason::kAttemptStopped)) {
+        return SaveAndStop(a, checkpoints, source, s, latch.status());
+      }
+      return latch.status();
+    }
     const double waited = std::chrono::duration<double>(Clock::now() - wait_start).count();
     if (s == options.throw_at_window_for_testing) {
       throw std::logic_error("injected fault in window " + std::to_string(s));

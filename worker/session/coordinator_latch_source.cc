@@ -50,9 +50,14 @@ absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Begin() {
   // "Partitions"). Joining again is idempotent (the same rank, the job's state now) and adopts
   // a newer attempt when there is one.
   while (!session_->info().spare && (session_->info().state == JobState::kPending ||
-                                     session_->info().state == JobState::kRecovering)) {
+                                     session_->info().state == JobState::kRecovering ||
+                                     session_->info().state == JobState::kPreempted)) {
     absl::SleepFor(kRecoverPoll);
-    if (absl::Status st = session_->Rejoin(); !st.ok()) return Report(st);
+    if (absl::Status st = session_->Rejoin(); !st.ok()) {
+      // Suspended meanwhile: nothing failed; the process leaves for its supervisor to stop.
+      if (HasErrorReason(st, error_reason::kJobSuspended)) return st;
+      return Report(st);
+    }
   }
   const JoinInfo& info = session_->info();
   if (info.spare) return NotNeeded(info);
@@ -150,6 +155,18 @@ absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Recover(absl::Status error) 
                               ")");
   };
   if (auto end = session_->job_end(); end.has_value()) return ended(*end);
+  // A process told to stop (SIGTERM, SIGINT) leaves after its attempt's save (or whatever ended
+  // the attempt first): its replacement joins the next attempt, not it.
+  if (session_->stop_signalled()) {
+    std::cerr << "latchkey-worker: rank " << session_->info().rank << ": leaving ("
+              << error.message() << ")" << std::endl;
+    if (HasErrorReason(error, error_reason::kAttemptStopped)) return error;
+    // Leaves as preempted, whatever ended its attempt first.
+    ErrorInfo info;
+    info.reason = error_reason::kAttemptStopped;
+    return WithErrorInfo(
+        absl::AbortedError(absl::StrCat("left on a stop signal (", error.message(), ")")), info);
+  }
   // The verdict on a diverged training is known: the job fails with it, no new attempt comes.
   if (IsDiverged(error)) return Report(std::move(error));
   if (!symptom) (void)Report(error);
@@ -170,8 +187,17 @@ absl::StatusOr<AttemptPlan> CoordinatorLatchSource::Recover(absl::Status error) 
       // Nobody named a cause: this rank's error is the one the job hears of.
       return symptom ? Report(std::move(error)) : error;
     }
-    (void)session_->Heartbeat();  // refreshes job_end() and job_attempt()
+    (void)session_->Heartbeat();  // refreshes job_end(), job_attempt() and job_state()
     if (session_->job_attempt() > mine) break;
+    if (session_->job_state() == JobState::kSuspended) {
+      // The stop this rank saved for was a suspend: it waits for `latchkey resume`, without
+      // this process.
+      ErrorInfo info;
+      info.reason = error_reason::kJobSuspended;
+      return WithErrorInfo(absl::FailedPreconditionError(
+                               absl::StrCat("job ", session_->job_id(), " is suspended; leaving")),
+                           info);
+    }
     absl::SleepFor(kRecoverPoll);
   }
   if (absl::Status st = session_->Rejoin(); !st.ok()) {

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -73,6 +74,7 @@ absl::Status WorkerSession::Impl::HeartbeatOnce(bool retry) {
       job_state = reply.state;
       peers_version = reply.peers.version;
       rank = info.rank;
+      if (reply.stop) stop_heard = true;
     }
     if (prober && want_peers && !reply.peers.peers.empty()) prober->SetPeers(rank, reply.peers);
   } else {
@@ -103,6 +105,62 @@ void WorkerSession::Impl::CheckStuck() {
                rank, where.c_str(), static_cast<long long>(mine), static_cast<long long>(theirs));
   std::fflush(stderr);
   _exit(kExitRestartMe);
+}
+
+bool WorkerSession::Impl::SendLeave(int signal) {
+  WorkerIdentity who = Identity();
+  const v1::LeaveRequest req =
+      MakeLeaveRequest(who, Rank(), signal == SIGINT ? "SIGINT" : "SIGTERM");
+  v1::LeaveResponse resp;
+  // One try with a second's deadline: without a coordinator there is no common stop to wait for.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(GrpcDeadline(absl::Seconds(1)));
+  const grpc::Status st = stub->Leave(&ctx, req, &resp);
+  if (!st.ok()) return false;
+  const WorkerReply reply = FromProto(resp);
+  NoteAttempt(reply.attempt);
+  absl::MutexLock lock(&mu);
+  stop_heard = stop_heard || reply.state == JobState::kRunning;
+  return true;
+}
+
+void WorkerSession::Impl::CheckStopSignal() {
+  if (opt.stop_signal == nullptr) return;
+  const int signal = opt.stop_signal->load();
+  if (signal == 0) return;
+  const absl::Time now = clock->Now();
+  if (signalled_at == absl::InfiniteFuture()) {
+    signalled_at = now;
+    std::fprintf(stderr,
+                 "latchkey-worker: rank %d: %s: the attempt saves its last decided window and "
+                 "stops; exiting within %s\n",
+                 Rank(), signal == SIGINT ? "SIGINT" : "SIGTERM",
+                 absl::FormatDuration(absl::Milliseconds(stop_grace_ms.load())).c_str());
+    std::fflush(stderr);
+  }
+  if (!left_sent) {
+    left_sent = SendLeave(signal);
+    if (!left_sent) {
+      // No coordinator to stop the attempt at a common window: no save can be agreed on, and
+      // the process leaves now rather than at the grace (the job is recovered from as after a
+      // crash once the coordinator is back).
+      std::fprintf(stderr,
+                   "latchkey-worker: rank %d: the coordinator did not answer the leave; exiting "
+                   "without a save\n",
+                   Rank());
+      std::fflush(stderr);
+      _exit(kExitPreempted);
+    }
+  }
+  const absl::Duration grace = absl::Milliseconds(stop_grace_ms.load());
+  if (now - signalled_at >= grace) {
+    std::fprintf(stderr,
+                 "latchkey-worker: rank %d: the grace of %s ran out before the save committed; "
+                 "exiting (the previous checkpoint stays the newest)\n",
+                 Rank(), absl::FormatDuration(grace).c_str());
+    std::fflush(stderr);
+    _exit(kExitPreempted);
+  }
 }
 
 bool WorkerSession::Impl::SteerProber(const RankPosition* position) {

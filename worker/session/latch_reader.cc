@@ -67,13 +67,17 @@ void WorkerSession::Impl::ReadLoop() {
       } else if (m.has_job_ended()) {
         SetEnd(FromProto(m.job_ended().state()).value_or(JobState::kPending),
                m.job_ended().reason());
+      } else if (m.has_stop()) {
+        absl::MutexLock lock(&mu);
+        stop_before = m.stop().before_window();
+        cv.SignalAll();
       }
     }
     grpc::Status st = stream->Finish();
     {
       absl::MutexLock lock(&mu);
       stream_ctx = nullptr;
-      if (closed || end || stream_stop) return;
+      if (closed || end || stream_stop || stop_before >= 0) return;
     }
     if (st.ok()) continue;
     if (!StreamRetryable(st.error_code())) {
@@ -115,6 +119,8 @@ void WorkerSession::Impl::StopReader() {
   started = false;
   latches.clear();
   next_window = 0;
+  stop_before = -1;
+  stop_heard = false;
   stream_error = absl::OkStatus();
 }
 
@@ -141,6 +147,9 @@ absl::StatusOr<ReceivedLatch> WorkerSession::AwaitLatch(int64_t window, absl::Du
       ReceivedLatch r = it->second;
       im.latches.erase(im.latches.begin(), it);  // the caller has moved on
       return r;
+    }
+    if (im.stop_before >= 0 && window >= im.stop_before) {
+      return AttemptStoppedError(im.stop_before);
     }
     if (window < im.next_window && (im.latches.empty() || window < im.latches.begin()->first)) {
       return absl::OutOfRangeError(absl::StrCat("latch(", window, ") was already consumed"));

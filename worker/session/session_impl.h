@@ -80,8 +80,20 @@ struct WorkerSession::Impl {
   bool fenced ABSL_GUARDED_BY(mu) = false;
   absl::Time fenced_since ABSL_GUARDED_BY(mu);
   bool recovering ABSL_GUARDED_BY(mu) = false;
+  // A stop of this join's attempt (docs/fault-tolerance.md "Preemption"): the window the latch
+  // stream said it stops before (-1: none), and whether a heartbeat said one is under way.
+  int64_t stop_before ABSL_GUARDED_BY(mu) = -1;
+  bool stop_heard ABSL_GUARDED_BY(mu) = false;
+  // The process's stop signal as the heartbeat thread saw it: when it came, and whether the
+  // coordinator has been told (Leave).
+  absl::Time signalled_at = absl::InfiniteFuture();
+  std::atomic<int64_t> stop_grace_ms{25000};  // opt.stop_grace, then SetStopGrace's
+  bool left_sent = false;
   std::thread reader;
   std::thread heart;
+  // Watches opt.stop_signal (CheckStopSignal every 100 ms) apart from the heartbeats, which a
+  // coordinator that does not answer can hold for an RPC's timeout.
+  std::thread stopper;
   // Partition detection (peer_prober.h): null when opt.probe_peers is off or it could not
   // listen. `job_state` is the job's state as the coordinator last said it; the heartbeat
   // thread asks for the peer list while the prober's version is not `peers_version`.
@@ -130,6 +142,12 @@ struct WorkerSession::Impl {
   absl::Status HeartbeatOnce(bool retry);
   // Heartbeat thread: exits the process when fenced and not recovering past stuck_exit_after.
   void CheckStuck();
+  // Stopper thread: once the process got a stop signal, tells the coordinator (Leave, once)
+  // and ends the process with kExitPreempted past the grace, or at once when the coordinator
+  // does not answer the leave.
+  void CheckStopSignal();
+  // One Leave call (a second's deadline); true when the coordinator took it.
+  bool SendLeave(int signal);
   // Heartbeat thread: probes while the attempt forms or a collective lasts probe_after; true
   // when a new probe round is ready to go out.
   bool SteerProber(const RankPosition* position);

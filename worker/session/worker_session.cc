@@ -117,6 +117,7 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSession
   auto impl = std::make_unique<Impl>();
   if (options.worker_id.empty()) options.worker_id = DefaultWorkerId();
   impl->opt = std::move(options);
+  impl->stop_grace_ms = absl::ToInt64Milliseconds(impl->opt.stop_grace);
   if (impl->opt.clock) impl->clock = impl->opt.clock;
   auto channel = MakeCoordinatorChannel(impl->opt.coordinator, impl->opt.credentials);
   if (!channel.ok()) return channel.status();
@@ -138,6 +139,11 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSession
   std::unique_ptr<WorkerSession> session(new WorkerSession(std::move(impl)));
   Impl* raw = session->impl_.get();
   if (raw->opt.heartbeat) raw->heart = std::thread([raw] { raw->HeartbeatLoop(); });
+  if (raw->opt.stop_signal != nullptr) {
+    raw->stopper = std::thread([raw] {
+      while (raw->Sleep(absl::Milliseconds(100))) raw->CheckStopSignal();
+    });
+  }
   return session;
 }
 
@@ -153,6 +159,19 @@ int64_t WorkerSession::attempt() const {
 int64_t WorkerSession::job_attempt() const {
   absl::MutexLock lock(&impl_->mu);
   return impl_->JobAttemptLocked();
+}
+
+JobState WorkerSession::job_state() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->job_state;
+}
+
+bool WorkerSession::stop_signalled() const {
+  return impl_->opt.stop_signal != nullptr && impl_->opt.stop_signal->load() != 0;
+}
+
+void WorkerSession::SetStopGrace(absl::Duration grace) {
+  impl_->stop_grace_ms = absl::ToInt64Milliseconds(grace);
 }
 
 bool WorkerSession::fenced() const {
@@ -200,6 +219,7 @@ void WorkerSession::Close() {
   }
   if (impl_->reader.joinable()) impl_->reader.join();
   if (impl_->heart.joinable()) impl_->heart.join();
+  if (impl_->stopper.joinable()) impl_->stopper.join();
   impl_->outbox.Close();
 }
 

@@ -38,6 +38,7 @@
 #ifndef LATCHKEY_WORKER_SESSION_WORKER_SESSION_H_
 #define LATCHKEY_WORKER_SESSION_WORKER_SESSION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -105,6 +106,12 @@ struct WorkerSessionOptions {
   // The time the session measures its waits on; null: RealClock(). Not owned; must outlive the
   // session.
   const Clock* clock = nullptr;
+  // The process's stop signal (worker/runner/stop_signal.h): non-zero once SIGTERM or SIGINT
+  // came (its number). The heartbeat thread then tells the coordinator the rank leaves (Leave)
+  // and, past stop_grace, ends the process with kExitPreempted whatever the training thread
+  // is doing. Null: none. Not owned.
+  const std::atomic<int>* stop_signal = nullptr;
+  absl::Duration stop_grace = absl::Seconds(25);
 };
 
 struct ReceivedLatch {
@@ -144,6 +151,13 @@ class WorkerSession {
   int64_t job_attempt() const;
   // True once the coordinator moved past this session's attempt (until Rejoin()).
   bool fenced() const;
+  // Whether the process got its stop signal (options.stop_signal): it leaves after the stop's
+  // save instead of joining the next attempt.
+  bool stop_signalled() const;
+  // The job's state as the coordinator last said it (heartbeats, joins).
+  JobState job_state() const;
+  // The spec's latchkey.preemption.grace_seconds, once known (options.stop_grace until then).
+  void SetStopGrace(absl::Duration grace);
 
   // Opens the latch stream from `start_window` (once per join; later calls are ignored).
   void StartLatches(int64_t start_window = 0);
