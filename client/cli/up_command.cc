@@ -104,7 +104,10 @@ SpawnOptions CoordinatorCommand(const UpOptions& o, const PreparedRun& run,
                       metrics_port, "--port-file", run.dir + "/ports.json", "--auth-tokens",
                       run.dir + "/auth-tokens", "--liveness-timeout", std::to_string(o.liveness_s),
                       // Positions (and stall verdicts) every second.
-                      "--heartbeat-interval", "1", "--cancel-on-shutdown"};
+                      "--heartbeat-interval", "1", "--cancel-on-shutdown",
+                      // Its callers are this run's processes, stopping with it: a second for
+                      // their calls in flight when it stops (not the default 5 s).
+                      "--shutdown-grace", "1"};
   if (o.tls) {
     coordinator.args.insert(coordinator.args.end(), {"--tls-cert", run.tls_dir + "/server.pem",
                                                      "--tls-key", run.tls_dir + "/server.key"});

@@ -191,8 +191,9 @@ TEST(ResumeJob, ACancelledJobResumesFromItsCheckpointAndMatchesAnUninterruptedRu
   // A succeeded job is refused, naming its state (exit 5).
   const Captured refused = c.Cli({"resume", base.job});
   EXPECT_EQ(refused.exit_code, 5) << refused.output;
-  EXPECT_NE(refused.output.find("is succeeded; only a failed or cancelled job can be resumed"),
-            std::string::npos)
+  EXPECT_NE(
+      refused.output.find("is succeeded; only a failed, cancelled or suspended job can be resumed"),
+      std::string::npos)
       << refused.output;
 
   // What the first attempt recorded: the resumed one appends to it.
