@@ -116,8 +116,8 @@ absl::Status CheckpointManager::Start(const TrainingState& state, int64_t step,
     pruned_at_ = step;
     return Committed(**started, out);
   }
-  return CommitDue(state, step, opt_.steps,
-                   out);  // the run's last window commits its own save at once
+  // The run's last window commits its own save at once.
+  return CommitDue(state, step, opt_.steps, out);
 }
 
 absl::StatusOr<WindowCheckpoint> CheckpointManager::AfterWindow(const TrainingState& state,
