@@ -1,7 +1,9 @@
 #!/bin/bash
-# The image's entrypoint: `coordinator ARGS`, `worker ARGS`, `latchkey ARGS` (the CLI), or any
-# other command as is. The coordinator and the worker write their port file to
-# $LATCHKEY_PORT_FILE (unless ARGS name --port-file), which healthcheck.sh reads.
+# The image's entrypoint: `coordinator ARGS`, `worker ARGS`, `node ARGS` (the node agent,
+# `latchkey node`: one worker per local rank), `latchkey ARGS` (the CLI), or any other command
+# as is. The coordinator and the worker write their port file to $LATCHKEY_PORT_FILE (unless
+# ARGS name --port-file), which healthcheck.sh reads; the node agent's ranks write none (a pod
+# of the agent is probed on its local rank 0's /metrics, deploy/k8s/overlays/gpu).
 set -euo pipefail
 
 with_port_file() {
@@ -23,6 +25,10 @@ case "${1:-}" in
     if with_port_file "$@"; then set -- --port-file "$LATCHKEY_PORT_FILE" "$@"; fi
     exec latchkey-worker "$@"
     ;;
+  node)
+    shift
+    exec latchkey node "$@"
+    ;;
   latchkey)
     shift
     exec latchkey "$@"
@@ -31,6 +37,9 @@ case "${1:-}" in
     cat <<'USAGE'
 usage: coordinator --db FILE [latchkey-coordinator flags]
        worker [latchkey-worker flags]      (settings also from the environment: docs/deploy.md)
+       node --nproc N [latchkey node flags] [-- latchkey-worker flags]
+                                           (the node agent: N workers, ranks K*N..K*N+N-1 for
+                                           node rank K, default $JOB_COMPLETION_INDEX)
        latchkey COMMAND [flags]            (the CLI: submit, status, watch, ...)
        any other command, run as is
 USAGE

@@ -10,6 +10,12 @@
 #   numerics   every one-rank fixture run and a 6-step TP 1 run on cuda against the CPU numbers
 #              of the same binary (fp32, TF32 off): every step's loss and grad norm within
 #              1e-4; each device's distance to the fixture (an independent float64 run) printed
+#   agent      the node agent as a GPU pod runs it: a coordinator on loopback, `latchkey submit`
+#              and `latchkey node --nproc N` with N = the GPUs here (nvidia-smi -L), a small
+#              job on NCCL/cuda (TP N where the heads divide, else 1); passes when the agent
+#              and the job succeed and every rank's steps-R.jsonl holds every step. Needs the
+#              full build's latchkey, latchkey-coordinator and a worker that joins a
+#              coordinator: the core-only build has none of these (then: skipped, saying so)
 #   latchkey   tokens/s and MFU of a ~350M-parameter GPTBigCode MQA, seq 1024, bf16, TP 1
 #   memory     that model at seq 2048: peak and activation memory and tokens/s without and with
 #              selective recomputation at TP 1, and with two GPUs at TP 2 with sequence
@@ -21,9 +27,13 @@
 #
 #   scripts/gpu-check.sh                     the whole check
 #   scripts/gpu-check.sh --cpu-dry-run [--worker BIN]
-#       the stages that need no GPU (probe, the CPU half of the numerics with BIN, the peer on
-#       a tiny model on the CPU, the table); the GPU stages are reported as skipped. BIN: an
-#       already built latchkey-worker (the build stage is skipped).
+#       the stages that need no GPU (probe, the CPU half of the numerics with BIN, the agent
+#       stage on the CPU: 2 ranks, TP 2, shm, 4 steps; the peer on a tiny model on the CPU, the
+#       table); the GPU stages are reported as skipped. BIN: an already built latchkey-worker
+#       (the build stage is skipped).
+#   --bin-dir DIR: where the agent stage finds latchkey and latchkey-coordinator: DIR or its
+#       client/ and server/ (a build folder; default $root/build), else beside BIN (an image's
+#       bin/ folder) or in BIN's build folder.
 # LATCHKEY_CMAKE_ARGS: extra arguments for the build stage's cmake (e.g.
 # -DLATCHKEY_USE_CARRIED_DEPS=ON to build with .deps/ on a machine that has the packages).
 # LATCHKEY_FIXTURE_TOL: the CPU-only numerics' tolerance to the fixture (default 1e-5, the CPU
@@ -34,11 +44,13 @@ out=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$out"
 dry=0
 worker=""
+bin_dir="$root/build"
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu-dry-run) dry=1 ;;
     --worker) worker=$2; shift ;;
-    *) echo "usage: gpu-check.sh [--cpu-dry-run] [--worker BIN]" >&2; exit 2 ;;
+    --bin-dir) bin_dir=$2; shift ;;
+    *) echo "usage: gpu-check.sh [--cpu-dry-run] [--worker BIN] [--bin-dir DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -201,6 +213,51 @@ else
   fi
 fi
 
+# --- agent: one node of the gpu overlay's pods, `latchkey node` under a local coordinator -----
+# find_bin NAME SUBDIR: NAME in --bin-dir (or its SUBDIR), beside the worker, or in the worker's
+# build folder (build/worker/latchkey-worker -> build/SUBDIR/NAME).
+find_bin() {
+  local d
+  for d in "$bin_dir" "$bin_dir/$2" ${worker:+"$(dirname "$worker")"} \
+           ${worker:+"$(dirname "$worker")/../$2"}; do
+    if [ -x "$d/$1" ]; then echo "$d/$1"; return 0; fi
+  done
+  return 1
+}
+gpus=0
+[ "$have_gpu" = 1 ] && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+cli=$(find_bin latchkey client)
+coordinator=$(find_bin latchkey-coordinator server)
+if [ "$dry" = 0 ] && [ "$have_gpu" = 0 ]; then
+  stage agent skipped 0 "no CUDA device"
+elif [ -z "$worker" ] || [ ! -x "$worker" ]; then
+  stage agent skipped 0 "no latchkey-worker"
+elif [ -z "$cli" ] || [ -z "$coordinator" ]; then
+  stage agent skipped 0 "no latchkey CLI or latchkey-coordinator in $bin_dir or beside \
+$worker (the core-only build has neither: pass --bin-dir of a full build, or run in the CUDA \
+image's build stage)"
+elif [[ "$(env -u LATCHKEY_JOB_ID -u LATCHKEY_COORDINATOR timeout 60 "$worker" 2>&1)" == \
+      *"only --standalone mode"* ]]; then
+  stage agent skipped 0 "$worker is a core-only build (standalone only): the agent's ranks \
+join a coordinator; pass --worker of a full CUDA build"
+elif ! "$cli" node --help >/dev/null 2>&1; then
+  stage agent failed 0 "$cli has no \`node\` command"
+else
+  device=cuda ranks=$gpus
+  [ "$have_gpu" = 0 ] && device=cpu ranks=2
+  dir="$out/agent"
+  rm -rf "$dir" && mkdir -p "$dir"
+  secs=$(run_stage agent 300 "$py" "$helper" run-agent "$worker" "$cli" "$coordinator" \
+    "$device" "$ranks" "$dir")
+  rc=$?
+  st=failed
+  if [ $rc = 0 ]; then
+    st=ok
+    [ "$have_gpu" = 0 ] && st="dry-run"  # the CPU: the agent's process handling, not NCCL
+  fi
+  stage agent $st "$secs" "$(tail -1 "$out/agent.log")" "$out/agent.log"
+fi
+
 # --- throughput: latchkey and the peer --------------------------------------------------------
 if [ "$have_gpu" = 0 ] || [ -z "$worker" ]; then
   stage latchkey skipped 0 "no CUDA device or no worker"
@@ -214,8 +271,6 @@ else
     "$out/probe.txt")" "$out/latchkey.log"
 fi
 # --- memory: recomputation and sequence parallelism at seq 2048 --------------------------------
-gpus=0
-[ "$have_gpu" = 1 ] && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ -z "$worker" ] || [ ! -x "$worker" ]; then
   stage memory skipped 0 "no latchkey-worker"
 else

@@ -20,6 +20,12 @@
     memory DIR                             the table of those runs: peak and activation bytes
                                            per rank, tokens/s; exit 1 when a run or a field is
                                            missing
+    run-agent WORKER CLI COORDINATOR DEVICE NPROC DIR
+                                           the node agent on this machine: a coordinator on
+                                           loopback, `latchkey submit`, `latchkey node --nproc
+                                           NPROC` with DIR/run as its run folder; exit 0 when
+                                           the agent and the job succeeded and every rank's
+                                           steps-R.jsonl holds every step (last line: summary)
     summarize-steps JSONL                  "6 steps, last loss ..."
     compare-steps A B TOL                  exit 0 when every step's loss and grad_norm agree
     throughput JSONL NAME PROBE            tokens/s and MFU of a latchkey run (OUT/rate-NAME.json)
@@ -29,16 +35,19 @@
 
 import json
 import os
+import secrets
+import signal
 import statistics
 import subprocess
 import sys
+import time
 
 # The throughput model: GPTBigCode MQA, ~349M parameters (bench/peer/gpu_peer.py's defaults).
 MODEL = {"model_type": "gpt_bigcode", "n_layer": 28, "n_embd": 1024, "n_head": 16,
          "vocab_size": 49152, "n_positions": 1024, "multi_query": True}
 SEQ, MB, STEPS, WARMUP = 1024, 8, 8, 3
 PEAKS = [("H200", 989.0), ("H100", 989.0), ("A100", 312.0), ("L40S", 362.0), ("A10", 125.0)]
-ORDER = ["probe", "build", "nccl", "numerics", "latchkey", "memory", "peer"]
+ORDER = ["probe", "build", "nccl", "numerics", "agent", "latchkey", "memory", "peer"]
 
 
 def params(m):
@@ -223,6 +232,140 @@ def memory_table(out_dir, runs):
     return ok, "\n".join(lines)
 
 
+# The agent stage's model: TP = NPROC where its heads (and n_inner) divide, else 1 (all DP).
+AGENT_MODEL = {"cpu": TINY,
+               "cuda": {"model_type": "gpt_bigcode", "n_layer": 4, "n_embd": 512, "n_head": 8,
+                        "vocab_size": 1024, "n_positions": 128, "multi_query": True}}
+AGENT_STEPS = {"cpu": 4, "cuda": 20}
+AGENT_JOB = "gpu-check-agent"
+
+
+def agent_spec(device, nproc):
+    model = AGENT_MODEL[device]
+    inner = 4 * model["n_embd"]
+    tp = nproc if model["n_head"] % nproc == 0 and inner % nproc == 0 else 1
+    return {"model": model, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}},
+            "gradient_clipping": 1.0, "zero_optimization": {"stage": 1},
+            "tensor_parallel": {"autotp_size": tp},
+            "latchkey": {"seq_len": 64, "steps": AGENT_STEPS[device], "seed": 1,
+                         "world_size": nproc, "device": device,
+                         "backend": "nccl" if device == "cuda" else "shm",
+                         "data": {"synthetic": {"seed": 1}}}}
+
+
+def stop(proc, grace):
+    """SIGTERM, then SIGKILL after `grace` seconds; the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
+def last_line(path):
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+        return lines[-1] if lines else "(empty)"
+    except OSError:
+        return "(none)"
+
+
+def run_agent(worker, cli, coordinator, device, nproc, out_dir):
+    """The agent stage (see the usage above). Every child is ended before it returns; its own
+    deadlines add up to under the 300 s gpu-check.sh gives the stage."""
+    run_dir = os.path.join(out_dir, "run")
+    os.makedirs(run_dir, exist_ok=True)
+    spec = agent_spec(device, nproc)
+    tp, steps = spec["tensor_parallel"]["autotp_size"], spec["latchkey"]["steps"]
+    spec_path = os.path.join(out_dir, "spec.json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f, indent=1)
+    token_path = os.path.join(out_dir, "join-token")
+    with open(os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    # Only what this stage sets: no outside coordinator, job, token, TLS or rank.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("LATCHKEY_") and k not in (
+               "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "JOB_COMPLETION_INDEX")}
+    env["XDG_CONFIG_HOME"] = os.path.join(out_dir, "config")
+    ports = os.path.join(out_dir, "ports.json")
+    coord = subprocess.Popen(
+        [coordinator, "--listen", "127.0.0.1:0", "--db", os.path.join(out_dir, "coordinator.db"),
+         "--metrics-port", "-1", "--port-file", ports, "--shutdown-grace", "1",
+         "--cancel-on-shutdown"], env=env,
+        stdout=open(os.path.join(out_dir, "coordinator.log"), "w"), stderr=subprocess.STDOUT)
+    agent = None
+    try:
+        deadline = time.time() + 30
+        while not os.path.exists(ports) and coord.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        if not os.path.exists(ports):
+            print("the coordinator did not start: " +
+                  last_line(os.path.join(out_dir, "coordinator.log")))
+            return 1
+        with open(ports) as f:
+            addr = f"127.0.0.1:{json.load(f)['grpc_port']}"
+        base = [cli, "--coordinator", addr]
+        r = subprocess.run(base + ["submit", spec_path, "--job-id", AGENT_JOB,
+                                   "--join-token-file", token_path], env=env, timeout=60,
+                           capture_output=True, text=True)
+        print(r.stdout + r.stderr, end="")
+        if r.returncode != 0:
+            print(f"latchkey submit exited {r.returncode}")
+            return 1
+        t0 = time.time()
+        agent = subprocess.Popen(
+            base + ["node", "--nproc", str(nproc), "--job", AGENT_JOB, "--node-rank", "0",
+                    "--node-name", "gpu-check", "--run-dir", run_dir,
+                    "--join-token-file", token_path, "--worker", worker], env=env)
+        try:
+            rc = agent.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            rc = stop(agent, 15)
+            print(f"latchkey node did not finish within 180 s (stopped: exit {rc}); "
+                  f"node-0.log: {last_line(os.path.join(run_dir, 'node-0.log'))}")
+            return 1
+        secs = time.time() - t0
+        r = subprocess.run(base + ["--json", "status", AGENT_JOB], env=env, timeout=30,
+                           capture_output=True, text=True)
+        lines = r.stdout.splitlines()
+        job = json.loads(lines[0]) if r.returncode == 0 and lines else {}
+        state = job.get("state", f"unknown (status exit {r.returncode})")
+        problems = []
+        if rc != 0:
+            problems.append(f"latchkey node exited {rc} (node-0.log: "
+                            f"{last_line(os.path.join(run_dir, 'node-0.log'))})")
+        if state != "JOB_STATE_SUCCEEDED":
+            problems.append(f"the job is {state} {job.get('failure_reason', '')}".strip())
+        for rank in range(nproc):
+            path = os.path.join(run_dir, f"steps-{rank}.jsonl")
+            rows = jsonl(path) if os.path.exists(path) else []
+            if [row["step"] for row in rows] != list(range(steps)):
+                problems.append(f"rank {rank}: steps-{rank}.jsonl has {len(rows)} of {steps} "
+                                "steps")
+            elif any(row.get("rank") != rank for row in rows):
+                problems.append(f"rank {rank}: steps-{rank}.jsonl holds another rank's records")
+            elif tp > 1 and not all(row.get("collective_calls", {}).get("all_reduce/tp")
+                                    for row in rows):
+                problems.append(f"rank {rank}: a step without TP all-reduces")
+        if problems:
+            print("; ".join(problems))
+            return 1
+        backend = spec["latchkey"]["backend"]
+        print(f"one node, {nproc} ranks (TP {tp}, DP {nproc // tp}, {backend} on {device}): "
+              f"{steps} steps on every rank, job succeeded, {job.get('restarts', 0)} restarts, "
+              f"{secs:.0f} s")
+        return 0
+    finally:
+        if agent is not None:
+            stop(agent, 15)
+        stop(coord, 10)
+
+
 def peak_of(name):
     return next((t for k, t in PEAKS if k in name), 0.0)
 
@@ -294,6 +437,9 @@ def main(argv):
             f.write(table + "\n")
         print(table.splitlines()[-1] if ok else "a run or its memory fields are missing")
         return 0 if ok else 1
+    elif cmd == "run-agent":
+        worker, cli, coordinator, device, nproc, out_dir = argv[1:7]
+        return run_agent(worker, cli, coordinator, device, int(nproc), out_dir)
     elif cmd == "summarize-steps":
         rows = jsonl(argv[1])
         print(f"{len(rows)} steps, last loss {rows[-1]['loss']:.6f}" if rows else "no steps")

@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
 """Every overlay of deploy/k8s renders with `kubectl kustomize`, every rendered object validates
 against the Kubernetes schemas offline (kubernetes-validate, strict: unknown fields refused),
-and the objects say what the deployment relies on: the workers are an Indexed Job of the spec's
-world size whose failure policy ignores exits 75 and 76 and disruptions, whose grace period
-outlasts latchkey.preemption.grace_seconds by 5 s, and that fails the job on the
-worker's own verdicts, checkpoints on a ReadWriteMany volume at an absolute path, the job id
-shared by the submit and the workers, the coordinator's database on a PVC, GPU limits and NCCL
-in the gpu overlay, and in the kueue overlay the queue label, a Job created suspended and the
-requests Kueue counts.
+and the objects say what the deployment relies on: the workers are an Indexed Job whose failure
+policy ignores exits 75 and 76 and disruptions, whose grace period outlasts
+latchkey.preemption.grace_seconds by 5 s, and that fails the job on the worker's own verdicts,
+checkpoints on a ReadWriteMany volume at an absolute path, the job id shared by the submit and
+the workers, the coordinator's database on a PVC, the NetworkPolicy's selectors and ports, and
+what Prometheus scrapes (deploy/prometheus/prometheus.yml's keep rules applied to the worker
+pod's ports). The cpu overlay runs one rank per pod (completions = the spec's world size). The
+gpu overlay runs one pod per node: the container runs the node agent (`node --nproc N`) with
+nvidia.com/gpu = N, completions x N = the spec's world size, N a multiple of autotp_size, the
+pods kept on distinct nodes (required anti-affinity on the hostname), a memory-backed /dev/shm,
+the node name from the downward API, NCCL on CUDA, and one metrics port per local rank, each
+scraped; the kueue overlay is the gpu overlay with the queue label, a Job created suspended and
+the requests Kueue counts.
 
 Usage: k8s_render_test.py --deploy-dir deploy/k8s --venv DIR --requirements FILE
 The venv is made (Debian's python3, --system-site-packages) and the pinned requirements
@@ -16,6 +22,7 @@ saying why."""
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -80,8 +87,7 @@ def check_objects(objects, overlay):
     lk = spec["latchkey"]
     workers = k.find(objects, "Job", "latchkey-workers")["spec"]
     expect(workers["completionMode"] == "Indexed", "workers are an Indexed Job")
-    expect(workers["completions"] == workers["parallelism"] == lk["world_size"],
-           "completions = parallelism = latchkey.world_size")
+    expect(workers["completions"] == workers["parallelism"], "completions = parallelism")
     rules = workers["podFailurePolicy"]["rules"]
     by_code = {}
     for rule in rules:
@@ -154,11 +160,11 @@ def check_objects(objects, overlay):
            [np["podSelector"]["matchLabels"]],
            "every port of a worker admits the job's workers, and no one else")
     open_rules = [r for r in np["ingress"] if "from" not in r]
-    port_names = {p["name"] for p in worker.get("ports", [])}
-    expect(len(open_rules) == 1 and
-           [p["port"] for p in open_rules[0]["ports"]] == ["metrics"] and "metrics" in port_names,
-           "only the named metrics port is open to others")
-    gpu = worker["resources"].get("limits", {}).get("nvidia.com/gpu")
+    metrics_names = sorted(p["name"] for p in worker.get("ports", [])
+                           if p["name"] == "metrics" or p["name"].startswith("metrics-"))
+    expect(len(open_rules) == 1 and "metrics" in metrics_names and
+           sorted(p["port"] for p in open_rules[0]["ports"]) == metrics_names,
+           "only the named metrics ports (each one the worker declares) are open to others")
     job_meta = k.find(objects, "Job", "latchkey-workers")["metadata"]
     if overlay == "kueue":
         expect(job_meta.get("labels", {}).get("kueue.x-k8s.io/queue-name") == "latchkey",
@@ -170,14 +176,121 @@ def check_objects(objects, overlay):
     else:
         expect(not workers.get("suspend"), "runs at once without a queue")
     if overlay in ("gpu", "kueue"):
-        expect(gpu == 1, "one nvidia.com/gpu per worker")
-        expect(lk.get("backend") == "nccl" and lk.get("device") == "cuda", "the spec is on NCCL")
-        expect(worker["image"].endswith(":cuda"), "the CUDA image")
-        expect("NCCL_SOCKET_IFNAME" in env, "NCCL settings in the environment")
+        errors += check_node_pods(overlay, spec, workers, worker)
     else:
+        gpu = worker.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
         expect(gpu is None, "no GPU on the cpu overlay")
         expect(lk.get("backend") == "gloo", "the cpu overlay trains on Gloo")
         expect(worker["image"].endswith(":cpu"), "the CPU image")
+        expect(worker["args"][0] == "worker", "one latchkey-worker per pod")
+        expect(workers["completions"] == workers["parallelism"] == lk["world_size"],
+               "one pod per rank: completions = parallelism = latchkey.world_size")
+        expect(scraped_ports(workers["template"], worker) == [9400],
+               "Prometheus scrapes the worker's metrics port")
+    return errors
+
+
+def cores(quantity):
+    """A CPU quantity ("32", "500m", 4) in cores."""
+    text = str(quantity)
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def prometheus_keep_rules(deploy_dir):
+    """The `keep` relabel rules of deploy/prometheus/prometheus.yml's latchkey job."""
+    path = os.path.join(os.path.dirname(os.path.abspath(deploy_dir)), "prometheus",
+                        "prometheus.yml")
+    with open(path) as f:
+        job = k.yaml.safe_load(f)["scrape_configs"][0]
+    return [r for r in job.get("relabel_configs", []) if r.get("action") == "keep"]
+
+
+KEEP_RULES = []  # set by main()
+
+
+def scraped_ports(template, c):
+    """The container ports of `c` (in a pod made from `template`) that Prometheus's pod
+    discovery turns into targets the keep rules keep, as Prometheus applies them (one target
+    per declared port; labels joined by ';'; RE2 regexes anchored at both ends)."""
+    meta = template["metadata"]
+    labels = {"__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key): v
+              for key, v in meta.get("labels", {}).items()}
+    labels.update({"__meta_kubernetes_pod_annotation_" + re.sub(r"[^a-zA-Z0-9_]", "_", key): v
+                   for key, v in meta.get("annotations", {}).items()})
+    kept = []
+    for p in c.get("ports", []):
+        target = dict(labels, __meta_kubernetes_pod_container_port_name=p.get("name", ""),
+                      __meta_kubernetes_pod_container_port_number=str(p["containerPort"]))
+        if all(re.fullmatch(r["regex"], r.get("separator", ";").join(
+                target.get(s, "") for s in r["source_labels"])) for r in KEEP_RULES):
+            kept.append(p["containerPort"])
+    return sorted(kept)
+
+
+def check_node_pods(overlay, spec, workers, worker):
+    """The gpu overlay (and kueue, built on it): one pod per node running the node agent."""
+    errors = []
+
+    def expect(cond, what):
+        if not cond:
+            errors.append(f"{overlay}: {what}")
+
+    lk = spec["latchkey"]
+    pod = workers["template"]["spec"]
+    args = worker.get("args", [])
+    expect(args[:1] == ["node"], "the container runs the node agent (`node`)")
+    nproc = int(args[args.index("--nproc") + 1]) if "--nproc" in args[:-1] else 0
+    expect(nproc >= 1, "the agent is given --nproc N >= 1")
+    if nproc < 1:
+        return errors
+    limits = worker["resources"].get("limits", {})
+    requests = worker["resources"].get("requests", {})
+    expect(int(limits.get("nvidia.com/gpu", 0)) == nproc,
+           f"nvidia.com/gpu limit ({limits.get('nvidia.com/gpu')}) = the agent's --nproc ({nproc})")
+    expect(int(requests.get("nvidia.com/gpu", nproc)) == nproc,
+           "the nvidia.com/gpu request (where given) = --nproc")
+    expect(workers["completions"] * nproc == lk["world_size"],
+           f"completions ({workers['completions']}) x --nproc ({nproc}) = latchkey.world_size "
+           f"({lk['world_size']})")
+    tp = spec.get("tensor_parallel", {}).get("autotp_size", 1)
+    expect(tp <= nproc and nproc % tp == 0,
+           f"tensor_parallel.autotp_size ({tp}) divides --nproc ({nproc}): a TP group never "
+           "spans two nodes")
+    expect(cores(requests.get("cpu", "0")) >= nproc, "at least one requested core per local rank")
+    env = {e["name"]: e for e in worker.get("env", [])}
+    expect("LOCAL_WORLD_SIZE" not in env and "LOCAL_RANK" not in env,
+           "LOCAL_WORLD_SIZE and LOCAL_RANK are the agent's to set")
+    expect(env.get("LATCHKEY_NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {})
+           .get("fieldPath") == "spec.nodeName",
+           "LATCHKEY_NODE_NAME is the node's name (downward API spec.nodeName)")
+    terms = (pod.get("affinity", {}).get("podAntiAffinity", {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution", []))
+    labels = dict(workers["template"]["metadata"].get("labels", {}),
+                  **{"batch.kubernetes.io/job-name": "latchkey-workers",
+                     "job-name": "latchkey-workers"})  # set on the pods by the Job controller
+    expect(any(t.get("topologyKey") == "kubernetes.io/hostname" and
+               t.get("labelSelector", {}).get("matchLabels") and
+               all(labels.get(key) == v
+                   for key, v in t["labelSelector"]["matchLabels"].items())
+               for t in terms),
+           "required pod anti-affinity on kubernetes.io/hostname selects the job's own pods")
+    mounts = {m["mountPath"]: m["name"] for m in worker.get("volumeMounts", [])}
+    shm = next((v for v in pod.get("volumes", []) if v["name"] == mounts.get("/dev/shm")), None)
+    expect(shm is not None and shm.get("emptyDir", {}).get("medium") == "Memory",
+           "/dev/shm is a memory-backed emptyDir")
+    expect(lk.get("backend") == "nccl" and lk.get("device") == "cuda", "the spec is on NCCL")
+    expect(worker["image"].endswith(":cuda"), "the CUDA image")
+    expect("NCCL_SOCKET_IFNAME" in env, "NCCL settings in the environment")
+    expect(env.get("NCCL_IB_DISABLE", {}).get("value", "0") == "0",
+           "InfiniBand/RoCE not disabled (NCCL_IB_DISABLE unset or 0)")
+    ports = {p["containerPort"]: p.get("name") for p in worker.get("ports", [])}
+    wanted = list(range(9400, 9400 + nproc))
+    expect("--metrics-port-base" in args and args[args.index("--metrics-port-base") + 1] == "9400",
+           "local rank i serves metrics on 9400 + i (--metrics-port-base 9400)")
+    expect(all(p in ports for p in wanted), f"the metrics ports 9400..{9399 + nproc} are declared")
+    expect(scraped_ports(workers["template"], worker) == wanted,
+           f"Prometheus scrapes exactly the {nproc} local ranks' ports "
+           f"(got {scraped_ports(workers['template'], worker)})")
     return errors
 
 
@@ -193,6 +306,7 @@ def main():
     if sorted(overlays) != ["cpu", "gpu", "kueue"]:
         print(f"FAIL: overlays are {overlays}, expected cpu, gpu and kueue")
         return 1
+    KEEP_RULES.extend(prometheus_keep_rules(a.deploy_dir))
     python = ensure_venv(a.venv, a.requirements)
     errors = []
     for overlay in overlays:
