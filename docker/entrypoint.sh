@@ -2,8 +2,9 @@
 # The image's entrypoint: `coordinator ARGS`, `worker ARGS`, `node ARGS` (the node agent,
 # `latchkey node`: one worker per local rank), `latchkey ARGS` (the CLI), or any other command
 # as is. The coordinator and the worker write their port file to $LATCHKEY_PORT_FILE (unless
-# ARGS name --port-file), which healthcheck.sh reads; the node agent's ranks write none (a pod
-# of the agent is probed on its local rank 0's /metrics, deploy/k8s/overlays/gpu).
+# ARGS name --port-file), which healthcheck.sh reads; the node agent's ranks write theirs in its
+# run folder instead (worker-R.port.json, which healthcheck.sh reads when the agent runs there;
+# Kubernetes probes an agent's pod on its local rank 0's /metrics, deploy/k8s/base).
 set -euo pipefail
 
 with_port_file() {

@@ -126,7 +126,8 @@ latchkey::v1::WorkerIdentity ToProto(const WorkerIdentity& identity);
 WorkerIdentity FromProto(const latchkey::v1::WorkerIdentity& identity);
 latchkey::v1::JoinRequest MakeJoinRequest(const WorkerIdentity& identity,
                                           std::optional<int> requested_rank,
-                                          const std::string& advertise_host, int probe_port = 0);
+                                          const std::string& advertise_host, int probe_port = 0,
+                                          const std::string& node = "");
 latchkey::v1::WatchLatchesRequest MakeWatchLatchesRequest(const WorkerIdentity& identity, int rank,
                                                           int64_t start_window);
 latchkey::v1::ReportStepRequest MakeReportStepRequest(const WorkerIdentity& identity, int rank,

@@ -188,12 +188,14 @@ WorkerIdentity FromProto(const v1::WorkerIdentity& identity) {
 }
 
 v1::JoinRequest MakeJoinRequest(const WorkerIdentity& identity, std::optional<int> requested_rank,
-                                const std::string& advertise_host, int probe_port) {
+                                const std::string& advertise_host, int probe_port,
+                                const std::string& node) {
   v1::JoinRequest out;
   *out.mutable_identity() = ToProto(identity);
   if (requested_rank) out.mutable_requested_rank()->set_value(*requested_rank);
   out.set_advertise_host(advertise_host);
   out.set_probe_port(probe_port);
+  out.set_node(node);
   return out;
 }
 

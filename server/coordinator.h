@@ -195,6 +195,7 @@ struct JoinArgs {
   std::string advertise_host;
   std::string peer_host;  // the host part of the caller's address, as the transport saw it
   int probe_port = 0;     // its reachability listener on the host it is reached at (0: none)
+  std::string node;       // the node it runs on (a node agent's identity); empty: its host
 };
 // The rank's answer (common/join_info.h); tp_rank and dp_rank from the job's RankGrid.
 using JoinResult = JoinInfo;

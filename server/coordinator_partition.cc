@@ -65,6 +65,13 @@ absl::Status Coordinator::MaybeStart(Job& job, absl::Time now) {
       !job.ranks.all_joined()) {
     return absl::OkStatus();
   }
+  // Before any collective: a tensor-parallel group across nodes would run its per-layer
+  // all-reduces over the network. The layout does not change by waiting: the job fails.
+  if (std::optional<std::string> why = TensorParallelAcrossNodes(job.ranks)) {
+    Log(absl::StrCat(job.rec.job_id, ": ", *why));
+    const JobEventRecord event = Event(job, "topology", *why);
+    return EndJob(job, JobState::kFailed, *why, WorkerState::kDone, &event);
+  }
   // Ranks on one host reach each other; ranks that cannot probe (an older worker) form as
   // before.
   std::set<std::string> hosts;

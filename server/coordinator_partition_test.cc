@@ -29,12 +29,15 @@ struct Running {
   std::string id;
   std::string token;
   std::vector<WorkerCall> calls;
+  absl::Status last_join;  // a join that was refused
 };
 
 JobState State(const Running& r) { return r.c->GetJob(r.id, false)->record.state; }
 
-// Four ranks joined (probe ports 7000 + rank), none has probed yet.
-Running Join4(ManualClock& clock) {
+// Four ranks joined (probe ports 7000 + rank), none has probed yet: on `hosts[rank]`, as node
+// `nodes[rank]` ("" = no node identity: the host is the node).
+Running Join4(ManualClock& clock, std::vector<std::string> hosts = {kHostA, kHostA, kHostB, kHostB},
+              std::vector<std::string> nodes = {"", "", "", ""}) {
   CoordinatorOptions opt;
   opt.clock = &clock;
   opt.heartbeat_interval = absl::Seconds(1);
@@ -43,7 +46,7 @@ Running Join4(ManualClock& clock) {
   EXPECT_TRUE(store.ok()) << store.status();
   auto c = Coordinator::Create(*std::move(store), opt, nullptr);
   EXPECT_TRUE(c.ok()) << c.status();
-  Running r{*std::move(c), "", "", {}};
+  Running r{*std::move(c), "", "", {}, absl::OkStatus()};
   SpecParams p;
   p.world_size = 4;
   p.tp = 2;
@@ -58,10 +61,14 @@ Running Join4(ManualClock& clock) {
     JoinArgs a;
     a.call = {r.id, r.token, "w" + std::to_string(i), -1, 0};
     a.requested_rank = i;
-    a.advertise_host = i < 2 ? kHostA : kHostB;
+    a.advertise_host = hosts[static_cast<size_t>(i)];
+    a.node = nodes[static_cast<size_t>(i)];
     a.probe_port = 7000 + i;
     auto joined = r.c->Join(a);
-    EXPECT_TRUE(joined.ok()) << joined.status();
+    if (!joined.ok()) {  // the last join of a refused layout hears that the job ended
+      r.last_join = joined.status();
+      continue;
+    }
     r.calls.push_back({r.id, r.token, a.call.worker_id, joined->rank, joined->attempt});
   }
   return r;
@@ -260,6 +267,42 @@ TEST(CoordinatorPartitionTest, EveryRankSilentAcrossHostsSuspectsTheCoordinators
     r.c->CheckLiveness();
   }
   EXPECT_EQ(State(r), JobState::kRecovering);
+}
+
+// Topology (docs/deploy.md "One pod per node"): a tensor-parallel group across nodes is refused
+// before any collective, naming the group, its ranks, their nodes and what to change.
+TEST(CoordinatorTopologyTest, ATensorParallelGroupAcrossHostsFailsTheJobBeforeItStarts) {
+  ManualClock clock;
+  Running r = Join4(clock, {kHostA, kHostB, kHostA, kHostB});
+  EXPECT_EQ(State(r), JobState::kFailed);
+  // The join that completed the ranks hears it as the others will.
+  EXPECT_EQ(r.last_join.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.last_join.message().find("ended (failed) as rank 3 joined (tensor-parallel group 0"),
+            std::string::npos)
+      << r.last_join;
+  EXPECT_EQ(r.calls.size(), 3u);
+  const std::string why = r.c->GetJob(r.id, false)->record.failure_reason;
+  EXPECT_EQ(why,
+            "tensor-parallel group 0 (ranks 0..1) spans nodes: rank 0 on 10.0.0.2, rank 1 on "
+            "10.0.0.3; a tensor-parallel group must be on one node (it all-reduces in every "
+            "layer): run `latchkey node` with --nproc a multiple of "
+            "tensor_parallel.autotp_size (2), or start each group's ranks on one host");
+  EXPECT_EQ(r.c->GetJob(r.id, false)->record.attempt, 1);
+}
+
+TEST(CoordinatorTopologyTest, TheNodeIdentityDecidesOverTheHost) {
+  ManualClock clock;
+  // One host, two agents' node identities: groups inside a node form as usual.
+  Running inside = Join4(clock, {kHostA, kHostA, kHostA, kHostA}, {"n0", "n0", "n1", "n1"});
+  EXPECT_EQ(State(inside), JobState::kRunning);
+  // One host, a group split between two node identities: refused, naming the nodes.
+  EXPECT_TRUE(inside.last_join.ok()) << inside.last_join;
+  Running across = Join4(clock, {kHostA, kHostA, kHostA, kHostA}, {"n0", "n0", "n0", "n1"});
+  EXPECT_EQ(State(across), JobState::kFailed);
+  EXPECT_NE(across.c->GetJob(across.id, false)
+                ->record.failure_reason.find(
+                    "tensor-parallel group 1 (ranks 2..3) spans nodes: rank 2 on n0, rank 3 on n1"),
+            std::string::npos);
 }
 
 TEST(PartitionVerdictTest, NamesEachCutLinkWithBothSidesRanks) {

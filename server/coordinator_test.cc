@@ -105,6 +105,7 @@ TEST(CoordinatorTest, JoinAssignsRanksIdempotentlyAndRefusesConflicts) {
   a.call = Call(*job, "alpha");
   a.requested_rank = 1;
   a.advertise_host = "node-b";
+  a.node = "node-1";  // one node (an agent's identity) at two addresses: the TP group may form
   auto r1 = c->Join(a);
   ASSERT_TRUE(r1.ok()) << r1.status();
   EXPECT_EQ(r1->rank, 1);

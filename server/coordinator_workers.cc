@@ -95,6 +95,13 @@ absl::StatusOr<JoinResult> Coordinator::Join(const JoinArgs& args) {
     }
     LK_ASSIGN_OR_RETURN(rank, ClaimRank(j, claim));
     j.spares.erase(args.call.worker_id);
+    // The join that completed the job's ranks may have ended it (a layout refused before any
+    // collective, coordinator_partition.cc): this worker hears it as the others do.
+    if (IsTerminal(j.rec.state)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(j.rec.job_id, ": ended (", JobStateName(j.rec.state), ") as rank ", *rank,
+                       " joined (", j.rec.failure_reason, ")"));
+    }
   }
   j.ranks.at(*rank).last_seen = clock_->Now();
   return JoinResultFor(j, *rank);
@@ -153,6 +160,7 @@ absl::StatusOr<int> Coordinator::ClaimRank(Job& j, const JoinArgs& args) {
     j.rec = std::move(rec);
   }
   j.ranks.at(rank).probe_port = args.probe_port;
+  j.ranks.at(rank).node = args.node;
   // The attempt forms once its ranks reach each other (coordinator_partition.cc).
   LK_RETURN_IF_ERROR(MaybeStart(j, clock_->Now()));
   Touch(j);

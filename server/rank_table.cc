@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/error_info.h"
 
 namespace latchkey {
@@ -80,6 +84,7 @@ void RankTable::Place(const WorkerRecord& worker, absl::Time now) {
   r.position.reset();
   r.heartbeat_time = now;
   r.probe_port = 0;
+  r.node.clear();
   r.reach.reset();
   ++peers_version_;
 }
@@ -121,6 +126,39 @@ std::vector<int> RankTable::Late(absl::Time now, absl::Duration timeout) {
     if (now - r.last_seen > timeout) late.push_back(i);
   }
   return late;
+}
+
+namespace {
+
+// The node a rank's holder runs on: the agent's identity it joined with, else its host.
+const std::string& NodeOf(const RankTable::Rank& r) { return r.node.empty() ? r.host : r.node; }
+
+}  // namespace
+
+std::optional<std::string> TensorParallelAcrossNodes(const RankTable& ranks) {
+  const RankGrid& grid = ranks.grid();
+  if (grid.tp < 2) return std::nullopt;
+  for (int d = 0; d < grid.dp(); ++d) {
+    const int first = grid.rank(d, 0);
+    const int last = grid.rank(d, grid.tp - 1);
+    bool spans = false;
+    for (int r = first + 1; r <= last; ++r) {
+      spans = spans || NodeOf(ranks.at(r)) != NodeOf(ranks.at(first));
+    }
+    if (!spans) continue;
+    std::vector<std::string> where;
+    for (int r = first; r <= last; ++r) {
+      const std::string& node = NodeOf(ranks.at(r));
+      where.push_back(absl::StrCat("rank ", r, " on ", node.empty() ? "?" : node));
+    }
+    return absl::StrCat(
+        "tensor-parallel group ", d, " (ranks ", first, "..", last,
+        ") spans nodes: ", absl::StrJoin(where, ", "),
+        "; a tensor-parallel group must be on one node (it all-reduces in every layer): run "
+        "`latchkey node` with --nproc a multiple of tensor_parallel.autotp_size (",
+        grid.tp, "), or start each group's ranks on one host");
+  }
+  return std::nullopt;
 }
 
 }  // namespace latchkey

@@ -47,6 +47,8 @@ class RankTable {
     // its newest probe round of its peers with the time it arrived (not persisted).
     int probe_port = 0;
     std::optional<Reachability> reach;
+    // The node the holder runs on, as it joined (JoinArgs::node; not persisted): "" = its host.
+    std::string node;
     absl::Time reach_time = absl::UnixEpoch();
   };
 
@@ -107,6 +109,11 @@ class RankTable {
 
 // A worker that can still take part (joined or active).
 inline bool IsLive(WorkerState s) { return s == WorkerState::kJoined || s == WorkerState::kActive; }
+
+// The rule of topology: the ranks of a tensor-parallel group (consecutive ranks) run on one node
+// (the node a holder joined with, else its host). The first group that spans nodes, named with
+// its ranks, their nodes and what to change; none when every group is on one node (or tp is 1).
+std::optional<std::string> TensorParallelAcrossNodes(const RankTable& ranks);
 
 }  // namespace latchkey
 

@@ -164,6 +164,10 @@ absl::Status WorkerServiceImpl::DoJoin(const std::string& peer, const v1::JoinRe
     return Invalid("probe_port: must be 0..65535");
   }
   args.probe_port = req.probe_port();
+  if (req.node().size() > kMaxHostBytes) {
+    return Invalid(absl::StrCat("node: longer than ", kMaxHostBytes, " bytes"));
+  }
+  args.node = req.node();
   LK_ASSIGN_OR_RETURN(JoinResult r, core_->Join(args));
   *resp = ToProto(r);
   return absl::OkStatus();

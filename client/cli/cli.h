@@ -75,7 +75,8 @@ void AddResumeCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddSuspendCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddUpdateCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddLatchesCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
-void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code);  // up_command.cc
+void AddUpCommand(CLI::App& app, const CliContext& ctx, int* exit_code);    // up_command.cc
+void AddNodeCommand(CLI::App& app, const CliContext& ctx, int* exit_code);  // node_command.cc
 // checkpoint_command.cc: `checkpoint inspect | export | convert` (no coordinator).
 void AddCheckpointCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 // What `submit`, `up` and `validate` warn of (checkpoint_command.cc) when the spec's

@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
   AddUpdateCommand(app, ctx, &exit_code);
   AddLatchesCommand(app, ctx, &exit_code);
   AddUpCommand(app, ctx, &exit_code);
+  AddNodeCommand(app, ctx, &exit_code);
   AddLogsCommand(app, ctx, &exit_code);
   AddCheckpointsCommand(app, ctx, &exit_code);
   AddCheckpointCommand(app, ctx, &exit_code);

@@ -28,6 +28,10 @@ namespace latchkey::cli {
 
 std::string ReadTextFile(const std::string& path);  // "" when unreadable
 
+// The path of one of latchkey's binaries: next to this executable, else in the build tree's
+// `subdir` beside its folder, else `name` (looked up on PATH when started). up_command.cc.
+std::string FindBinary(const std::string& name, const std::string& subdir);
+
 // The runs `latchkey up` started, so that `logs JOB` and `checkpoints JOB` find a job's run
 // folder (run_commands.cc): $XDG_STATE_HOME/latchkey/runs.json (default
 // ~/.local/state/latchkey/runs.json), {"version": 2, "runs": [record, ...]}, one record per
@@ -164,17 +168,23 @@ struct SupervisorConfig {
   std::string job_id;
   std::string join_token;
   std::string run_dir;  // worker-R.port.json files are read here
+  // The ranks it keeps: first_rank .. first_rank + world - 1 (`up`: every rank of the job;
+  // `latchkey node`: its node's).
   int world = 0;
+  int first_rank = 0;
   std::function<SpawnOptions(int rank)> worker;  // how rank R is started (and restarted)
   SpawnOptions coordinator;  // how the coordinator is restarted: the same ports and database
   pid_t coordinator_pid = -1;
   bool live_progress = false;  // stdout shows a live bar: clear it before a line
+  // Where its lines go instead of stdout (`latchkey node`: stdout and its log); null: stdout.
+  std::function<void(const std::string&)> on_line;
   std::chrono::seconds first_metrics_wait{60};
 };
 
 // Keeps a job's local processes alive while the job is not over: a worker process that exits
 // is started again with the same rank and environment (its death reported to the coordinator
-// at once, unless it exited with kRestartMeExitCode); one that exited kExitTrainingDiverged
+// at once, unless it exited with kRestartMeExitCode or kExitPreempted: the coordinator knows of
+// those already); one that exited kExitTrainingDiverged
 // (common/worker_protocol.h: its training diverged, the job failed) is not started again; a
 // worker the coordinator declared stalled
 // is killed (and so restarted), and a dead coordinator is started again on its ports and
@@ -198,8 +208,13 @@ class UpSupervisor {
   void WaitFirstAnnounced();
   // The job as the watch sees it now: its state, attempt and stalled ranks.
   void OnJob(const JobInfo& job);
-  // No more restarts; the thread ends. Idempotent.
+  // No more restarts; the thread ends. Idempotent. The processes still running keep running.
   void Stop();
+  // Until every process has ended for good (exited, and not to be started again: the job is
+  // over or its exit says so), or Stop(). True when they all ended.
+  bool AwaitAllEnded();
+  // Each process's last exit, by local index (none: it runs now, or never ran).
+  std::vector<std::optional<ExitInfo>> LastExits();
   std::vector<pid_t> WorkerPids();
   pid_t CoordinatorPid();
   int worker_restarts();
@@ -214,6 +229,8 @@ class UpSupervisor {
     bool announce = false;  // its metrics line is still to be printed
     std::chrono::steady_clock::time_point announce_until;
     bool first_done = false;  // the first start's line was printed, or given up
+    std::optional<ExitInfo> last_exit;
+    bool ended = false;  // exited and not to be started again
   };
   struct Death {
     int rank;
@@ -224,6 +241,7 @@ class UpSupervisor {
   };
 
   void Loop();
+  int Global(int index) const { return config_.first_rank + index; }  // the rank it runs
   void Say(const std::string& line);
   absl::Status SpawnRank(int r);  // mu_ held
   void Announce();                // mu_ held

@@ -50,13 +50,11 @@
 #include "common/subprocess.h"
 
 namespace latchkey::cli {
-namespace {
-
-namespace fs = std::filesystem;
 
 // The build tree puts the binaries at build/{client,server,worker}/; an install puts them on
 // PATH. Prefer siblings of this executable's folder, then PATH.
 std::string FindBinary(const std::string& name, const std::string& subdir) {
+  namespace fs = std::filesystem;
   const fs::path self = fs::read_symlink("/proc/self/exe");
   for (const fs::path& p :
        {self.parent_path() / name, self.parent_path().parent_path() / subdir / name}) {
@@ -64,6 +62,10 @@ std::string FindBinary(const std::string& name, const std::string& subdir) {
   }
   return name;  // PATH lookup by posix_spawnp
 }
+
+namespace {
+
+namespace fs = std::filesystem;
 
 int FreeLocalPort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -12,6 +12,7 @@
 #include "client/cli/up.h"
 #include "client/failure_report.h"
 #include "common/error_info.h"
+#include "common/worker_protocol.h"
 
 namespace latchkey::cli {
 namespace {
@@ -39,6 +40,10 @@ UpSupervisor::UpSupervisor(SupervisorConfig config)
 UpSupervisor::~UpSupervisor() { Stop(); }
 
 void UpSupervisor::Say(const std::string& line) {
+  if (config_.on_line) {
+    config_.on_line(line);
+    return;
+  }
   std::lock_guard<std::mutex> lock(OutputMutex());
   std::printf("%s%s\n", config_.live_progress ? "\r\033[K" : "", line.c_str());
   std::fflush(stdout);
@@ -48,8 +53,8 @@ absl::Status UpSupervisor::SpawnRank(int r) {
   Rank& rank = ranks_[static_cast<size_t>(r)];
   // A restarted worker writes its port file again once it serves its metrics.
   std::error_code ec;
-  fs::remove(config_.run_dir + "/worker-" + std::to_string(r) + ".port.json", ec);
-  SpawnOptions options = config_.worker(r);
+  fs::remove(config_.run_dir + "/worker-" + std::to_string(Global(r)) + ".port.json", ec);
+  SpawnOptions options = config_.worker(Global(r));
   options.append_log = rank.restarts > 0;
   const absl::StatusOr<pid_t> pid = Spawn(options);
   if (!pid.ok()) return pid.status();
@@ -83,15 +88,16 @@ void UpSupervisor::Announce() {
     if (!rank.announce) continue;
     // The first start's lines come in rank order.
     if (rank.restarts == 0 && r > 0 && !ranks_[static_cast<size_t>(r - 1)].first_done) break;
-    const std::string port_file = config_.run_dir + "/worker-" + std::to_string(r) + ".port.json";
+    const std::string port_file =
+        config_.run_dir + "/worker-" + std::to_string(Global(r)) + ".port.json";
     const nlohmann::json info =
         nlohmann::json::parse(ReadTextFile(port_file), nullptr, /*allow_exceptions=*/false);
     const bool ready = info.is_object() && info.value("metrics_port", -1) > 0;
     if (ready) {
       const std::string where = rank.restarts == 0
-                                    ? absl::StrCat("(log ", config_.worker(r).log_path, ")")
+                                    ? absl::StrCat("(log ", config_.worker(Global(r)).log_path, ")")
                                     : absl::StrCat("(restart ", rank.restarts, ")");
-      Say(absl::StrCat("worker ", r, "     pid ", rank.pid, "  metrics http://",
+      Say(absl::StrCat("worker ", Global(r), "     pid ", rank.pid, "  metrics http://",
                        info.value("metrics_host", std::string("127.0.0.1")), ":",
                        info.value("metrics_port", -1), "/metrics  ", where));
     }
@@ -152,14 +158,17 @@ bool UpSupervisor::ShouldRestart(const Death& d) {
   // the same way. The report below is for a job that has not heard of it (the worker's own
   // report lost): it fails the job the same way, and changes nothing on an ended one.
   const bool diverged = d.exit.signal == 0 && d.exit.code == kExitTrainingDiverged;
-  // A stalled rank's verdict and a fenced worker's own exit are known to the coordinator.
-  const bool report = !d.stall_kill && !(d.exit.signal == 0 && d.exit.code == kRestartMeExitCode);
+  // A stalled rank's verdict, a fenced worker's own exit and a preempted worker's leave are
+  // known to the coordinator.
+  const bool report =
+      !d.stall_kill &&
+      !(d.exit.signal == 0 && (d.exit.code == kRestartMeExitCode || d.exit.code == kExitPreempted));
   if (report) {
     WorkerFailure f;
     f.job_id = config_.job_id;
     f.join_token = config_.join_token;
     f.worker_id = WorkerIdOf(d.pid);
-    f.rank = d.rank;
+    f.rank = Global(d.rank);
     f.message = DeathMessage(d.exit);
     if (diverged) {
       f.message += " (training diverged)";
@@ -193,6 +202,7 @@ void UpSupervisor::Loop() {
         if (!exit) continue;
         deaths.push_back({r, rank.pid, *exit, rank.killed_for_stall, SecondsSince(rank.started)});
         rank.pid = -1;
+        rank.last_exit = *exit;
         if (rank.announce) {
           rank.announce = false;
           rank.first_done = true;
@@ -203,17 +213,25 @@ void UpSupervisor::Loop() {
     }
     for (const Death& d : deaths) {
       if (d.exit.signal != 0 || d.exit.code != 0) {
-        Say(absl::StrCat("worker ", d.rank, "     pid ", d.pid, "  ", DescribeExit(d.exit)));
+        Say(absl::StrCat("worker ", Global(d.rank), "     pid ", d.pid, "  ",
+                         DescribeExit(d.exit)));
       }
       // The coordinator's calls run without the lock: the watch keeps going meanwhile.
       const bool restart = ShouldRestart(d);
       if (d.lived_s < 1.0) std::this_thread::sleep_for(std::chrono::seconds(1));  // no busy loop
       std::lock_guard<std::mutex> lock(mu_);
-      if (!restart || stopping_ || terminal_) continue;
       Rank& rank = ranks_[static_cast<size_t>(d.rank)];
+      if (!restart || stopping_ || terminal_) {
+        rank.ended = true;
+        cv_.notify_all();
+        continue;
+      }
       ++rank.restarts;
       if (absl::Status st = SpawnRank(d.rank); !st.ok()) {
-        Say(absl::StrCat("worker ", d.rank, "     cannot be started again: ", st.message()));
+        Say(absl::StrCat("worker ", Global(d.rank),
+                         "     cannot be started again: ", st.message()));
+        rank.ended = true;
+        cv_.notify_all();
       }
     }
   }
@@ -235,9 +253,10 @@ void UpSupervisor::OnJob(const JobInfo& job) {
                      job.last_recovery_reason.empty() ? "" : ": " + job.last_recovery_reason));
   }
   for (const StalledRank& s : job.stalled) {
-    if (s.rank < 0 || s.rank >= config_.world) continue;
+    const int index = s.rank - config_.first_rank;
+    if (index < 0 || index >= config_.world) continue;
     if (!stalls_handled_.insert({s.rank, s.attempt}).second) continue;
-    Rank& rank = ranks_[static_cast<size_t>(s.rank)];
+    Rank& rank = ranks_[static_cast<size_t>(index)];
     // Only the process that was there when the rank stalled: a replacement started since is not.
     if (rank.pid <= 0 || SecondsSince(rank.started) < s.seconds) continue;
     Say(absl::StrCat("worker ", s.rank, "     pid ", rank.pid, "  stalled: ", StalledLine(s),
@@ -255,6 +274,27 @@ void UpSupervisor::Stop() {
   }
   std::lock_guard<std::mutex> lock(join_mu_);  // Ctrl-C's thread and the main thread
   if (thread_.joinable()) thread_.join();
+}
+
+bool UpSupervisor::AwaitAllEnded() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto all_ended = [&] {
+    for (const Rank& r : ranks_) {
+      if (!r.ended) return false;
+    }
+    return true;
+  };
+  cv_.wait(lock, [&] { return stopping_ || all_ended(); });
+  return all_ended();
+}
+
+std::vector<std::optional<ExitInfo>> UpSupervisor::LastExits() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::optional<ExitInfo>> out;
+  for (const Rank& r : ranks_) {
+    out.push_back(r.pid > 0 ? std::nullopt : r.last_exit);
+  }
+  return out;
 }
 
 std::vector<pid_t> UpSupervisor::WorkerPids() {

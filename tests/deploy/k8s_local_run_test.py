@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 """Runs the rendered cpu overlay's commands as local processes until the job succeeds: the
 coordinator StatefulSet's container, the submit Job's container and one process per completion
-index of the workers' Indexed Job (its init container first), each with the command, arguments
-and environment the manifests give (ConfigMap and Secret references resolved, $(VAR) expanded
-as the kubelet does, JOB_COMPLETION_INDEX set per pod, the image's entrypoint
-docker/entrypoint.sh where a container names no command). What a cluster would provide is
-mapped to local things: the Service name to 127.0.0.1, container ports to free local ports,
-each volume mount to a folder (a claim to one folder every pod shares, a ConfigMap or Secret to
-a folder holding its keys), the pod IP to 127.0.0.1. The Secrets' values are made by
-deploy/k8s/make-secrets.sh (the rendered ones are placeholders). The readiness probes the
-manifests declare are run too: the coordinator's exec probe must pass, every worker's
-httpGet probe must answer 200 while it trains. Since every pod shares this machine's cores,
-the workers get LOCAL_WORLD_SIZE = the number of pods and one thread each; --steps N shortens
-the job (the spec's latchkey.steps) for a busy machine.
+index of the workers' Indexed Job (its init container first, then the node agent, which starts
+the pod's ranks), each with the command, arguments and environment the manifests give
+(ConfigMap and Secret references resolved, $(VAR) expanded as the kubelet does,
+JOB_COMPLETION_INDEX set per pod, the image's entrypoint docker/entrypoint.sh where a container
+names no command). What a cluster would provide is mapped to local things: the Service name to
+127.0.0.1, container ports to free local ports (a worker pod's metrics ports, 9400 + LOCAL_RANK,
+to a range of consecutive free ones, since the agent adds the local rank to its
+--metrics-port-base itself), each volume mount to a folder (a claim to one folder every pod
+shares, a ConfigMap or Secret to a folder holding its keys, an emptyDir to a folder of the
+pod's), the pod IP to 127.0.0.1 and the node name to this host's. The Secrets' values are made
+by deploy/k8s/make-secrets.sh (the rendered ones are placeholders). The readiness probes the
+manifests declare are run too: the coordinator's exec probe must pass, every worker pod's
+httpGet probe (its local rank 0's /metrics) must answer 200 while it trains. At the end every
+agent has exited 0 and written a port file for each rank of its pod, K*nproc .. K*nproc+nproc-1
+for completion index K. The agent sets each rank's LOCAL_WORLD_SIZE (its thread budget); the
+workers get one thread each here, as all pods share this machine's cores. --steps N shortens the
+job (the spec's latchkey.steps) for a busy machine.
 
 Usage: k8s_local_run_test.py --deploy-dir deploy/k8s --docker-dir docker
          --coordinator BIN --worker BIN --cli BIN
@@ -41,6 +46,39 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_range(n):
+    """The first of n consecutive ports that are all free now."""
+    for _ in range(200):
+        first = free_port()
+        if first + n > 65536:
+            continue
+        socks = []
+        try:
+            for p in range(first, first + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError(f"no {n} consecutive free ports")
+
+
+def metrics_ports(c):
+    """The container's metrics ports (metrics, metrics-1, ...), by port number."""
+    return sorted(p["containerPort"] for p in c.get("ports", [])
+                  if p["name"] == "metrics" or p["name"].startswith("metrics-"))
+
+
+def option(args, name):
+    """The value of `name` among the agent's own flags (those before `--`), or None."""
+    own = args[:args.index("--")] if "--" in args else args
+    return own[own.index(name) + 1] if name in own[:-1] else None
 
 
 class Pod:
@@ -128,7 +166,8 @@ class Pod:
                 src = e["valueFrom"]
                 if "fieldRef" in src:
                     field = src["fieldRef"]["fieldPath"]
-                    value = {"status.podIP": "127.0.0.1", "metadata.name": self.name}[field]
+                    value = {"status.podIP": "127.0.0.1", "metadata.name": self.name,
+                             "spec.nodeName": socket.gethostname()}[field]
                 elif "configMapKeyRef" in src:
                     ref = src["configMapKeyRef"]
                     value = configmaps[ref["name"]][ref["key"]]
@@ -258,9 +297,16 @@ def main():
         procs.append(submit)
         wspec = workers_job["spec"]
         wpod_spec = wspec["template"]["spec"]
+        agent = next(c for c in wpod_spec["containers"] if c["name"] == "worker")
+        assert agent["args"][0] == "node", f"the worker pods run the node agent: {agent['args']}"
+        nproc = int(option(agent["args"], "--nproc"))
+        declared = metrics_ports(agent)
+        # 9400 + i for local rank i: the ports the agent will use are declared, in one run.
+        assert declared[:nproc] == list(range(9400, 9400 + nproc)), declared
         for index in range(wspec["completions"]):
             ports = dict(coord_ports)
-            ports[9400] = free_port()
+            first = free_port_range(len(declared))
+            ports.update({p: first + p - 9400 for p in declared})
             pod = Pod(f"latchkey-workers-{index}", root, claims, ports, index)
             pod.steps = []
             for c in wpod_spec.get("initContainers", []) + wpod_spec["containers"]:
@@ -268,9 +314,11 @@ def main():
                 env = pod.environment(c, configmaps, secrets, [bindir])
                 if c["name"] == "worker":
                     # Here every pod shares this machine's cores (in a cluster each has its own).
-                    env["LOCAL_WORLD_SIZE"] = str(wspec["completions"])
                     env["OMP_NUM_THREADS"] = "1"
                 pod.steps.append((c, argv(c, env, pod, entrypoint), env))
+            # The agent's run folder: its --run-dir, else its working folder (the image's).
+            run_dir = option(pod.steps[-1][1], "--run-dir")
+            pod.run_dir = os.path.join(pod.paths["/var/lib/latchkey"], run_dir or ".")
             pod.proc = None
             pod.step = 0
             pod.ready = False
@@ -319,17 +367,29 @@ def main():
                                  (submit.returncode, tail(slog), tail(clog)))
         for pod in pods:
             rc = pod.proc.wait(timeout=60)
-            assert rc == 0 and pod.step == len(pod.steps), f"{pod.name}: exit {rc}"
+            assert rc == 0 and pod.step == len(pod.steps), \
+                f"{pod.name}: the node agent exited {rc}:\n{tail(pod.log)}"
             assert pod.ready, f"{pod.name}: its readiness probe never answered 200"
-            # The rank is the completion index (JOB_COMPLETION_INDEX; no RANK in the manifest).
-            info = json.load(open(pod.rewrite(IMAGE_ENV["LATCHKEY_PORT_FILE"])))
-            assert info["rank"] == pod.index, f"{pod.name}: port file says {info}"
+            # The pod's ranks follow from the completion index (JOB_COMPLETION_INDEX; no RANK in
+            # the manifest): each wrote its port file in the agent's run folder, and local rank i
+            # served its metrics on the port mapped from 9400 + i.
+            for local in range(nproc):
+                rank = pod.index * nproc + local
+                path = os.path.join(pod.run_dir, f"worker-{rank}.port.json")
+                assert os.path.exists(path), \
+                    f"{pod.name}: no {path}; agent:\n{tail(pod.log)}"
+                info = json.load(open(path))
+                assert info["rank"] == rank, f"{pod.name}: {path} says {info}"
+                assert info["metrics_port"] == pod.ports[9400 + local], \
+                    f"{pod.name}: rank {rank} served metrics on {info['metrics_port']}, not " \
+                    f"{pod.ports[9400 + local]} (9400 + {local})"
         assert coordinator_ready, "the coordinator's readiness probe never passed"
         job_id = configmaps["latchkey-job"]["job-id"]
         ckpt = os.path.join(CLAIM_MOUNTS["/checkpoints"], job_id)
         assert os.path.isdir(ckpt) and os.listdir(ckpt), f"no checkpoints in {ckpt}"
-        print(f"job {job_id} succeeded: coordinator, submit and {len(pods)} workers from the "
-              f"rendered manifests; checkpoints {sorted(os.listdir(ckpt))}")
+        print(f"job {job_id} succeeded: coordinator, submit and {len(pods)} worker pod(s) of "
+              f"{nproc} ranks each (node agents) from the rendered manifests; checkpoints "
+              f"{sorted(os.listdir(ckpt))}")
         print(open(slog).read()[-600:])
         ok = True
         return 0

@@ -7,13 +7,14 @@ latchkey.preemption.grace_seconds by 5 s, and that fails the job on the worker's
 checkpoints on a ReadWriteMany volume at an absolute path, the job id shared by the submit and
 the workers, the coordinator's database on a PVC, the NetworkPolicy's selectors and ports, and
 what Prometheus scrapes (deploy/prometheus/prometheus.yml's keep rules applied to the worker
-pod's ports). The cpu overlay runs one rank per pod (completions = the spec's world size). The
-gpu overlay runs one pod per node: the container runs the node agent (`node --nproc N`) with
-nvidia.com/gpu = N, completions x N = the spec's world size, N a multiple of autotp_size, the
-pods kept on distinct nodes (required anti-affinity on the hostname), a memory-backed /dev/shm,
-the node name from the downward API, NCCL on CUDA, and one metrics port per local rank, each
-scraped; the kueue overlay is the gpu overlay with the queue label, a Job created suspended and
-the requests Kueue counts.
+pod's ports). Every overlay runs one pod per node: the container runs the node agent
+(`node --nproc N`), completions x N = the spec's world size, N a multiple of autotp_size (a TP
+group never spans two nodes), a memory-backed /dev/shm, the node name from the downward API, at
+least one requested core per local rank, and one metrics port per local rank, each scraped. The
+cpu overlay does so on the CPU image with the spec's backend auto (shm inside a pod, Gloo between
+pods) and no GPU; the gpu overlay with nvidia.com/gpu = N, the pods kept on distinct nodes
+(required anti-affinity on the hostname) and NCCL on CUDA; the kueue overlay is the gpu overlay
+with the queue label, a Job created suspended and the requests Kueue counts.
 
 Usage: k8s_render_test.py --deploy-dir deploy/k8s --venv DIR --requirements FILE
 The venv is made (Debian's python3, --system-site-packages) and the pinned requirements
@@ -175,18 +176,15 @@ def check_objects(objects, overlay):
                "requests for Kueue's quota: cpu, memory, nvidia.com/gpu")
     else:
         expect(not workers.get("suspend"), "runs at once without a queue")
-    if overlay in ("gpu", "kueue"):
-        errors += check_node_pods(overlay, spec, workers, worker)
-    else:
+    errors += check_node_pods(overlay, spec, workers, worker)
+    if overlay == "cpu":
         gpu = worker.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
         expect(gpu is None, "no GPU on the cpu overlay")
-        expect(lk.get("backend") == "gloo", "the cpu overlay trains on Gloo")
+        expect(lk.get("backend") == "auto" and lk.get("device", "cpu") == "cpu",
+               "the cpu overlay trains on the CPU with backend auto (shm inside a pod)")
         expect(worker["image"].endswith(":cpu"), "the CPU image")
-        expect(worker["args"][0] == "worker", "one latchkey-worker per pod")
-        expect(workers["completions"] == workers["parallelism"] == lk["world_size"],
-               "one pod per rank: completions = parallelism = latchkey.world_size")
-        expect(scraped_ports(workers["template"], worker) == [9400],
-               "Prometheus scrapes the worker's metrics port")
+        limits = worker.get("resources", {}).get("limits", {})
+        expect("cpu" in limits and "memory" in limits, "CPU and memory limits")
     return errors
 
 
@@ -228,7 +226,8 @@ def scraped_ports(template, c):
 
 
 def check_node_pods(overlay, spec, workers, worker):
-    """The gpu overlay (and kueue, built on it): one pod per node running the node agent."""
+    """Every overlay: one pod per node running the node agent; on the gpu overlay (and kueue,
+    built on it) one GPU per local rank and NCCL."""
     errors = []
 
     def expect(cond, what):
@@ -245,10 +244,13 @@ def check_node_pods(overlay, spec, workers, worker):
         return errors
     limits = worker["resources"].get("limits", {})
     requests = worker["resources"].get("requests", {})
-    expect(int(limits.get("nvidia.com/gpu", 0)) == nproc,
-           f"nvidia.com/gpu limit ({limits.get('nvidia.com/gpu')}) = the agent's --nproc ({nproc})")
-    expect(int(requests.get("nvidia.com/gpu", nproc)) == nproc,
-           "the nvidia.com/gpu request (where given) = --nproc")
+    gpus = overlay in ("gpu", "kueue")
+    if gpus:
+        expect(int(limits.get("nvidia.com/gpu", 0)) == nproc,
+               f"nvidia.com/gpu limit ({limits.get('nvidia.com/gpu')}) = the agent's --nproc "
+               f"({nproc})")
+        expect(int(requests.get("nvidia.com/gpu", nproc)) == nproc,
+               "the nvidia.com/gpu request (where given) = --nproc")
     expect(workers["completions"] * nproc == lk["world_size"],
            f"completions ({workers['completions']}) x --nproc ({nproc}) = latchkey.world_size "
            f"({lk['world_size']})")
@@ -257,32 +259,38 @@ def check_node_pods(overlay, spec, workers, worker):
            f"tensor_parallel.autotp_size ({tp}) divides --nproc ({nproc}): a TP group never "
            "spans two nodes")
     expect(cores(requests.get("cpu", "0")) >= nproc, "at least one requested core per local rank")
+    omp = next((e.get("value") for e in worker.get("env", []) if e["name"] == "OMP_NUM_THREADS"),
+               None)
+    expect(omp is None or "cpu" not in limits or int(omp) == int(cores(limits["cpu"]) // nproc),
+           f"OMP_NUM_THREADS ({omp}) is the CPU limit / --nproc (each rank's thread budget)")
     env = {e["name"]: e for e in worker.get("env", [])}
     expect("LOCAL_WORLD_SIZE" not in env and "LOCAL_RANK" not in env,
            "LOCAL_WORLD_SIZE and LOCAL_RANK are the agent's to set")
     expect(env.get("LATCHKEY_NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {})
            .get("fieldPath") == "spec.nodeName",
            "LATCHKEY_NODE_NAME is the node's name (downward API spec.nodeName)")
-    terms = (pod.get("affinity", {}).get("podAntiAffinity", {})
-             .get("requiredDuringSchedulingIgnoredDuringExecution", []))
-    labels = dict(workers["template"]["metadata"].get("labels", {}),
-                  **{"batch.kubernetes.io/job-name": "latchkey-workers",
-                     "job-name": "latchkey-workers"})  # set on the pods by the Job controller
-    expect(any(t.get("topologyKey") == "kubernetes.io/hostname" and
-               t.get("labelSelector", {}).get("matchLabels") and
-               all(labels.get(key) == v
-                   for key, v in t["labelSelector"]["matchLabels"].items())
-               for t in terms),
-           "required pod anti-affinity on kubernetes.io/hostname selects the job's own pods")
+    if gpus:
+        terms = (pod.get("affinity", {}).get("podAntiAffinity", {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution", []))
+        labels = dict(workers["template"]["metadata"].get("labels", {}),
+                      **{"batch.kubernetes.io/job-name": "latchkey-workers",
+                         "job-name": "latchkey-workers"})  # set on the pods by the Job controller
+        expect(any(t.get("topologyKey") == "kubernetes.io/hostname" and
+                   t.get("labelSelector", {}).get("matchLabels") and
+                   all(labels.get(key) == v
+                       for key, v in t["labelSelector"]["matchLabels"].items())
+                   for t in terms),
+               "required pod anti-affinity on kubernetes.io/hostname selects the job's own pods")
     mounts = {m["mountPath"]: m["name"] for m in worker.get("volumeMounts", [])}
     shm = next((v for v in pod.get("volumes", []) if v["name"] == mounts.get("/dev/shm")), None)
     expect(shm is not None and shm.get("emptyDir", {}).get("medium") == "Memory",
            "/dev/shm is a memory-backed emptyDir")
-    expect(lk.get("backend") == "nccl" and lk.get("device") == "cuda", "the spec is on NCCL")
-    expect(worker["image"].endswith(":cuda"), "the CUDA image")
-    expect("NCCL_SOCKET_IFNAME" in env, "NCCL settings in the environment")
-    expect(env.get("NCCL_IB_DISABLE", {}).get("value", "0") == "0",
-           "InfiniBand/RoCE not disabled (NCCL_IB_DISABLE unset or 0)")
+    if gpus:
+        expect(lk.get("backend") == "nccl" and lk.get("device") == "cuda", "the spec is on NCCL")
+        expect(worker["image"].endswith(":cuda"), "the CUDA image")
+        expect("NCCL_SOCKET_IFNAME" in env, "NCCL settings in the environment")
+        expect(env.get("NCCL_IB_DISABLE", {}).get("value", "0") == "0",
+               "InfiniBand/RoCE not disabled (NCCL_IB_DISABLE unset or 0)")
     ports = {p["containerPort"]: p.get("name") for p in worker.get("ports", [])}
     wanted = list(range(9400, 9400 + nproc))
     expect("--metrics-port-base" in args and args[args.index("--metrics-port-base") + 1] == "9400",

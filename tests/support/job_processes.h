@@ -76,6 +76,20 @@ class JobProcesses {
     workers_.push_back(pid);
     return pid;
   }
+  // A node agent (`latchkey node`) for ranks node_rank*nproc .. +nproc-1, named `node_name`,
+  // its run folder `dir`: steps-R.jsonl and worker-R.log as bare workers write them here, its
+  // own output in node-TAG.out. Killed (-9) with the rest when this goes.
+  int StartNode(int node_rank, int nproc, const std::string& node_name, const std::string& tag,
+                std::vector<std::string> env = {}) {
+    env.push_back("LATCHKEY_JOIN_TOKEN=" + token_);
+    const int pid = StartProcess(
+        {LATCHKEY_CLI_BIN, "--coordinator", address_, "node", "--job", job_, "--nproc",
+         std::to_string(nproc), "--node-rank", std::to_string(node_rank), "--node-name", node_name,
+         "--run-dir", dir_, "--worker", WorkerBinary(), "--", "--quiet"},
+        env, dir_ + "/node-" + tag + ".out");
+    workers_.push_back(pid);
+    return pid;
+  }
   Captured Cli(std::vector<std::string> args) const {
     args.insert(args.begin(), {LATCHKEY_CLI_BIN, "--coordinator", address_});
     return RunAndCapture(args, std::chrono::seconds(60));

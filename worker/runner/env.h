@@ -19,6 +19,9 @@ struct WorkerEnv {
   std::optional<int> local_rank;        // LOCAL_RANK: this rank's GPU (cuda:LOCAL_RANK)
   // LATCHKEY_GLOO_HOSTNAME: the address other machines reach this rank's transport at.
   std::string transport_host;
+  // LATCHKEY_NODE_NAME: the node this rank runs on, as its node agent (`latchkey node`) names it;
+  // the coordinator keeps a tensor-parallel group on one node. Empty: the host is the node.
+  std::string node_name;
   std::string coordinator;  // LATCHKEY_COORDINATOR
   std::string job_id;       // LATCHKEY_JOB_ID
   std::string join_token;   // LATCHKEY_JOIN_TOKEN

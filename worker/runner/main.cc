@@ -4,7 +4,8 @@
 //       joins a job at the coordinator (flags or LATCHKEY_COORDINATOR, LATCHKEY_JOB_ID; the
 //       join token from LATCHKEY_JOIN_TOKEN or --join-token-file: --join-token TOKEN works but
 //       shows the token to `ps` and warns; RANK (else JOB_COMPLETION_INDEX, a Kubernetes
-//       Indexed Job's pod), when set, asks for that rank). TLS to the
+//       Indexed Job's pod), when set, asks for that rank; LATCHKEY_NODE_NAME names the node it
+//       runs on, as `latchkey node` sets it, else its host does). TLS to the
 //       coordinator: --tls-ca F (LATCHKEY_TLS_CA), mTLS also --tls-cert F --tls-key F
 //       (LATCHKEY_TLS_CERT, LATCHKEY_TLS_KEY).
 //   latchkey-worker --standalone --spec SPEC.json [outputs...]

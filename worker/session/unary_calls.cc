@@ -104,8 +104,8 @@ absl::Status WorkerSession::Impl::Retry(
 absl::StatusOr<JoinInfo> WorkerSession::Impl::DoJoin(absl::Duration limit) {
   WorkerIdentity who = Identity();
   who.attempt = 0;  // Join names no attempt
-  const v1::JoinRequest req =
-      MakeJoinRequest(who, opt.requested_rank, opt.advertise_host, prober ? prober->port() : 0);
+  const v1::JoinRequest req = MakeJoinRequest(who, opt.requested_rank, opt.advertise_host,
+                                              prober ? prober->port() : 0, opt.node);
   v1::JoinResponse resp;
   const absl::Time start = clock->Now();
   bool said_spare = false;

@@ -75,6 +75,7 @@ struct WorkerSessionOptions {
   std::string worker_id;
   std::optional<int> requested_rank;
   std::string advertise_host;  // empty: the address the coordinator sees
+  std::string node;            // the node it runs on (a node agent's identity); empty: its host
   absl::Duration rpc_timeout = absl::FromChrono(kDefaultRpcTimeout);
   absl::Duration retry_initial = absl::Milliseconds(100);
   absl::Duration retry_max = absl::Seconds(2);
