@@ -117,6 +117,21 @@ void WaitStep(const JobProcesses& c, int step) {
       seconds(300));
 }
 
+// Two agents of two ranks each (node-a: ranks 0-1, node-b: ranks 2-3), windows of at least
+// 0.3 s; Start() returns once rank 0 has finished step 4.
+struct TwoAgents {
+  explicit TwoAgents(const char* name) : dir(MakeTempDir(name)), c(dir, Spec()) {}
+  void Start() {
+    a = c.StartNode(0, 2, "node-a", "a", kSlow);
+    b = c.StartNode(1, 2, "node-b", "b", kSlow);
+    WaitStep(c, 4);
+  }
+  std::string dir;
+  JobProcesses c;
+  int a = -1;
+  int b = -1;
+};
+
 struct Outcome {
   std::string state;
   int restarts = -1;
@@ -168,12 +183,12 @@ TEST(NodeAgent, TwoAgentsTrainAsFourBareWorkers) {
 
 TEST(NodeAgent, AKilledLocalRankIsStartedAgainInPlace) {
   (void)Reference();
-  const std::string dir = MakeTempDir("node-kill-rank");
-  JobProcesses c(dir, Spec());
-  ASSERT_TRUE(c.ok());
-  const int a = c.StartNode(0, 2, "node-a", "a", kSlow);
-  const int b = c.StartNode(1, 2, "node-b", "b", kSlow);
-  WaitStep(c, 4);
+  TwoAgents t("node-kill-rank");
+  ASSERT_TRUE(t.c.ok());
+  t.Start();
+  const std::string& dir = t.dir;
+  JobProcesses& c = t.c;
+  const int a = t.a, b = t.b;
   const std::vector<int> ranks = Children(b);
   ASSERT_EQ(ranks.size(), 2u) << ReadText(dir + "/node-b.out") << ReadText(c.jsonl(0));
   kill(ranks[1], SIGKILL);
@@ -199,12 +214,12 @@ TEST(NodeAgent, AKilledLocalRankIsStartedAgainInPlace) {
 
 TEST(NodeAgent, AKilledAgentTakesItsRanksAndAReplacementRejoins) {
   (void)Reference();
-  const std::string dir = MakeTempDir("node-kill-agent");
-  JobProcesses c(dir, Spec());
-  ASSERT_TRUE(c.ok());
-  const int a = c.StartNode(0, 2, "node-a", "a", kSlow);
-  const int b = c.StartNode(1, 2, "node-b", "b", kSlow);
-  WaitStep(c, 4);
+  TwoAgents t("node-kill-agent");
+  ASSERT_TRUE(t.c.ok());
+  t.Start();
+  const std::string& dir = t.dir;
+  JobProcesses& c = t.c;
+  const int a = t.a, b = t.b;
   const std::vector<int> ranks = Children(b);
   ASSERT_EQ(ranks.size(), 2u);
   const auto t0 = std::chrono::steady_clock::now();
@@ -233,12 +248,12 @@ TEST(NodeAgent, AKilledAgentTakesItsRanksAndAReplacementRejoins) {
 
 TEST(NodeAgent, SigtermToAnAgentSavesAndLeavesWithinTheGrace) {
   (void)Reference();
-  const std::string dir = MakeTempDir("node-sigterm");
-  JobProcesses c(dir, Spec());
-  ASSERT_TRUE(c.ok());
-  const int a = c.StartNode(0, 2, "node-a", "a", kSlow);
-  const int b = c.StartNode(1, 2, "node-b", "b", kSlow);
-  WaitStep(c, 4);
+  TwoAgents t("node-sigterm");
+  ASSERT_TRUE(t.c.ok());
+  t.Start();
+  const std::string& dir = t.dir;
+  JobProcesses& c = t.c;
+  const int a = t.a, b = t.b;
   const auto t0 = std::chrono::steady_clock::now();
   kill(b, SIGTERM);
   EXPECT_EQ(WaitProcess(b, seconds(60)), kExitPreemptedCode) << ReadText(dir + "/node-b.out");
