@@ -6,15 +6,21 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <optional>
 #include <thread>
+
+#include "common/cpu_quota.h"
 
 namespace latchkey {
 
 int UsableCores() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return std::max(1u, std::thread::hardware_concurrency());
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) cores = CPU_COUNT(&set);
+  // A container's CPU limit: without pinned cores its CPU set is the whole node.
+  if (const std::optional<int> quota = CgroupCpuQuotaCores()) cores = std::min(cores, *quota);
+  return std::max(1, cores);
 }
 
 int ConfigureComputeThreads(int local_ranks) {
