@@ -85,6 +85,41 @@ absl::Status ClusterJob::Launch() {
   if (job_id_.empty() || join_token.empty()) return absl::InternalError("submit: " + out);
 
   const int world = o_.worker_hosts * o_.ranks_per_host;
+  if (o_.node_agents) {
+    for (int node = 0; node < o_.worker_hosts; ++node) {
+      const int host = HostOf(node * o_.ranks_per_host);
+      const std::string ip = SimCluster::Address(host);
+      std::vector<std::string> argv = {LATCHKEY_CLI_BIN,
+                                       "--coordinator",
+                                       address_,
+                                       "node",
+                                       "--job",
+                                       job_id_,
+                                       "--nproc",
+                                       std::to_string(o_.ranks_per_host),
+                                       "--node-rank",
+                                       std::to_string(node),
+                                       "--node-name",
+                                       ip,
+                                       "--run-dir",
+                                       dir_,
+                                       "--worker",
+                                       LATCHKEY_WORKER_BIN,
+                                       "--",
+                                       "--advertise-host",
+                                       ip,
+                                       "--save",
+                                       dir_ + "/final",
+                                       "--collective-timeout-seconds",
+                                       std::to_string(o_.collective_timeout_s),
+                                       "--quiet"};
+      argv.insert(argv.end(), o_.worker_flags.begin(), o_.worker_flags.end());
+      cluster_->StartSupervised(
+          host, argv, {"LATCHKEY_JOIN_TOKEN=" + join_token, "LATCHKEY_GLOO_HOSTNAME=" + ip},
+          absl::StrCat(dir_, "/node-", node, ".out"), absl::StrCat(dir_, "/node-", node, ".pid"));
+    }
+    return absl::OkStatus();
+  }
   for (int r = 0; r < world; ++r) {
     const int host = HostOf(r);
     const std::string ip = SimCluster::Address(host);

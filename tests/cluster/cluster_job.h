@@ -29,6 +29,9 @@ struct ClusterJobOptions {
   std::vector<std::string> coordinator_flags;  // e.g. {"--liveness-timeout", "10"}
   int collective_timeout_s = 30;
   std::vector<std::string> worker_flags;  // after the others, e.g. --test-min-window-seconds
+  // One node agent per worker host (`latchkey node --nproc ranks_per_host`, supervised as a pod
+  // is) instead of one supervised worker per rank; its node identity is its host's.
+  bool node_agents = false;
 };
 
 class ClusterJob {
@@ -57,7 +60,8 @@ class ClusterJob {
   std::string FinalWeights() const { return dir_ + "/final/model.safetensors"; }
   std::string CoordinatorLog() const;
   std::string WorkerLog(int rank) const;  // its path
-  int WorkerPid(int rank) const;  // the current process of the rank (its supervisor restarts it)
+  // The current process of the rank (its supervisor restarts it); -1 under node agents.
+  int WorkerPid(int rank) const;
   // `latchkey ARGS` run on the coordinator's host with the admin token; its output.
   std::string Cli(const std::vector<std::string>& args, int* exit_code) const;
   // kill -9 of the coordinator, then the same coordinator (database, address) started again.
