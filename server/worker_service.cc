@@ -37,8 +37,9 @@ absl::Status ToCall(const v1::WorkerIdentity& wire, int rank, WorkerCall* call) 
   return absl::OkStatus();
 }
 
-// The core's answer, as WorkerService's responses carry it.
-WorkerReply ToReply(const WorkerStatus& status) {
+}  // namespace
+
+WorkerReply WorkerServiceImpl::ToReply(const WorkerStatus& status) {
   WorkerReply out;
   out.state = status.state;
   out.reason = status.reason;
@@ -48,8 +49,6 @@ WorkerReply ToReply(const WorkerStatus& status) {
   out.stop = status.stop;
   return out;
 }
-
-}  // namespace
 
 std::string WorkerServiceImpl::PeerHost(const std::string& peer) {
   std::string rest;
@@ -101,12 +100,22 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ReportStep(grpc::CallbackServerCont
     reactor->Finish(ToGrpcStatus(slot.status()));
     return reactor;
   }
+  std::shared_ptr<PeerCallLimiter::Slot> held = *std::move(slot);
+  SubmitReport(*req, [this, ctx, resp, reactor, held](absl::StatusOr<WorkerStatus> out) {
+    if (out.ok()) ToProto(ToReply(*out), resp);
+    reactor->Finish(gate_.Answer(*ctx, "ReportStep", out.status()));
+  });
+  return reactor;
+}
+
+void WorkerServiceImpl::SubmitReport(const v1::ReportStepRequest& req,
+                                     std::function<void(absl::StatusOr<WorkerStatus>)> done) {
   WorkerCall call;
   StepReportRecord r;
   // The report's sizes are checked by the core, which records a refusal in the job's audit.
-  absl::Status st = ToCall(req->identity(), req->rank(), &call);
+  absl::Status st = ToCall(req.identity(), req.rank(), &call);
   if (st.ok()) {
-    auto report = FromProto(*req);
+    auto report = FromProto(req);
     if (report.ok()) {
       r.report = *std::move(report);
     } else {
@@ -114,16 +123,10 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ReportStep(grpc::CallbackServerCont
     }
   }
   if (!st.ok()) {
-    reactor->Finish(gate_.Answer(*ctx, "ReportStep", st));
-    return reactor;
+    done(st);
+    return;
   }
-  std::shared_ptr<PeerCallLimiter::Slot> held = *std::move(slot);
-  core_->ReportStep(call, std::move(r),
-                    [this, ctx, resp, reactor, held](absl::StatusOr<WorkerStatus> out) {
-                      if (out.ok()) ToProto(ToReply(*out), resp);
-                      reactor->Finish(gate_.Answer(*ctx, "ReportStep", out.status()));
-                    });
-  return reactor;
+  core_->ReportStep(call, std::move(r), std::move(done));
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/worker_protocol.h"
 #include "latchkey/v1/worker_service.grpc.pb.h"
 #include "server/call_gate.h"
 #include "server/coordinator.h"
@@ -46,6 +47,16 @@ class WorkerServiceImpl final : public latchkey::v1::WorkerService::CallbackServ
                                              v1::ReportCheckpointResponse* resp) override;
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
                                   v1::LeaveResponse* resp) override;
+  // A node agent's batches (worker_service_node.cc): each entry as its own call would be.
+  grpc::ServerUnaryReactor* NodeHeartbeat(grpc::CallbackServerContext* ctx,
+                                          const v1::NodeHeartbeatRequest* req,
+                                          v1::NodeHeartbeatResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportSteps(grpc::CallbackServerContext* ctx,
+                                        const v1::ReportStepsRequest* req,
+                                        v1::ReportStepsResponse* resp) override;
+
+  // The core's answer to a worker, as WorkerService's responses carry it.
+  static WorkerReply ToReply(const WorkerStatus& status);
 
   // "ipv4:10.0.0.5:4321" -> "10.0.0.5", "ipv6:[::1]:4321" -> "::1"; "" when not an IP peer.
   static std::string PeerHost(const std::string& peer);
@@ -53,6 +64,10 @@ class WorkerServiceImpl final : public latchkey::v1::WorkerService::CallbackServ
  private:
   absl::Status DoJoin(const std::string& peer, const v1::JoinRequest& req, v1::JoinResponse* resp);
   absl::Status DoHeartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp);
+  // One step report checked and handed to the core; `done` runs once it is durable (or
+  // refused), on the committer's thread or this one.
+  void SubmitReport(const v1::ReportStepRequest& req,
+                    std::function<void(absl::StatusOr<WorkerStatus>)> done);
   absl::Status DoReportFailure(const v1::ReportFailureRequest& req,
                                v1::ReportFailureResponse* resp);
   absl::Status DoReportCheckpoint(const v1::ReportCheckpointRequest& req,

@@ -6,10 +6,11 @@
 // coordinator said at Join (1 s up to 4,096 ranks; --heartbeat-seconds overrides), and per window:
 // hold latch(s), "compute" T s +-10% (uniform jitter, as real ranks finish apart), then
 // ReportStep(s) without waiting for the answer (the worker's sender thread does the same) and go on
-// with latch(s+1).
+// with latch(s+1). --node-size N (N > 0): node mode, the ranks' heartbeats and reports as a node
+// agent of N ranks sends them (fleet_ranks.h): NodeHeartbeat and ReportSteps; a list runs each.
 //
 //   bench_fleet [--ranks 1024,4096] [--step-seconds 2] [--steps 10] [--channels 16]
-//               [--heartbeat-seconds S]
+//               [--heartbeat-seconds S] [--node-size 0,8]
 //               [--lookahead L] [--coordinator-bin PATH] [--expect-success]
 //
 // Per run: join-all seconds (first Join sent -> every rank joined); latch wait p50/p99/max (a
@@ -48,6 +49,7 @@ namespace {
 
 struct Row {
   int ranks = 0, steps = 0;
+  int node_size = 0;  // 0: every rank calls on its own
   double step_seconds = 0;
   double join_all_s = 0;
   double wait_p50 = 0, wait_p99 = 0, wait_max = 0;
@@ -73,6 +75,7 @@ double Pct(std::vector<double>& v, double q) {
 Row Run(const std::string& bin, const Options& o, int lookahead) {
   Row row;
   row.ranks = o.ranks;
+  row.node_size = o.node_size;
   row.steps = o.steps;
   row.step_seconds = o.step_seconds;
   const testing::ScopedTempDir dir("fleet-bench");
@@ -118,6 +121,10 @@ Row Run(const std::string& bin, const Options& o, int lookahead) {
     fleet->ranks.push_back(std::make_unique<Rank>());
     fleet->ranks.back()->id = i;
     fleet->ranks.back()->fleet = fleet.get();
+  }
+  for (int k = 0; o.node_size > 0 && k * o.node_size < o.ranks; ++k) {
+    fleet->nodes.push_back(std::make_unique<Node>());
+    fleet->nodes.back()->id = k;
   }
   const absl::Time t0 = absl::Now();
   fleet->StartJoins();
@@ -212,6 +219,7 @@ int main(int argc, char** argv) {
   using namespace latchkey::bench;
   CLI::App app{"latchkey coordinator fleet benchmark: N simulated ranks against one coordinator"};
   std::string ranks_list = "1024,4096";
+  std::string node_sizes = "0";
   Options o;
   int lookahead = -1;
   bool expect_success = false;
@@ -232,6 +240,10 @@ int main(int argc, char** argv) {
                  "heartbeat period (0: the interval the coordinator said at Join)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--node-size", node_sizes,
+                 "comma-separated: 0 = every rank calls on its own; N = node mode, N ranks per "
+                 "node agent (one run each)")
+      ->capture_default_str();
   app.add_option("--join-window", o.join_window, "Join calls in flight at once")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -248,37 +260,47 @@ int main(int argc, char** argv) {
 
   std::vector<Row> rows;
   for (absl::string_view s : absl::StrSplit(ranks_list, ',')) {
-    o.ranks = std::atoi(std::string(s).c_str());
-    std::cerr << "bench_fleet: " << o.ranks << " ranks x " << o.steps << " steps of "
-              << o.step_seconds << " s..." << std::endl;
-    rows.push_back(Run(bin, o, lookahead));
+    for (absl::string_view n : absl::StrSplit(node_sizes, ',')) {
+      o.ranks = std::atoi(std::string(s).c_str());
+      o.node_size = std::atoi(std::string(n).c_str());
+      std::cerr << "bench_fleet: " << o.ranks << " ranks x " << o.steps << " steps of "
+                << o.step_seconds << " s"
+                << (o.node_size > 0 ? ", nodes of " + std::to_string(o.node_size) : "") << "..."
+                << std::endl;
+      rows.push_back(Run(bin, o, lookahead));
+    }
   }
   std::printf("\nfleet (%u cores; coordinator and simulated ranks on one machine; %d channels)\n",
               std::thread::hardware_concurrency(), o.channels);
   std::printf(
-      "| ranks | step s | steps | join-all s | latch wait p50 / p99 / max ms | ReportStep p50 / "
+      "| ranks | calls | step s | steps | join-all s | latch wait p50 / p99 / max ms | ReportStep "
+      "p50 / "
       "p99 ms | heartbeat every s | Heartbeat p50 / p99 ms | coordinator CPU ms/rank-step | ranks' "
       "CPU "
       "ms/rank-step | coordinator RSS MiB (peak) | SQLite B/rank-step | wall s | job |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int rc = 0;
   for (const Row& r : rows) {
     std::printf(
-        "| %d | %.1f | %d | %.2f | %.1f / %.1f / %.1f | %.1f / %.1f | %.1f | %.1f / %.1f | %.4f "
+        "| %d | %s | %.1f | %d | %.2f | %.1f / %.1f / %.1f | %.1f / %.1f | %.1f | %.1f / %.1f | "
+        "%.4f "
         "| %.4f | %.0f (%.0f) | %.1f | %.1f | %s |\n",
-        r.ranks, r.step_seconds, r.steps, r.join_all_s, r.wait_p50, r.wait_p99, r.wait_max,
-        r.report_p50, r.report_p99, r.heartbeat_s, r.hb_p50, r.hb_p99, r.cpu_ms_per_rank_step,
+        r.ranks, r.node_size > 0 ? ("nodes of " + std::to_string(r.node_size)).c_str() : "per rank",
+        r.step_seconds, r.steps, r.join_all_s, r.wait_p50, r.wait_p99, r.wait_max, r.report_p50,
+        r.report_p99, r.heartbeat_s, r.hb_p50, r.hb_p99, r.cpu_ms_per_rank_step,
         r.fleet_cpu_ms_per_rank_step, r.rss_mib, r.peak_rss_mib, r.sqlite_bytes_per_rank_step,
         r.wall_s, r.state.c_str());
     if (!r.error.empty()) std::printf("  ranks %d: error: %s\n", r.ranks, r.error.c_str());
     if (expect_success && (r.state != "succeeded" || !r.error.empty())) rc = 1;
   }
   std::printf(
-      "\n| ranks | group commits | commit ms mean | lock held by commits s (%% of wall) |\n");
-  std::printf("|---|---|---|---|\n");
+      "\n| ranks | calls | group commits | commit ms mean | lock held by commits s (%% of "
+      "wall) |\n");
+  std::printf("|---|---|---|---|---|\n");
   for (const Row& r : rows) {
-    std::printf("| %d | %.0f | %.3f | %.3f (%.2f%%) |\n", r.ranks, r.commits, r.commit_ms_mean,
-                r.lock_held_by_commits_s,
+    std::printf("| %d | %s | %.0f | %.3f | %.3f (%.2f%%) |\n", r.ranks,
+                r.node_size > 0 ? ("nodes of " + std::to_string(r.node_size)).c_str() : "per rank",
+                r.commits, r.commit_ms_mean, r.lock_held_by_commits_s,
                 r.wall_s > 0 ? 100 * r.lock_held_by_commits_s / r.wall_s : 0.0);
   }
   return rc;

@@ -110,7 +110,19 @@ void Fleet::Joined(Rank& r, const v1::JoinResponse& resp) {
     last_join = absl::Now();
     if (next_join < o.ranks) next = next_join++;
   }
-  timers.At(absl::Now() + absl::Milliseconds(ms), [this, &r] { Heartbeat(r); });
+  if (o.node_size > 0) {
+    // The node's agent heartbeats from its first rank's join on, for the ranks joined.
+    Node& n = *nodes[static_cast<size_t>(r.id / o.node_size)];
+    bool start = false;
+    {
+      absl::MutexLock lock(&n.mu);
+      start = !n.heartbeating;
+      n.heartbeating = true;
+    }
+    if (start) timers.At(absl::Now() + absl::Milliseconds(ms), [this, &n] { NodeHeartbeat(n); });
+  } else {
+    timers.At(absl::Now() + absl::Milliseconds(ms), [this, &r] { Heartbeat(r); });
+  }
   if (next >= 0) Join(*ranks[next], 0);
 }
 
@@ -132,7 +144,7 @@ void Fleet::OnLatch(Rank& r, const v1::Latch& latch) {
 void Fleet::StartCompute(Rank& r) {
   r.computing = true;
   r.phase_start = absl::Now();
-  timers.At(r.phase_start + Jittered(), [this, &r] { ComputeDone(r); });
+  timers.At(r.phase_start + Jittered(r), [this, &r] { ComputeDone(r); });
 }
 
 void Fleet::ComputeDone(Rank& r) {
@@ -164,6 +176,11 @@ void Fleet::Report(Rank& r, const v1::Latch& latch) {
   c->req.set_step_seconds(o.step_seconds);
   c->req.set_tokens(1024);
   c->req.set_lr(0.001);
+  if (o.node_size > 0) {
+    NodeReport(r, std::move(c->req));
+    delete c;
+    return;
+  }
   c->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
   c->sent = absl::Now();
   Stub(r.id)->async()->ReportStep(&c->ctx, &c->req, &c->resp, [this, &r, c](grpc::Status s) {
@@ -220,6 +237,88 @@ void Fleet::Heartbeat(Rank& r) {
       if (!failed) r.heartbeat_ms.push_back(ms);
     }
     if (failed) Fail("Heartbeat rank " + std::to_string(r.id) + ": " + s.error_message());
+  });
+}
+
+// Node mode: the report waits for the node's other ranks' of the same step, then one
+// ReportSteps carries them all; each rank's latency is the node call's.
+void Fleet::NodeReport(Rank& r, v1::ReportStepRequest req) {
+  Node& n = *nodes[static_cast<size_t>(r.id / o.node_size)];
+  auto* c = new Call<v1::ReportStepsRequest, v1::ReportStepsResponse>(this);
+  {
+    absl::MutexLock lock(&n.mu);
+    std::vector<v1::ReportStepRequest>& step = n.reports[req.step()];
+    step.push_back(std::move(req));
+    if (static_cast<int>(step.size()) < o.node_size) {
+      delete c;
+      return;
+    }
+    c->req.set_node("node-" + std::to_string(n.id));
+    for (v1::ReportStepRequest& one : step) *c->req.add_reports() = std::move(one);
+    n.reports.erase(c->req.reports(0).step());
+  }
+  c->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  c->sent = absl::Now();
+  Stub(n.id)->async()->ReportSteps(&c->ctx, &c->req, &c->resp, [this, c](grpc::Status s) {
+    std::unique_ptr<Call<v1::ReportStepsRequest, v1::ReportStepsResponse>> own(c);
+    const double ms = absl::ToDoubleMilliseconds(absl::Now() - c->sent);
+    if (!s.ok()) return Fail("ReportSteps: " + s.error_message());
+    for (int i = 0; i < c->resp.statuses_size(); ++i) {
+      if (c->resp.statuses(i).code() != 0) {
+        return Fail("ReportSteps rank " + std::to_string(c->req.reports(i).rank()) + ": " +
+                    c->resp.statuses(i).message());
+      }
+    }
+    for (const v1::ReportStepRequest& one : c->req.reports()) {
+      Rank& r = *ranks[static_cast<size_t>(one.rank())];
+      absl::MutexLock lock(&r.mu);
+      r.report_ms.push_back(ms);
+    }
+  });
+}
+
+// Node mode: one NodeHeartbeat with the positions of the node's joined ranks, every interval
+// (its first rank's), until every rank of the node is done.
+void Fleet::NodeHeartbeat(Node& n) {
+  auto* c = new Call<v1::NodeHeartbeatRequest, v1::NodeHeartbeatResponse>(this);
+  c->req.set_node("node-" + std::to_string(n.id));
+  const int first = n.id * o.node_size;
+  absl::Duration every = absl::Seconds(1);
+  for (int i = first; i < first + o.node_size && i < o.ranks; ++i) {
+    Rank& r = *ranks[static_cast<size_t>(i)];
+    {
+      absl::MutexLock lock(&r.mu);
+      if (r.attempt == 0) continue;  // not joined yet
+      every = r.heartbeat_every;
+    }
+    v1::HeartbeatRequest hb;
+    if (Position(r, &hb)) *c->req.add_heartbeats() = std::move(hb);
+  }
+  if (c->req.heartbeats_size() == 0) {
+    delete c;
+    return;  // every rank of the node is done
+  }
+  c->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  c->sent = absl::Now();
+  timers.At(c->sent + every, [this, &n] { NodeHeartbeat(n); });
+  Stub(n.id)->async()->NodeHeartbeat(&c->ctx, &c->req, &c->resp, [this, c](grpc::Status s) {
+    std::unique_ptr<Call<v1::NodeHeartbeatRequest, v1::NodeHeartbeatResponse>> own(c);
+    const double ms = absl::ToDoubleMilliseconds(absl::Now() - c->sent);
+    if (!s.ok()) return Fail("NodeHeartbeat: " + s.error_message());
+    for (int i = 0; i < c->req.heartbeats_size(); ++i) {
+      Rank& r = *ranks[static_cast<size_t>(c->req.heartbeats(i).rank())];
+      const bool ok = c->resp.statuses_size() > i && c->resp.statuses(i).code() == 0;
+      bool done = false;
+      {
+        absl::MutexLock lock(&r.mu);
+        done = r.done;  // the job ended: a late heartbeat may be refused
+        if (!done && ok) r.heartbeat_ms.push_back(ms);
+      }
+      if (!done && !ok) {
+        Fail("NodeHeartbeat rank " + std::to_string(r.id) + ": " +
+             (c->resp.statuses_size() > i ? c->resp.statuses(i).message() : "no answer"));
+      }
+    }
   });
 }
 

@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -36,6 +37,19 @@ struct Options {
   int join_window = 1024;  // Joins in flight at once
   // Heartbeat period; zero: the interval the coordinator said at Join (as latchkey-worker).
   absl::Duration heartbeat_every = absl::ZeroDuration();
+  // > 0: node mode. Ranks k*node_size .. (k+1)*node_size-1 form node k, and their calls go as
+  // its agent makes them (client/node_relay.h): one NodeHeartbeat per interval with the node's
+  // joined ranks, one ReportSteps per step once every rank of the node finished it. The ranks
+  // of a node compute each window for the same time (their collectives keep them together).
+  int node_size = 0;
+};
+
+// Node mode: one simulated agent's state, guarded by mu.
+struct Node {
+  int id = 0;
+  absl::Mutex mu;
+  bool heartbeating = false;
+  std::map<int64_t, std::vector<v1::ReportStepRequest>> reports;  // by step, until all are in
 };
 
 struct Fleet;
@@ -62,6 +76,7 @@ struct Fleet {
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::vector<std::unique_ptr<v1::WorkerService::Stub>> stubs;
   std::vector<std::unique_ptr<Rank>> ranks;
+  std::vector<std::unique_ptr<Node>> nodes;  // node mode
   Timers timers;
   std::mt19937 rng{12345};
   absl::Mutex mu;  // below
@@ -75,9 +90,14 @@ struct Fleet {
     absl::MutexLock lock(&mu);
     if (first_error.empty()) first_error = what;
   }
-  absl::Duration Jittered() {
-    absl::MutexLock lock(&mu);
+  // One window's compute time: T +-10%; in node mode the same for every rank of a node.
+  absl::Duration Jittered(const Rank& r) {
     std::uniform_real_distribution<double> d(0.9 * o.step_seconds, 1.1 * o.step_seconds);
+    if (o.node_size > 0) {
+      std::mt19937 node_rng(static_cast<uint32_t>((r.id / o.node_size) * 1000003 + r.next_step));
+      return absl::Seconds(d(node_rng));
+    }
+    absl::MutexLock lock(&mu);
     return absl::Seconds(d(rng));
   }
   void Identity(Rank& r, v1::WorkerIdentity* id) {
@@ -103,6 +123,8 @@ struct Fleet {
   void ComputeDone(Rank& r);
   void Report(Rank& r, const v1::Latch& latch);
   void Heartbeat(Rank& r);
+  void NodeHeartbeat(Node& n);
+  void NodeReport(Rank& r, v1::ReportStepRequest req);
   bool Position(Rank& r, v1::HeartbeatRequest* req);
   void StreamEnded(Rank& r, const grpc::Status& s, const std::string& state);
 };

@@ -25,9 +25,11 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
 #include "client/cli/up.h"
+#include "client/node_relay.h"
 #include "common/cli_checks.h"
 #include "common/subprocess.h"
 #include "common/worker_protocol.h"
+#include "proto/channel.h"
 
 namespace latchkey::cli {
 namespace {
@@ -103,7 +105,7 @@ absl::Status Resolve(NodeOptions& o, std::string* join_token) {
 // Rank `rank`'s worker: the node's identity, its local rank, the job's settings, the worker
 // arguments given after `--`.
 SpawnOptions WorkerCommand(const CliContext& ctx, const NodeOptions& o,
-                           const std::string& join_token, int rank) {
+                           const std::string& join_token, const std::string& relay, int rank) {
   const int local = rank - o.node_rank * o.nproc;
   SpawnOptions w;
   w.args = {o.worker,
@@ -125,6 +127,7 @@ SpawnOptions WorkerCommand(const CliContext& ctx, const NodeOptions& o,
                  "LOCAL_RANK=" + std::to_string(local),
                  "LOCAL_WORLD_SIZE=" + std::to_string(o.nproc),
                  "LATCHKEY_NODE_NAME=" + o.node_name,
+                 "LATCHKEY_NODE_RELAY=" + relay,
                  "LATCHKEY_JOIN_TOKEN=" + join_token,
                  "LATCHKEY_TLS_CA=" + ctx.credentials.tls_ca,
                  "LATCHKEY_TLS_CERT=" + ctx.credentials.tls_cert,
@@ -174,15 +177,29 @@ int RunNode(const CliContext& ctx, NodeOptions o) {
                    "..", first + o.nproc - 1, "  job ", o.job, " at ", ctx.coordinator,
                    "  (run folder ", o.run_dir, ")"));
 
+  // The ranks' heartbeats and step reports go to the coordinator in node calls
+  // (client/node_relay.h), over a socket of this network namespace.
+  const ClientOptions client = ctx.client_options();
+  auto channel = MakeCoordinatorChannel(ctx.coordinator, client.credentials);
+  if (!channel.ok()) return Fail(channel.status());
+  NodeRelayOptions ro;
+  ro.listen = absl::StrCat("unix-abstract:latchkey-node-", getpid());
+  ro.node = o.node_name;
+  ro.local_ranks = o.nproc;
+  absl::StatusOr<std::unique_ptr<NodeRelay>> relay = NodeRelay::Start(ro, *channel);
+  if (!relay.ok()) return Fail(relay.status());
+
   SupervisorConfig sc;
-  sc.client = ctx.client_options();
+  sc.client = client;
   sc.job_id = o.job;
   sc.join_token = join_token;
   sc.run_dir = o.run_dir;
   sc.world = o.nproc;
   sc.first_rank = first;
   sc.on_line = say;
-  sc.worker = [ctx, o, join_token](int rank) { return WorkerCommand(ctx, o, join_token, rank); };
+  sc.worker = [ctx, o, join_token, address = ro.listen](int rank) {
+    return WorkerCommand(ctx, o, join_token, address, rank);
+  };
   UpSupervisor supervisor(sc);
 
   std::thread signals([&] {
@@ -226,6 +243,9 @@ int RunNode(const CliContext& ctx, NodeOptions o) {
   }
   supervisor.Stop();
   end_signal_thread();
+  const NodeRelayCounts n = (*relay)->counts();
+  say(absl::StrCat("relay        ", n.heartbeats, " heartbeats in ", n.node_heartbeats,
+                   " node calls, ", n.reports, " step reports in ", n.report_calls, " node calls"));
   const int code = NodeExitCode(exits);
   say(absl::StrCat(
       "node         done: exit ", code,

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -179,6 +180,23 @@ TEST(NodeAgent, TwoAgentsTrainAsFourBareWorkers) {
     EXPECT_NE(ReadText(dir + "/worker-" + std::to_string(r) + ".log"), "") << "rank " << r;
   }
   EXPECT_NE(ReadText(dir + "/node-1.log").find("ranks 2..3"), std::string::npos);
+  // Every heartbeat and step report went through the agent's relay, in node calls of more
+  // than one rank (client/node_relay.h).
+  for (const std::string node : {"0", "1"}) {
+    const std::string log = ReadText(dir + "/node-" + node + ".log");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(log, m,
+                                  std::regex("relay +([0-9]+) heartbeats in ([0-9]+) node calls, "
+                                             "([0-9]+) step reports in ([0-9]+) node calls")))
+        << log;
+    const int heartbeats = std::stoi(m[1]), heartbeat_calls = std::stoi(m[2]);
+    const int reports = std::stoi(m[3]), report_calls = std::stoi(m[4]);
+    EXPECT_EQ(reports, 2 * kSteps) << log;  // both local ranks, every step
+    EXPECT_LT(report_calls, reports) << log;
+    EXPECT_GE(report_calls, kSteps) << log;
+    EXPECT_GT(heartbeats, 0) << log;
+    EXPECT_LT(heartbeat_calls, heartbeats) << log;
+  }
 }
 
 TEST(NodeAgent, AKilledLocalRankIsStartedAgainInPlace) {

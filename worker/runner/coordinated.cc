@@ -38,6 +38,7 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   if (options.requested_rank >= 0) so.requested_rank = options.requested_rank;
   so.advertise_host = options.advertise_host;
   so.node = env.node_name;
+  so.node_relay = env.node_relay;
   so.position = [recorder] { return recorder->Snapshot(); };
   so.stuck_exit_after = kStuckExitAfter;
   // SIGTERM, SIGINT: the attempt saves and stops, and this process leaves for a replacement.

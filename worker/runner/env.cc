@@ -45,6 +45,7 @@ absl::StatusOr<WorkerEnv> ReadWorkerEnv() {
   if (env.master_addr.empty()) env.master_addr = "127.0.0.1";
   env.transport_host = Str("LATCHKEY_GLOO_HOSTNAME");
   env.node_name = Str("LATCHKEY_NODE_NAME");
+  env.node_relay = Str("LATCHKEY_NODE_RELAY");
   env.coordinator = Str("LATCHKEY_COORDINATOR");
   env.job_id = Str("LATCHKEY_JOB_ID");
   env.join_token = Str("LATCHKEY_JOIN_TOKEN");

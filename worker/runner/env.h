@@ -22,6 +22,9 @@ struct WorkerEnv {
   // LATCHKEY_NODE_NAME: the node this rank runs on, as its node agent (`latchkey node`) names it;
   // the coordinator keeps a tensor-parallel group on one node. Empty: the host is the node.
   std::string node_name;
+  // LATCHKEY_NODE_RELAY: where its node agent relays heartbeats and step reports (`latchkey
+  // node` sets it: client/node_relay.h). Empty: straight to the coordinator.
+  std::string node_relay;
   std::string coordinator;  // LATCHKEY_COORDINATOR
   std::string job_id;       // LATCHKEY_JOB_ID
   std::string join_token;   // LATCHKEY_JOIN_TOKEN

@@ -55,13 +55,13 @@ absl::Status WorkerSession::Impl::HeartbeatOnce(bool retry) {
   grpc::Status st;
   if (retry) {
     (void)Retry([&](grpc::ClientContext* ctx) {
-      st = stub->Heartbeat(ctx, req, &resp);
+      st = HeartbeatStub()->Heartbeat(ctx, req, &resp);
       return st;
     });
   } else {
     grpc::ClientContext ctx;
     ctx.set_deadline(GrpcDeadline(opt.rpc_timeout));
-    st = stub->Heartbeat(&ctx, req, &resp);
+    st = HeartbeatStub()->Heartbeat(&ctx, req, &resp);
   }
   absl::Status s = FromGrpcStatus(st);
   if (s.ok()) {

@@ -33,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -59,6 +60,16 @@ struct WorkerSession::Impl {
   WorkerSessionOptions opt;
   const Clock* clock = RealClock();  // opt.clock, or the real one
   std::unique_ptr<v1::WorkerService::Stub> stub;
+  // opt.node_relay's: the calls it relays (Heartbeat, ReportStep) go there; null: to `stub`.
+  std::unique_ptr<v1::WorkerService::Stub> relay_stub;
+  v1::WorkerService::Stub* HeartbeatStub() { return relay_stub ? relay_stub.get() : stub.get(); }
+  template <typename Request>
+  v1::WorkerService::Stub* ReportStub() {
+    if constexpr (std::is_same_v<Request, v1::ReportStepRequest>) {
+      if (relay_stub) return relay_stub.get();
+    }
+    return stub.get();
+  }
 
   absl::Mutex mu;
   absl::CondVar cv;

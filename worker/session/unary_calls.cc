@@ -42,8 +42,8 @@ absl::Status WorkerSession::Impl::Answered(absl::Status s, const Response& resp,
 template <typename Request, typename Response>
 absl::Status WorkerSession::Impl::Report(const Request& req, Rpc<Request, Response> method) {
   Response resp;
-  absl::Status s =
-      Retry([&](grpc::ClientContext* ctx) { return (stub.get()->*method)(ctx, req, &resp); });
+  absl::Status s = Retry(
+      [&](grpc::ClientContext* ctx) { return (ReportStub<Request>()->*method)(ctx, req, &resp); });
   return Answered(std::move(s), resp, req.identity().attempt());
 }
 
@@ -60,7 +60,7 @@ absl::Status WorkerSession::Impl::Deliver(const Request& req, Rpc<Request, Respo
   Response resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(GrpcDeadline(opt.rpc_timeout));
-  const grpc::Status st = (stub.get()->*method)(&ctx, req, &resp);
+  const grpc::Status st = (ReportStub<Request>()->*method)(&ctx, req, &resp);
   if (st.ok() || !IsRetryable(st.error_code())) {
     return Answered(FromGrpcStatus(st), resp, req.identity().attempt());
   }

@@ -11,6 +11,9 @@
 // from every thread; none makes a call to the coordinator.
 #include "worker/session/worker_session.h"
 
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
 #include <algorithm>
 #include <atomic>
 #include <iostream>
@@ -122,6 +125,10 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSession
   auto channel = MakeCoordinatorChannel(impl->opt.coordinator, impl->opt.credentials);
   if (!channel.ok()) return channel.status();
   impl->stub = v1::WorkerService::NewStub(*channel);
+  if (!impl->opt.node_relay.empty()) {
+    impl->relay_stub = v1::WorkerService::NewStub(
+        grpc::CreateChannel(impl->opt.node_relay, grpc::InsecureChannelCredentials()));
+  }
   if (impl->opt.probe_peers) {
     PeerProberOptions po;
     po.host = impl->opt.probe_host;

@@ -76,6 +76,9 @@ struct WorkerSessionOptions {
   std::optional<int> requested_rank;
   std::string advertise_host;  // empty: the address the coordinator sees
   std::string node;            // the node it runs on (a node agent's identity); empty: its host
+  // Its node agent's relay (client/node_relay.h): Heartbeat and ReportStep go there, batched
+  // with the node's other ranks'. Empty: every call goes to the coordinator.
+  std::string node_relay;
   absl::Duration rpc_timeout = absl::FromChrono(kDefaultRpcTimeout);
   absl::Duration retry_initial = absl::Milliseconds(100);
   absl::Duration retry_max = absl::Seconds(2);
