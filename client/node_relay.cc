@@ -164,10 +164,13 @@ struct NodeRelay::Impl final : public v1::WorkerService::CallbackService {
       v1::NodeHeartbeatResponse resp;
       const grpc::Status st =
           Call(&heartbeat_call, &v1::WorkerService::Stub::NodeHeartbeat, req, &resp);
+      {
+        // Counted before the ranks hear back: a rank answered finds its call counted.
+        absl::MutexLock lock(&mu);
+        ++counts.node_heartbeats;
+        counts.heartbeats += static_cast<int64_t>(batch.size());
+      }
       Answer(batch, st, resp);
-      absl::MutexLock lock(&mu);
-      ++counts.node_heartbeats;
-      counts.heartbeats += static_cast<int64_t>(batch.size());
     }
   }
 
@@ -180,10 +183,12 @@ struct NodeRelay::Impl final : public v1::WorkerService::CallbackService {
       for (const ReportEntry& e : batch) *req.add_reports() = e.req;
       v1::ReportStepsResponse resp;
       const grpc::Status st = Call(&report_call, &v1::WorkerService::Stub::ReportSteps, req, &resp);
+      {
+        absl::MutexLock lock(&mu);
+        ++counts.report_calls;
+        counts.reports += static_cast<int64_t>(batch.size());
+      }
       Answer(batch, st, resp);
-      absl::MutexLock lock(&mu);
-      ++counts.report_calls;
-      counts.reports += static_cast<int64_t>(batch.size());
     }
   }
 
