@@ -188,18 +188,22 @@ class TensorboardTest(unittest.TestCase):
         job = Job(spec(steps=steps, checkpoint_every=4, eval_every=4))
         self.addCleanup(job.close)
         job.start()
-        # Rank 0 once it has committed a checkpoint and trained past it.
+        # Rank 0 once it has committed a checkpoint and trained a step past it: its newest step
+        # is the first after a checkpointed one (checkpoint_every 4: 3 steps before the next
+        # checkpoint), so the kill lands between checkpoints and the resume redoes a step.
         deadline = time.time() + 240
         pid = None
         while time.time() < deadline:
             m = re.search(r"^worker 0 +pid ([0-9]+)", job.output(), re.M)
             recs = job.jsonl()
-            if m and any("checkpoint_seconds" in r for r in recs) and len(recs) >= 10:
+            past = (len(recs) >= 10 and recs[-1]["step"] % 4 == 0
+                    and any("checkpoint_seconds" in r for r in recs))
+            if m and past:
                 pid = int(m.group(1))
                 break
             if job.proc.poll() is not None:
                 break
-            time.sleep(0.05)
+            time.sleep(0.01)
         self.assertIsNotNone(pid, "rank 0 never got past a checkpoint:\n" + job.output()[-4000:])
         killed_at = len(job.jsonl())
         self.assertLess(killed_at, steps, "the job ended before the kill: raise --resume-steps")
