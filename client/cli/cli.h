@@ -65,6 +65,10 @@ struct CliContext {
 // for a status IsSpecUnreadable marks).
 int Fail(const absl::Status& status);
 
+// The join token in `path`, surrounding whitespace dropped (as latchkey-worker reads
+// --join-token-file); INVALID_ARGUMENT naming --join-token-file (submit_watch.cc).
+absl::StatusOr<std::string> ReadJoinTokenFile(const std::string& path);
+
 // Subcommands. Each registers itself on `app`; when it runs it stores its exit code.
 void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddWatchCommand(CLI::App& app, const CliContext& ctx, int* exit_code);

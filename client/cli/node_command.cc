@@ -79,14 +79,9 @@ absl::Status Resolve(NodeOptions& o, std::string* join_token) {
   }
   *join_token = Env("LATCHKEY_JOIN_TOKEN");
   if (!o.join_token_file.empty()) {
-    std::ifstream in(o.join_token_file);
-    std::string token;
-    in >> token;
-    if (token.empty()) {
-      return absl::InvalidArgumentError("--join-token-file: cannot read a token from '" +
-                                        o.join_token_file + "'");
-    }
-    *join_token = token;
+    absl::StatusOr<std::string> token = ReadJoinTokenFile(o.join_token_file);
+    if (!token.ok()) return token.status();
+    *join_token = *std::move(token);
   }
   if (join_token->empty()) {
     return absl::InvalidArgumentError("--join-token-file: required (or LATCHKEY_JOIN_TOKEN)");

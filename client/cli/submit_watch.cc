@@ -71,11 +71,7 @@ int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_s
   return kError;  // the stream ended while the job had not
 }
 
-namespace {
-
-// The join token in `path`, surrounding whitespace dropped (as latchkey-worker reads
-// --join-token-file); INVALID_ARGUMENT naming --join-token-file.
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+absl::StatusOr<std::string> ReadJoinTokenFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::InvalidArgumentError("--join-token-file: cannot read '" + path + "'");
   std::stringstream ss;
@@ -87,8 +83,6 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   }
   return text.substr(b, text.find_last_not_of(" \t\r\n") - b + 1);
 }
-
-}  // namespace
 
 void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
   struct Args {
@@ -153,7 +147,7 @@ void AddSubmitCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
     submission.job_id = args->job_id;
     submission.join_token_sha256 = args->join_token_sha256;
     if (!args->join_token_file.empty()) {
-      auto token = ReadTokenFile(args->join_token_file);
+      auto token = ReadJoinTokenFile(args->join_token_file);
       if (!token.ok()) {
         std::cerr << "latchkey: " << token.status().message() << "\n";
         *exit_code = kUsage;
