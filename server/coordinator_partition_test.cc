@@ -35,9 +35,10 @@ struct Running {
 JobState State(const Running& r) { return r.c->GetJob(r.id, false)->record.state; }
 
 // Four ranks joined (probe ports 7000 + rank), none has probed yet: on `hosts[rank]`, as node
-// `nodes[rank]` ("" = no node identity: the host is the node).
+// `nodes[rank]` ("" = no node identity: the host is the node). Every join must succeed unless
+// `refused`: then the last one is refused (kept in last_join), since its layout ends the job.
 Running Join4(ManualClock& clock, std::vector<std::string> hosts = {kHostA, kHostA, kHostB, kHostB},
-              std::vector<std::string> nodes = {"", "", "", ""}) {
+              std::vector<std::string> nodes = {"", "", "", ""}, bool refused = false) {
   CoordinatorOptions opt;
   opt.clock = &clock;
   opt.heartbeat_interval = absl::Seconds(1);
@@ -66,6 +67,7 @@ Running Join4(ManualClock& clock, std::vector<std::string> hosts = {kHostA, kHos
     a.probe_port = 7000 + i;
     auto joined = r.c->Join(a);
     if (!joined.ok()) {  // the last join of a refused layout hears that the job ended
+      EXPECT_TRUE(refused && i == 3) << "join " << i << ": " << joined.status();
       r.last_join = joined.status();
       continue;
     }
@@ -273,7 +275,7 @@ TEST(CoordinatorPartitionTest, EveryRankSilentAcrossHostsSuspectsTheCoordinators
 // before any collective, naming the group, its ranks, their nodes and what to change.
 TEST(CoordinatorTopologyTest, ATensorParallelGroupAcrossHostsFailsTheJobBeforeItStarts) {
   ManualClock clock;
-  Running r = Join4(clock, {kHostA, kHostB, kHostA, kHostB});
+  Running r = Join4(clock, {kHostA, kHostB, kHostA, kHostB}, {"", "", "", ""}, /*refused=*/true);
   EXPECT_EQ(State(r), JobState::kFailed);
   // The join that completed the ranks hears it as the others will.
   EXPECT_EQ(r.last_join.code(), absl::StatusCode::kFailedPrecondition);
@@ -297,7 +299,8 @@ TEST(CoordinatorTopologyTest, TheNodeIdentityDecidesOverTheHost) {
   EXPECT_EQ(State(inside), JobState::kRunning);
   // One host, a group split between two node identities: refused, naming the nodes.
   EXPECT_TRUE(inside.last_join.ok()) << inside.last_join;
-  Running across = Join4(clock, {kHostA, kHostA, kHostA, kHostA}, {"n0", "n0", "n0", "n1"});
+  Running across =
+      Join4(clock, {kHostA, kHostA, kHostA, kHostA}, {"n0", "n0", "n0", "n1"}, /*refused=*/true);
   EXPECT_EQ(State(across), JobState::kFailed);
   EXPECT_NE(across.c->GetJob(across.id, false)
                 ->record.failure_reason.find(
