@@ -37,6 +37,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -310,8 +311,15 @@ def run_agent(worker, cli, coordinator, device, nproc, out_dir):
         with open(ports) as f:
             addr = f"127.0.0.1:{json.load(f)['grpc_port']}"
         base = [cli, "--coordinator", addr]
+        # A free port for rank 0's store, as `latchkey up` picks one: the coordinator's default
+        # range starts at the same port for every coordinator on this host, so two checks at
+        # once would find each other's store.
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            store_port = sock.getsockname()[1]
         r = subprocess.run(base + ["submit", spec_path, "--job-id", AGENT_JOB,
-                                   "--join-token-file", token_path], env=env, timeout=60,
+                                   "--join-token-file", token_path,
+                                   "--rendezvous-port", str(store_port)], env=env, timeout=60,
                            capture_output=True, text=True)
         print(r.stdout + r.stderr, end="")
         if r.returncode != 0:
