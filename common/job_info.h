@@ -47,6 +47,9 @@ struct CompletedStep {
   // Each reporting rank's collective_seconds over its step_seconds (the status page); none for
   // the reports read back from the store after a restart (it keeps no collective_seconds).
   std::map<int, double> rank_collective_share;
+  // Each reporting rank's compute seconds per micro-batch (StepReport::compute_seconds over
+  // replica_micro_batches: the straggler score; the status page); in memory only.
+  std::map<int, double> rank_compute_per_micro_batch;
 };
 
 // How late the slowest rank of one window arrived at its first boundary collective: the spread
@@ -55,6 +58,14 @@ struct WindowArrival {
   int64_t window = 0;
   int slowest_rank = 0;  // the rank that waited least: it arrived last
   double lag_seconds = 0.0;
+};
+
+// A rank the coordinator names slow (docs/fault-tolerance.md "Stragglers").
+struct StragglerInfo {
+  int rank = 0;
+  std::string host;       // the host its worker advertised
+  double slowdown = 0.0;  // its compute time per micro-batch over the other ranks' median
+  int64_t since_step = 0;
 };
 
 // A job (latchkey.v1.Job).
@@ -106,6 +117,9 @@ struct JobInfo {
   // Drawn at submit and kept for every attempt and resume (common/job_uid.h): the identity its
   // checkpoints carry. "" from a coordinator before job uids.
   std::string job_uid;
+  std::vector<StragglerInfo> stragglers;  // the ranks named slow now, rank order
+  // The newest published latch's micro-batches per DP replica (rebalancing); empty: even.
+  std::vector<int> replica_micro_batches;
 };
 
 // SubmitJob's request.

@@ -270,6 +270,16 @@ absl::Status ParsePreemption(JsonObjectReader s, JobSpec* spec) {
   return s.RefuseUnknown();
 }
 
+// latchkey.stragglers: {rebalance, threshold, windows, sample_steps}; rebalance is checked
+// against the rest of the spec in ValidateJobSpec.
+absl::Status ParseStragglers(JsonObjectReader s, StragglerConfig* c) {
+  LK_RETURN_IF_ERROR(s.Bool("rebalance", &c->rebalance));
+  LK_RETURN_IF_ERROR(s.Double("threshold", &c->threshold, DoubleRange{1.0, true, kInf, true}));
+  LK_RETURN_IF_ERROR(s.Int("windows", &c->windows, AtLeast(1)));
+  LK_RETURN_IF_ERROR(s.Int("sample_steps", &c->sample_steps, AtLeast(1)));
+  return s.RefuseUnknown();
+}
+
 absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobSpec* spec,
                            bool* has_world_size, bool* has_schedule) {
   LK_RETURN_IF_ERROR(s.Require("seq_len"));
@@ -329,6 +339,11 @@ absl::Status ParseLatchkey(JsonObjectReader s, const std::string& base_dir, JobS
   LK_RETURN_IF_ERROR(s.Object("preemption", &preemption));
   if (preemption != nullptr) {
     LK_RETURN_IF_ERROR(ParsePreemption(s.Child("preemption", *preemption), spec));
+  }
+  const json* stragglers = nullptr;
+  LK_RETURN_IF_ERROR(s.Object("stragglers", &stragglers));
+  if (stragglers != nullptr) {
+    LK_RETURN_IF_ERROR(ParseStragglers(s.Child("stragglers", *stragglers), &spec->stragglers));
   }
   if (s.Get("backend") != nullptr) {
     std::string name;

@@ -108,6 +108,21 @@ struct ElasticConfig {
   bool enabled() const { return min_dp > 0; }
 };
 
+// `latchkey.stragglers` (docs/fault-tolerance.md "Stragglers"): when the coordinator names a
+// rank slow, and whether the latch works around a slow data-parallel replica.
+struct StragglerConfig {
+  // Uneven micro-batches per DP replica, chosen from the measured speeds (off by default).
+  bool rebalance = false;
+  // A rank is slow when its compute time per micro-batch exceeds the median rank's by this
+  // factor (> 1).
+  double threshold = 1.25;
+  // ... in this many consecutive windows before it is named (and as many under it to be
+  // cleared).
+  int windows = 3;
+  // The speed of a rank: the median of its last `sample_steps` steps.
+  int sample_steps = 5;
+};
+
 // `latchkey.activation_checkpointing` (docs/memory.md): which activations the backward
 // recomputes instead of keeping.
 enum class RecomputeMode {
@@ -202,6 +217,7 @@ struct JobSpec {
   // without the save (the previous checkpoint stays the newest) and the job is recovered from
   // as after a crash. Inside Kubernetes' default terminationGracePeriodSeconds (30).
   double preemption_grace_seconds = 25;
+  StragglerConfig stragglers;                              // latchkey.stragglers
   CommBackend backend = CommBackend::kAuto;                // latchkey.backend
   DeviceKind device = DeviceKind::kCpu;                    // latchkey.device
   bool tf32 = false;                                       // latchkey.tf32: TF32 matmuls on cuda
@@ -248,6 +264,7 @@ bool operator==(const EvalConfig& a, const EvalConfig& b);
 bool operator==(const CheckpointConfig& a, const CheckpointConfig& b);
 bool operator==(const ElasticConfig& a, const ElasticConfig& b);
 bool operator==(const TensorboardConfig& a, const TensorboardConfig& b);
+bool operator==(const StragglerConfig& a, const StragglerConfig& b);
 bool operator==(const ActivationCheckpointingConfig& a, const ActivationCheckpointingConfig& b);
 bool operator==(const JobSpec& a, const JobSpec& b);
 inline bool operator!=(const OptimizerConfig& a, const OptimizerConfig& b) { return !(a == b); }

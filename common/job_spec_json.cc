@@ -172,6 +172,10 @@ std::string JobSpecToJson(const JobSpec& spec) {
   if (spec.preemption_grace_seconds != JobSpec().preemption_grace_seconds) {
     latchkey["preemption"] = {{"grace_seconds", spec.preemption_grace_seconds}};
   }
+  latchkey["stragglers"] = {{"rebalance", spec.stragglers.rebalance},
+                            {"threshold", spec.stragglers.threshold},
+                            {"windows", spec.stragglers.windows},
+                            {"sample_steps", spec.stragglers.sample_steps}};
   latchkey["backend"] = CommBackendName(spec.backend);
   latchkey["device"] = DeviceKindName(spec.device);
   latchkey["tf32"] = spec.tf32;
@@ -238,6 +242,11 @@ bool operator==(const ElasticConfig& a, const ElasticConfig& b) { return a.min_d
 
 bool operator==(const TensorboardConfig& a, const TensorboardConfig& b) { return a.dir == b.dir; }
 
+bool operator==(const StragglerConfig& a, const StragglerConfig& b) {
+  return std::tie(a.rebalance, a.threshold, a.windows, a.sample_steps) ==
+         std::tie(b.rebalance, b.threshold, b.windows, b.sample_steps);
+}
+
 bool operator==(const ActivationCheckpointingConfig& a, const ActivationCheckpointingConfig& b) {
   return a.mode == b.mode && a.every_layers == b.every_layers;
 }
@@ -250,8 +259,9 @@ bool operator==(const JobSpec& a, const JobSpec& b) {
                     s.no_sync, s.seq_len, s.steps, s.seed, s.world_size, s.kv_reduce, s.data,
                     s.eval, s.init_from, s.checkpoint, s.tensorboard, s.max_restarts,
                     s.hang_timeout_seconds, s.elastic, s.rejoin_timeout_seconds,
-                    s.partition_timeout_seconds, s.preemption_grace_seconds, s.backend, s.device,
-                    s.tf32, s.activation_checkpointing, s.overlap_dp_reduction, s.warnings);
+                    s.partition_timeout_seconds, s.preemption_grace_seconds, s.stragglers,
+                    s.backend, s.device, s.tf32, s.activation_checkpointing, s.overlap_dp_reduction,
+                    s.warnings);
   };
   return t(a) == t(b);
 }

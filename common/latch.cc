@@ -1,5 +1,6 @@
 #include "common/latch.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -101,10 +102,51 @@ Latch DecideLatch(const JobSpec& spec, const LatchPolicy& policy, int64_t window
   return latch;
 }
 
+int ReplicaMicroBatches(const Latch& latch, int dp_rank) {
+  if (latch.replica_micro_batches.empty()) return latch.n;
+  return latch.replica_micro_batches.at(static_cast<size_t>(dp_rank));
+}
+
+int64_t MicroBatchSlot(const std::vector<int>& split, int dp, int d, int j) {
+  if (split.empty()) return static_cast<int64_t>(j) * dp + d;
+  // Rounds 0 .. j-1 dealt min(c_e, j) slots to each replica e; round j one to each replica
+  // before d that has a j-th micro-batch.
+  int64_t slot = 0;
+  for (int e = 0; e < dp; ++e) {
+    const int c = split[static_cast<size_t>(e)];
+    slot += std::min(c, j);
+    if (e < d && c > j) slot++;
+  }
+  return slot;
+}
+
+std::string SplitProblem(const Latch& latch, int dp, const std::vector<int>& split) {
+  if (static_cast<int>(split.size()) != dp) {
+    return absl::StrCat(split.size(), " entries for ", dp, " replicas");
+  }
+  int64_t sum = 0;
+  for (int c : split) {
+    if (c < 1) return absl::StrCat("a replica with ", c, " micro-batches (at least 1 each)");
+    sum += c;
+  }
+  if (sum != static_cast<int64_t>(latch.n) * dp) {
+    return absl::StrCat("the counts sum to ", sum, ", not n * DP = ", latch.n, " * ", dp);
+  }
+  for (size_t i = 0; i + 1 < latch.no_sync.size(); ++i) {
+    if (!latch.no_sync[i]) {
+      return absl::StrCat("micro-batch ", i,
+                          " reduces over DP mid-window (no_sync false), which every replica "
+                          "must reach alike");
+    }
+  }
+  return "";
+}
+
 bool Latch::operator==(const Latch& o) const {
   return std::tie(job_id, window, generation, first_micro_batch, first_sample, n, kv_mode, no_sync,
-                  reason) == std::tie(o.job_id, o.window, o.generation, o.first_micro_batch,
-                                      o.first_sample, o.n, o.kv_mode, o.no_sync, o.reason);
+                  reason, replica_micro_batches) ==
+         std::tie(o.job_id, o.window, o.generation, o.first_micro_batch, o.first_sample, o.n,
+                  o.kv_mode, o.no_sync, o.reason, o.replica_micro_batches);
 }
 
 }  // namespace latchkey

@@ -40,6 +40,9 @@ struct Latch {
   KvMode kv_mode = KvMode::kPerMicroBatch;
   std::vector<bool> no_sync;  // size n; the last entry is always false
   std::string reason;         // why this kv_mode (human-readable)
+  // Rebalancing (latchkey.stragglers.rebalance): the micro-batches each DP replica computes,
+  // indexed by dp rank, whole, at least 1 each, summing to n * DP. Empty: n each (even).
+  std::vector<int> replica_micro_batches;
 
   bool operator==(const Latch& o) const;
   bool operator!=(const Latch& o) const { return !(*this == o); }
@@ -52,6 +55,23 @@ struct Latch {
 // set (managed windows), else spec.WindowLength(window).
 Latch DecideLatch(const JobSpec& spec, const LatchPolicy& policy, int64_t window,
                   int64_t first_micro_batch, int64_t first_sample = -1);
+
+// The micro-batches DP replica `dp_rank` computes in the window: its entry of
+// replica_micro_batches, or n when the split is even (empty).
+int ReplicaMicroBatches(const Latch& latch, int dp_rank);
+
+// The window's micro-batch slot (0 .. n*DP-1; slot k reads the stream positions
+// [first_sample + k*MB, first_sample + (k+1)*MB)) of micro-batch j of DP replica d under
+// `split` (replica_micro_batches; empty = even). The slots are dealt round by round, in replica
+// order, to the replicas that have a j-th micro-batch (docs/data.md "Uneven micro-batches"), so
+// the even split gives slot j*DP + d, the layout's order, and every split covers the same
+// slots: the window reads the same samples, each at the same stream position.
+int64_t MicroBatchSlot(const std::vector<int>& split, int dp, int d, int j);
+
+// Why `split` cannot be the latch's (empty when it can): one entry per replica, each >= 1,
+// summing to n * dp, and no_sync true before the boundary (a mid-window DP reduction would be
+// issued by replicas at different micro-batches).
+std::string SplitProblem(const Latch& latch, int dp, const std::vector<int>& split);
 
 // The stream positions one micro-batch of `spec`'s layout consumes over all DP ranks (DP * MB).
 int64_t SamplesPerMicroBatch(const JobSpec& spec);

@@ -201,7 +201,7 @@ TEST(LatchGateTest, InitialPolicy) {
 
 TEST(LatchTest, EqualityComparesEveryField) {
   const Latch base = DecideLatch(Spec(1, 2, true, 4), Policy(KvReducePolicy::kAuto), 2, 8);
-  std::vector<Latch> changed(8, base);
+  std::vector<Latch> changed(9, base);
   changed[0].job_id = "job-1";
   changed[1].window = 3;
   changed[2].generation = 1;
@@ -210,8 +210,59 @@ TEST(LatchTest, EqualityComparesEveryField) {
   changed[5].kv_mode = KvMode::kDeferred;
   changed[6].no_sync[0] = false;
   changed[7].reason = "other";
+  changed[8].replica_micro_batches = {3, 1};
   EXPECT_EQ(base, base);
   for (const Latch& c : changed) EXPECT_NE(base, c);
+}
+
+// The even split's slots are the layout's order (micro-batch j of replica d reads slot
+// j * DP + d), and every split deals each of the window's n * DP slots to exactly one
+// (replica, micro-batch), in increasing order within a replica.
+TEST(MicroBatchSlotTest, EveryValidSplitCoversTheWindowsSlotsOnce) {
+  for (int dp : {1, 2, 3, 4}) {
+    for (int j = 0; j < 5; ++j) {
+      for (int d = 0; d < dp; ++d) EXPECT_EQ(MicroBatchSlot({}, dp, d, j), j * dp + d);
+      EXPECT_EQ(MicroBatchSlot(std::vector<int>(static_cast<size_t>(dp), 5), dp, dp - 1, j),
+                j * dp + dp - 1);
+    }
+  }
+  const std::vector<std::vector<int>> splits = {{3, 1}, {1, 3}, {5, 1, 2}, {1, 1, 6}, {2, 7, 1, 2}};
+  for (const std::vector<int>& split : splits) {
+    const int dp = static_cast<int>(split.size());
+    int total = 0;
+    for (int c : split) total += c;
+    std::vector<int> seen(static_cast<size_t>(total), 0);
+    for (int d = 0; d < dp; ++d) {
+      int64_t previous = -1;
+      for (int j = 0; j < split[static_cast<size_t>(d)]; ++j) {
+        const int64_t slot = MicroBatchSlot(split, dp, d, j);
+        ASSERT_GE(slot, 0);
+        ASSERT_LT(slot, total);
+        seen[static_cast<size_t>(slot)]++;
+        EXPECT_GT(slot, previous);
+        previous = slot;
+      }
+    }
+    for (int k = 0; k < total; ++k) EXPECT_EQ(seen[static_cast<size_t>(k)], 1) << "slot " << k;
+  }
+  // Round by round: {3, 1} deals slots 0 and 1 to replicas 0 and 1, then 2 and 3 to replica 0.
+  EXPECT_EQ(MicroBatchSlot({3, 1}, 2, 0, 0), 0);
+  EXPECT_EQ(MicroBatchSlot({3, 1}, 2, 1, 0), 1);
+  EXPECT_EQ(MicroBatchSlot({3, 1}, 2, 0, 1), 2);
+  EXPECT_EQ(MicroBatchSlot({3, 1}, 2, 0, 2), 3);
+}
+
+TEST(MicroBatchSlotTest, SplitProblemNamesWhatIsWrong) {
+  const Latch l = DecideLatch(Spec(1, 2, true, 4), Policy(KvReducePolicy::kAuto), 0, 0);
+  ASSERT_EQ(l.n, 4);
+  EXPECT_EQ(SplitProblem(l, 2, {5, 3}), "");
+  EXPECT_NE(SplitProblem(l, 2, {5, 3, 0}).find("3 entries for 2 replicas"), std::string::npos);
+  EXPECT_NE(SplitProblem(l, 2, {8, 0}).find("at least 1 each"), std::string::npos);
+  EXPECT_NE(SplitProblem(l, 2, {5, 4}).find("sum to 9, not n * DP = 4 * 2"), std::string::npos);
+  Latch synced = l;
+  synced.no_sync[1] = false;
+  EXPECT_NE(SplitProblem(synced, 2, {5, 3}).find("micro-batch 1 reduces over DP mid-window"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -19,7 +19,17 @@ inline constexpr const char* kEvalTag = "eval";
 
 struct StepReport {
   int64_t step = 0;
-  int micro_batches = 0;
+  int micro_batches = 0;  // the window's n (per replica, the even split's count)
+  // The micro-batches this rank's DP replica computed: n, or its share of an uneven split
+  // (latchkey.stragglers.rebalance; Latch::replica_micro_batches).
+  int replica_micro_batches = 0;
+  // The rank's own compute in its micro-batches: their wall time less the time inside
+  // collectives during them (a rank waiting for its TP peers is not slow; the straggler score).
+  double compute_seconds = 0.0;
+  // The wall time of those micro-batches less only the time in data-parallel and world
+  // collectives during them (ZeRO's reductions in the last backward wait on the other
+  // replicas): its replica's pace, TP collectives included (the rebalancing measure).
+  double micro_batch_seconds = 0.0;
   double loss = 0.0;       // mean over every token of the window across all DP ranks
   double grad_norm = 0.0;  // global, before clipping
   KvMode kv_mode = KvMode::kPerMicroBatch;

@@ -42,6 +42,22 @@ absl::Status CheckElastic(const JobSpec& spec) {
   return absl::OkStatus();
 }
 
+// latchkey.stragglers.rebalance: replicas run different numbers of micro-batches, so nothing but
+// the boundary micro-batch may reduce over DP (every replica must issue the same collectives).
+absl::Status CheckRebalance(const JobSpec& spec) {
+  if (!spec.stragglers.rebalance) return absl::OkStatus();
+  for (size_t i = 0; i + 1 < spec.no_sync.size(); ++i) {
+    if (!spec.no_sync[i]) {
+      return Err("latchkey.stragglers.rebalance",
+                 absl::StrCat("latchkey.no_sync[", i,
+                              "] is false: a mid-window DP reduction cannot be kept when replicas "
+                              "run different numbers of micro-batches (leave no_sync out, or "
+                              "rebalance off)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const JobSpec& spec) {
@@ -83,6 +99,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Err("latchkey.window_schedule",
                "a non-empty schedule is required when managed_gradient_accumulation is false");
   }
+  LK_RETURN_IF_ERROR(CheckRebalance(spec));
   return CheckElastic(spec);
 }
 

@@ -116,6 +116,14 @@ v1::Job ToProto(const JobInfo& job) {
   for (const StalledRank& r : job.stalled) *out.add_stalled() = ToProto(r);
   out.set_determinism_violations(job.determinism_violations);
   for (const WindowArrival& a : job.slowest) *out.add_slowest() = ToProto(a);
+  for (const StragglerInfo& s : job.stragglers) {
+    v1::Straggler* p = out.add_stragglers();
+    p->set_rank(s.rank);
+    p->set_host(s.host);
+    p->set_slowdown(s.slowdown);
+    p->set_since_step(s.since_step);
+  }
+  for (int c : job.replica_micro_batches) out.add_replica_micro_batches(c);
   out.set_world(job.world);
   for (const AttemptSummary& a : job.attempts) {
     v1::AttemptInfo* p = out.add_attempts();
@@ -162,6 +170,11 @@ JobInfo FromProto(const v1::Job& job) {
   for (const v1::StalledRank& r : job.stalled()) out.stalled.push_back(FromProto(r));
   out.determinism_violations = job.determinism_violations();
   for (const v1::WindowArrival& a : job.slowest()) out.slowest.push_back(FromProto(a));
+  for (const v1::Straggler& s : job.stragglers()) {
+    out.stragglers.push_back({s.rank(), s.host(), s.slowdown(), s.since_step()});
+  }
+  out.replica_micro_batches.assign(job.replica_micro_batches().begin(),
+                                   job.replica_micro_batches().end());
   // A coordinator from before elastic recovery runs the spec's world in every attempt.
   out.world = job.world() > 0 ? job.world() : job.world_size();
   for (const v1::AttemptInfo& a : job.attempts()) {

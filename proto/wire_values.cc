@@ -74,6 +74,7 @@ v1::Latch ToProto(const Latch& latch) {
   out.set_kv_mode(ToProto(latch.kv_mode));
   for (bool b : latch.no_sync) out.add_no_sync(b);
   out.set_reason(latch.reason);
+  for (int c : latch.replica_micro_batches) out.add_replica_micro_batches(c);
   return out;
 }
 
@@ -88,6 +89,8 @@ Latch FromProto(const v1::Latch& latch) {
   out.kv_mode = FromProto(latch.kv_mode()).value_or(KvMode::kPerMicroBatch);
   out.no_sync.assign(latch.no_sync().begin(), latch.no_sync().end());
   out.reason = latch.reason();
+  out.replica_micro_batches.assign(latch.replica_micro_batches().begin(),
+                                   latch.replica_micro_batches().end());
   return out;
 }
 

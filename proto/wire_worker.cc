@@ -81,6 +81,9 @@ v1::ReportStepRequest ToProto(const StepReport& report) {
   for (const auto& [k, v] : report.collective_calls) (*out.mutable_collective_calls())[k] = v;
   out.set_step_seconds(report.step_seconds);
   out.set_collective_seconds(report.collective_seconds);
+  out.set_replica_micro_batches(report.replica_micro_batches);
+  out.set_compute_seconds(report.compute_seconds);
+  out.set_micro_batch_seconds(report.micro_batch_seconds);
   out.set_tokens(report.tokens);
   out.set_latch_generation(report.latch_generation);
   out.set_lr(report.lr);
@@ -106,6 +109,9 @@ absl::StatusOr<StepReport> FromProto(const v1::ReportStepRequest& report) {
   for (const auto& [k, v] : report.collective_calls()) out.collective_calls[k] = v;
   out.step_seconds = report.step_seconds();
   out.collective_seconds = report.collective_seconds();
+  out.replica_micro_batches = report.replica_micro_batches();
+  out.compute_seconds = report.compute_seconds();
+  out.micro_batch_seconds = report.micro_batch_seconds();
   out.tokens = report.tokens();
   out.latch_generation = report.latch_generation();
   out.lr = report.lr();

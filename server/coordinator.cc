@@ -217,6 +217,10 @@ JobView Coordinator::View(const Job& job, bool with_workers) const {
   v.last_eval = job.steps.LastEval();
   v.max_restarts = job.spec.max_restarts;
   v.slowest.assign(job.arrivals.slowest().begin(), job.arrivals.slowest().end());
+  for (const StragglerTracker::Named& n : job.stragglers.named()) {
+    v.stragglers.push_back({n.rank, job.ranks.at(n.rank).host, n.slowdown, n.since_step});
+  }
+  v.replica_micro_batches = job.last_split;
   v.spec_world_size = job.attempts.spec_layout().world_size;
   for (const AttemptLog::Attempt& a : job.attempts.history()) {
     v.attempts.push_back({a.number, a.layout.world_size, a.layout.tp, a.layout.dp,
@@ -256,6 +260,7 @@ absl::Status Coordinator::EndJob(Job& job, JobState state, const std::string& re
   Touch(job);
   LK_RETURN_IF_ERROR(s);
   if (observer_ && stalled > 0) observer_->AddStalledRanks(-stalled);  // live jobs' verdicts only
+  if (observer_) observer_->RankSlowdowns(job.rec.job_id, {});         // live jobs' gauges only
   // Ended jobs serve no stream: their latches are read from the store if ever asked for.
   job.latches.ForgetAll();
   job.steps.DropPartial();
@@ -273,10 +278,15 @@ absl::Status Coordinator::Publish(Job& job) {
   int64_t frontier =
       std::min<int64_t>(job.spec.steps, job.steps_completed + 1 + options_.latch_lookahead);
   if (job.stop) frontier = std::min(frontier, job.stop->before_window);  // coordinator_stop.cc
+  LatchLog::SplitFn split;
+  if (job.spec.stragglers.rebalance) {
+    split = [&job](const Latch& l) { return job.stragglers.SplitFor(l.n); };
+  }
   LK_ASSIGN_OR_RETURN(
       std::vector<PublishedLatch> published,
-      job.latches.Publish(*store_, job.spec, job.rec.policy, frontier, clock_->Now()));
+      job.latches.Publish(*store_, job.spec, job.rec.policy, frontier, clock_->Now(), split));
   if (published.empty()) return absl::OkStatus();
+  NoteSplits(job, published);
   job.rec.next_window = job.latches.next_window();
   job.rec.next_first_micro_batch = job.latches.next_first_micro_batch();
   job.rec.next_first_sample = job.latches.next_first_sample();

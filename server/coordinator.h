@@ -134,6 +134,9 @@ class CoordinatorObserver {
   virtual void GroupCommitted(double /*seconds*/, bool /*lock_held*/) {}
   // (rank, peer) pairs live jobs' ranks report unreachable now.
   virtual void UnreachablePeers(int /*pairs*/) {}
+  // Every rank of a job reported a step: each rank's slowdown (docs/fault-tolerance.md
+  // "Stragglers"); empty when the job ended (its series go).
+  virtual void RankSlowdowns(const std::string& /*job_id*/, const std::vector<double>& /*s*/) {}
 };
 
 struct JobView {
@@ -149,6 +152,8 @@ struct JobView {
   std::optional<CompletedStep> last_eval;  // the newest completed step that evaluated
   int max_restarts = 0;                    // the spec's latchkey.max_restarts
   std::vector<WindowArrival> slowest;      // the last windows' slowest ranks, newest last
+  std::vector<StragglerInfo> stragglers;   // the ranks named slow now
+  std::vector<int> replica_micro_batches;  // the newest latch's split; empty: even
   int spec_world_size = 0;                 // world_size/tp/dp above are the current attempt's
   std::vector<AttemptSummary> attempts;
 };
@@ -513,6 +518,11 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Publishes latches up to the lookahead frontier of a RUNNING job.
   absl::Status Publish(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stragglers (coordinator_stragglers.cc): a rank's first report of a step scored, and the
+  // splits of newly published latches audited when they change.
+  void NoteSpeed(Job& job, int rank, const StepReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteSplits(Job& job, const std::vector<PublishedLatch>& published)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a rank's progress moved: completed steps, success, publication.
   absl::Status Advance(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The latches from `window` on, or job_ended; false when the caller has to wait.

@@ -141,6 +141,7 @@ absl::Status Coordinator::BeginAttempt(Job& job, AttemptLog::Recovery recovery) 
     job.ranks = RankTable(layout.grid());  // every rank free already (ResetRanks)
     job.ranks.Reset(job.attempts.resume_step() + 1);
     job.steps = StepAggregator(layout.world_size, job.recent_steps_kept);
+    job.stragglers.NewAttempt(layout.grid());
     job.latches.SetLayout(layout_attempt, layout.dp);
     job.latches.Rewind(job.rec.next_window, job.rec.next_first_micro_batch, first_sample);
   }
@@ -202,6 +203,7 @@ void Coordinator::ResetRanks(Job& job) {
   }
   job.ranks.Reset(job.attempts.resume_step() + 1);
   job.arrivals.NewAttempt();
+  job.stragglers.NewAttempt(job.ranks.grid());
   // Waiters and latch streams of the old attempt look again and are refused (fenced).
   Touch(job);
 }

@@ -20,6 +20,7 @@
 #include "server/latch_log.h"
 #include "server/rank_table.h"
 #include "server/step_aggregator.h"
+#include "server/stragglers.h"
 
 namespace latchkey {
 
@@ -35,6 +36,7 @@ struct Coordinator::Job {
         ranks(attempts.layout().grid()),
         latches(rec.job_id, rec.next_window, rec.next_first_micro_batch, rec.next_first_sample),
         steps(attempts.layout().world_size, recent_steps),
+        stragglers(spec.stragglers, attempts.layout().grid()),
         recent_steps_kept(recent_steps) {
     latches.SetLayout(attempts.current().layout_attempt, attempts.layout().dp);
   }
@@ -56,6 +58,9 @@ struct Coordinator::Job {
   LatchLog latches;
   StepAggregator steps;
   BoundaryArrivals arrivals;
+  StragglerTracker stragglers;  // in memory only: a restarted coordinator measures again
+  // The split of the newest latch this coordinator published (audited when it changes).
+  std::vector<int> last_split;
   size_t recent_steps_kept;
   std::map<std::string, Spare> spares;  // worker id -> its wait; never persisted
   // The most ranks.StepsCompleted() has been as of the last Advance: it does not go back when

@@ -275,6 +275,7 @@ absl::StatusOr<WorkerStatus> Coordinator::StageReport(const WorkerCall& call,
     const std::optional<WindowArrival> arrival =
         j.arrivals.Note(report.step, call.rank, report.boundary_wait_seconds, j.world_size());
     if (arrival && observer_) observer_->BoundaryArrivalLag(arrival->lag_seconds);
+    NoteSpeed(j, call.rank, report);
   }
   j.ranks.SetStepsReported(call.rank, std::max(rank.steps_reported, report.step + 1));
   LK_RETURN_IF_ERROR(Advance(j));

@@ -39,6 +39,8 @@ JobInfo ToJobInfo(const JobView& v) {
   out.stalled = r.stalled;
   out.determinism_violations = r.determinism_violations;
   out.slowest = v.slowest;
+  out.stragglers = v.stragglers;
+  out.replica_micro_batches = v.replica_micro_batches;
   out.attempts = v.attempts;
   return out;
 }

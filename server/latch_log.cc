@@ -12,7 +12,8 @@ namespace latchkey {
 
 absl::StatusOr<std::vector<PublishedLatch>> LatchLog::Publish(JobStore& store, const JobSpec& spec,
                                                               const LatchPolicy& policy,
-                                                              int64_t frontier, absl::Time now) {
+                                                              int64_t frontier, absl::Time now,
+                                                              const SplitFn& split) {
   std::vector<PublishedLatch> batch;
   if (next_window_ >= frontier) return batch;
   int64_t m = next_first_micro_batch_;
@@ -25,6 +26,12 @@ absl::StatusOr<std::vector<PublishedLatch>> LatchLog::Publish(JobStore& store, c
     p.latch.job_id = job_id_;
     p.publish_time = now;
     p.layout_attempt = layout_attempt_;
+    if (split) {
+      std::vector<int> counts = split(p.latch);
+      if (!counts.empty() && SplitProblem(p.latch, dp_, counts).empty()) {
+        p.latch.replica_micro_batches = std::move(counts);
+      }
+    }
     m += p.latch.n;
     // The layout's dp, not the spec's: an elastic layout keeps the global batch with fewer
     // replicas and more micro-batches.

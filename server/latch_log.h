@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,9 +63,13 @@ class LatchLog {
 
   // Publishes windows [next_window(), frontier) under `policy`, persisting them first. Returns
   // the latches it published (empty when the frontier was reached already).
+  // `split` (may be empty) gives each latch's micro-batches per DP replica (rebalancing); a
+  // split the latch cannot carry (SplitProblem: e.g. a policy's mid-window DP reduction) is
+  // left out: that window is even.
+  using SplitFn = std::function<std::vector<int>(const Latch&)>;
   absl::StatusOr<std::vector<PublishedLatch>> Publish(JobStore& store, const JobSpec& spec,
                                                       const LatchPolicy& policy, int64_t frontier,
-                                                      absl::Time now);
+                                                      absl::Time now, const SplitFn& split = {});
 
   // Published latches from `window` on, at most `max`, from memory or the store.
   // REQUIRES: 0 <= window < next_window(), max >= 1.

@@ -1,6 +1,7 @@
 #include "server/metrics.h"
 
 #include <prometheus/counter.h>
+#include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
@@ -76,6 +77,28 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
                "0 while the database is in WAL (commits beside the other calls).")
            .Register(*registry_)
            .Add({});
+  slowdown_family_ = &prometheus::BuildGauge()
+                          .Name("latchkey_rank_slowdown")
+                          .Help(
+                              "Per rank of a live job: its compute time per micro-batch over the "
+                              "median of the other ranks' (1 = typical; a straggler is named past "
+                              "latchkey.stragglers.threshold).")
+                          .Register(*registry_);
+}
+
+void CoordinatorMetrics::RankSlowdowns(const std::string& job_id,
+                                       const std::vector<double>& slowdowns) {
+  absl::MutexLock lock(&slowdown_mu_);
+  std::vector<prometheus::Gauge*>& gauges = slowdowns_[job_id];
+  if (gauges.size() != slowdowns.size()) {  // a new job, a new layout, or the job ended
+    for (prometheus::Gauge* g : gauges) slowdown_family_->Remove(g);
+    gauges.clear();
+    for (size_t r = 0; r < slowdowns.size(); ++r) {
+      gauges.push_back(&slowdown_family_->Add({{"job", job_id}, {"rank", std::to_string(r)}}));
+    }
+  }
+  for (size_t r = 0; r < slowdowns.size(); ++r) gauges[r]->Set(slowdowns[r]);
+  if (slowdowns.empty()) slowdowns_.erase(job_id);
 }
 
 CoordinatorMetrics::~CoordinatorMetrics() = default;

@@ -8,8 +8,11 @@
 //   latchkey_job_restarts_total               counter, recoveries begun (new attempts)
 //   latchkey_boundary_arrival_lag_seconds     histogram, per window: max - min over ranks of
 //                                             the time waited in its first boundary collective
-// Every label value exists from the start (a zero is a sample too), so dashboards and
-// `promtool check metrics` see a stable set.
+//   latchkey_rank_slowdown{job,rank}          gauge, per rank of a live job: its compute time
+//                                             per micro-batch over the other ranks' median
+// Every label value but job and rank exists from the start (a zero is a sample too), so
+// dashboards and `promtool check metrics` see a stable set; a job's series come with its first
+// completed step and go when it ends.
 //
 // Thread-safety: prometheus-cpp metrics are thread-safe; the observer methods are cheap.
 #ifndef LATCHKEY_SERVER_METRICS_H_
@@ -18,11 +21,16 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "server/coordinator.h"
 
 namespace prometheus {
+template <typename T>
+class Family;
 class Counter;
 class Gauge;
 class Histogram;
@@ -44,6 +52,7 @@ class CoordinatorMetrics : public CoordinatorObserver {
   void JobRestarted() override;
   void BoundaryArrivalLag(double seconds) override;
   void GroupCommitted(double seconds, bool lock_held) override;
+  void RankSlowdowns(const std::string& job_id, const std::vector<double>& slowdowns) override;
 
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
   // The text exposition (what /metrics serves).
@@ -60,6 +69,9 @@ class CoordinatorMetrics : public CoordinatorObserver {
   prometheus::Histogram* arrival_lag_ = nullptr;
   prometheus::Histogram* commit_ = nullptr;
   prometheus::Counter* lock_held_by_commits_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* slowdown_family_ = nullptr;
+  absl::Mutex slowdown_mu_;
+  std::map<std::string, std::vector<prometheus::Gauge*>> slowdowns_ ABSL_GUARDED_BY(slowdown_mu_);
 };
 
 }  // namespace latchkey

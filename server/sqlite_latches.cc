@@ -20,8 +20,8 @@ absl::Status SqliteStore::AppendLatches(const std::string& job_id,
                                         int64_t next_first_sample) {
   static constexpr const char* kInsert =
       "INSERT INTO latches (job_id, window, generation, first_micro_batch, n, kv_mode, no_sync, "
-      "reason, publish_us, layout_attempt, first_sample) VALUES "
-      "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)";
+      "reason, publish_us, layout_attempt, first_sample, replica_micro_batches) VALUES "
+      "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)";
   static constexpr const char* kMove =
       "UPDATE jobs SET next_window=?2, next_first_micro_batch=?3, next_first_sample=?4 "
       "WHERE job_id=?1";
@@ -33,7 +33,7 @@ absl::Status SqliteStore::AppendLatches(const std::string& job_id,
       ins.Bind(1, job_id).Bind(2, l.window).Bind(3, l.generation).Bind(4, l.first_micro_batch);
       ins.Bind(5, l.n).Bind(6, std::string(KvModeName(l.kv_mode))).Bind(7, NoSyncText(l.no_sync));
       ins.Bind(8, l.reason).Bind(9, Us(p.publish_time)).Bind(10, p.layout_attempt);
-      ins.Bind(11, l.first_sample);
+      ins.Bind(11, l.first_sample).Bind(12, SplitText(l.replica_micro_batches));
       LK_RETURN_IF_ERROR(ins.Run());
     }
     mv.Bind(1, job_id).Bind(2, next_window).Bind(3, next_first_micro_batch);
@@ -138,7 +138,8 @@ absl::StatusOr<std::vector<PublishedLatch>> SqliteStore::LoadLatches(const std::
   LK_ASSIGN_STMT(
       st,
       "SELECT job_id, window, generation, first_micro_batch, n, kv_mode, no_sync, "
-      "reason, publish_us, layout_attempt, first_sample FROM latches l WHERE job_id=?1 AND "
+      "reason, publish_us, layout_attempt, first_sample, replica_micro_batches FROM latches l "
+      "WHERE job_id=?1 AND "
       "window>=?2 AND layout_attempt=(SELECT MAX(layout_attempt) FROM latches m "
       "WHERE m.job_id=l.job_id AND m.window=l.window) ORDER BY window LIMIT ?3");
   st.Bind(1, job_id).Bind(2, start_window).Bind(3, limit);
@@ -164,6 +165,7 @@ absl::StatusOr<std::vector<PublishedLatch>> SqliteStore::LoadLatches(const std::
     p.publish_time = FromUs(st.Int(8));
     p.layout_attempt = st.Int(9);
     l.first_sample = st.Int(10);
+    LK_ASSIGN_OR_RETURN(l.replica_micro_batches, SplitFromText(where, st.Text(11)));
     out.push_back(std::move(p));
   }
   st.Reset();

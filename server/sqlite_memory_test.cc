@@ -54,8 +54,8 @@ TEST(SqliteMemoryColumnsTest, MigratesAVersion7FileAndStoresTheMemoryOfNewReport
   testing::ScopedTempDir dir;
   const std::string path = dir.path() + "/coord.db";
   {
-    // A v7 file: today's schema without the three columns v8 adds (and v10's job_uid),
-    // holding one report.
+    // A v7 file: today's schema without the three columns v8 adds (and v10's job_uid, v11's
+    // latches.replica_micro_batches), holding one report.
     auto store = SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE((*store)->InsertStepReport(Report(0, 0)).ok());
@@ -65,6 +65,7 @@ TEST(SqliteMemoryColumnsTest, MigratesAVersion7FileAndStoresTheMemoryOfNewReport
                  "ALTER TABLE step_reports DROP COLUMN activation_memory_bytes;"
                  "ALTER TABLE step_reports DROP COLUMN reserved_memory_bytes;"
                  "ALTER TABLE jobs DROP COLUMN job_uid;"
+                 "ALTER TABLE latches DROP COLUMN replica_micro_batches;"
                  "PRAGMA user_version = 7;"),
             "");
   ASSERT_EQ(Int(path, "PRAGMA user_version"), 7);
@@ -84,7 +85,7 @@ TEST(SqliteMemoryColumnsTest, MigratesAVersion7FileAndStoresTheMemoryOfNewReport
     ASSERT_TRUE((*store)->InsertStepReport(fresh).ok());
   }
   EXPECT_EQ(Int(path, "PRAGMA user_version"), SqliteStore::kSchemaVersion);
-  EXPECT_EQ(SqliteStore::kSchemaVersion, 10);
+  EXPECT_EQ(SqliteStore::kSchemaVersion, 11);
   auto again = SqliteStore::Open(path);
   ASSERT_TRUE(again.ok()) << again.status();
   auto fresh = (*again)->LoadStepReport("job-000001", 1, 0);

@@ -205,6 +205,12 @@ constexpr const char* kMigrateV9ToV10 = R"sql(
 ALTER TABLE jobs ADD COLUMN job_uid TEXT NOT NULL DEFAULT '';
 )sql";
 
+// v10 -> v11 (docs/fault-tolerance.md "Stragglers"): a latch may split its window unevenly over
+// the DP replicas ("5,3": micro-batches by dp rank); '' is the even split every latch before had.
+constexpr const char* kMigrateV10ToV11 = R"sql(
+ALTER TABLE latches ADD COLUMN replica_micro_batches TEXT NOT NULL DEFAULT '';
+)sql";
+
 }  // namespace
 
 absl::StatusOr<int> SqliteStore::SchemaVersion() {
@@ -269,6 +275,8 @@ absl::Status SqliteStore::Migrate(int from) {
       return Exec(kMigrateV8ToV9);
     case 9:
       return MigrateV9ToV10();
+    case 10:
+      return Exec(kMigrateV10ToV11);
   }
   return absl::InternalError(absl::StrCat("no migration from schema v", from));
 }

@@ -101,7 +101,7 @@ TEST(SqliteSchemaTest, NewFileIsAtTheCurrentVersion) {
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
   EXPECT_EQ(RawInt(path, "PRAGMA user_version"), SqliteStore::kSchemaVersion);
-  EXPECT_EQ(SqliteStore::kSchemaVersion, 10);
+  EXPECT_EQ(SqliteStore::kSchemaVersion, 11);
 }
 
 // v9: step_reports is its key's B-tree (WITHOUT ROWID): no second B-tree repeats every
@@ -184,7 +184,7 @@ TEST(SqliteSchemaTest, MigratesAVersion1FileAndFillsTheMaskFromTheSpec) {
     ASSERT_EQ(latches->size(), 1u);
     EXPECT_EQ(latches->front().latch.no_sync, kMask);
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 10);  // v1 -> v2 -> ... -> v10
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 11);  // v1 -> v2 -> ... -> v11
   EXPECT_EQ(RawInt(path, "SELECT COUNT(*) FROM sqlite_master WHERE name='meta'"), 0);
   // The migration kept the audit append-only.
   EXPECT_NE(RawSql(path, "UPDATE policy_changes SET gas=7"), "");
@@ -285,7 +285,7 @@ TEST(SqliteSchemaTest, MigratesAVersion2FileFillingTheLrOfEarlierReportsFromTheS
     next.report.eval_loss = 2.25;
     ASSERT_TRUE(*(*store)->InsertStepReport(next));
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 10);
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 11);
   // Reopening finds nothing to migrate and overwrites nothing.
   auto again = SqliteStore::Open(path);
   ASSERT_TRUE(again.ok()) << again.status();
@@ -361,7 +361,7 @@ TEST(SqliteSchemaTest, MigratesAVersion3FileToAttemptOneWithNoCheckpointOrEvents
     JobEventRecord e{"job-000001", absl::FromUnixSeconds(9), 2, "checkpoint", "after step 3"};
     ASSERT_TRUE((*store)->PutCheckpoint(c, next, e).ok());
   }
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 10);
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 11);
   // The events are append-only, and so are the rebuilt latches.
   EXPECT_NE(RawSql(path, "UPDATE latches SET n=9"), "");
   EXPECT_NE(RawSql(path, "DELETE FROM latches"), "");
@@ -414,14 +414,14 @@ TEST(SqliteSchemaTest, RefusesAFileFromANewerVersionNamingFileAndVersions) {
   ScopedTempDir dir;
   const std::string path = dir.path() + "/coord.db";
   ASSERT_TRUE(SqliteStore::Open(path).ok());
-  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 11"), "");
+  ASSERT_EQ(RawSql(path, "PRAGMA user_version = 12"), "");
   auto store = SqliteStore::Open(path);
   ASSERT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
   const std::string msg(store.status().message());
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
-  EXPECT_NE(msg.find("schema version 11"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("(10)"), std::string::npos) << msg;
-  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 11);  // left as it was
+  EXPECT_NE(msg.find("schema version 12"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(11)"), std::string::npos) << msg;
+  EXPECT_EQ(RawInt(path, "PRAGMA user_version"), 12);  // left as it was
 }
 
 TEST(SqliteSchemaTest, PolicyMaskIsStoredWithTheJobAndEveryChange) {

@@ -67,7 +67,7 @@ class SqliteStore : public JobStore {
   // latch's first_sample and the job's next one. v7: the attempts table (each attempt's layout),
   // latches keyed by the layout that decided them. v8: each step report's memory. v9:
   // step_reports WITHOUT ROWID (its key is the table).
-  static constexpr int kSchemaVersion = 10;
+  static constexpr int kSchemaVersion = 11;
 
   // Opens (creating if needed) the database at `path`; ":memory:" for tests.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,

@@ -4,7 +4,10 @@
 #include <initializer_list>
 #include <optional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 
 namespace latchkey {
@@ -27,6 +30,22 @@ absl::StatusOr<std::vector<bool>> NoSyncFromText(const std::string& row, const s
     mask.push_back(c == '1');
   }
   return mask;
+}
+
+std::string SplitText(const std::vector<int>& split) { return absl::StrJoin(split, ","); }
+
+absl::StatusOr<std::vector<int>> SplitFromText(const std::string& row, const std::string& s) {
+  std::vector<int> split;
+  if (s.empty()) return split;
+  for (absl::string_view part : absl::StrSplit(s, ',')) {
+    int c = 0;
+    if (!absl::SimpleAtoi(part, &c) || c < 1) {
+      return Corrupt(
+          row, absl::StrCat("replica_micro_batches '", s, "' is not a list of positive counts"));
+    }
+    split.push_back(c);
+  }
+  return split;
 }
 
 absl::StatusOr<KvMode> KvModeFromText(const std::string& row, const std::string& s) {

@@ -20,6 +20,8 @@ absl::Status Corrupt(const std::string& row, const std::string& what);  // DATA_
 
 std::string NoSyncText(const std::vector<bool>& mask);  // "0110"
 absl::StatusOr<std::vector<bool>> NoSyncFromText(const std::string& row, const std::string& s);
+std::string SplitText(const std::vector<int>& split);  // "5,3"; "" = even
+absl::StatusOr<std::vector<int>> SplitFromText(const std::string& row, const std::string& s);
 absl::StatusOr<KvMode> KvModeFromText(const std::string& row, const std::string& s);
 absl::StatusOr<KvReducePolicy> KvReduceFromText(const std::string& row, const std::string& s);
 absl::StatusOr<JobState> JobStateFromInt(const std::string& row, int64_t v);

@@ -10,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/error_info.h"
 #include "common/states.h"
@@ -190,6 +191,9 @@ std::string StepCharts(const std::vector<CompletedStep>& steps) {
                   PerRank(steps, &CompletedStep::rank_collective_share, 100.0), "% of step");
   out += SvgChart("peak memory per rank" + span,
                   PerRank(steps, &CompletedStep::rank_peak_memory_bytes, 1.0 / (1 << 20)), "MiB");
+  // The straggler score (docs/fault-tolerance.md "Stragglers"): a slow rank's line stands above.
+  out += SvgChart("compute per micro-batch per rank" + span,
+                  PerRank(steps, &CompletedStep::rank_compute_per_micro_batch, 1000.0), "ms");
   out += "</div>";
   if (!steps.empty()) {
     const CompletedStep& last = steps.back();
@@ -214,6 +218,24 @@ std::string StalledRanks(const JobRecord& rec) {
     absl::StrAppend(&out, "<tr><td>", s.rank, "</td><td>", s.window, "</td><td>", s.micro_batch,
                     "</td><td>", HtmlEscape(s.where), "</td><td>", FormatNumber(s.seconds, "%.1f"),
                     "</td><td>", s.attempt, "</td></tr>");
+  }
+  return out + "</table>";
+}
+
+// The ranks named slow (docs/fault-tolerance.md "Stragglers") and the latest split.
+std::string Stragglers(const JobView& view) {
+  std::string out = "<h2>stragglers</h2>";
+  if (!view.replica_micro_batches.empty()) {
+    absl::StrAppend(&out, "<p id=\"split\">micro-batches per DP replica: ",
+                    absl::StrJoin(view.replica_micro_batches, ", "), "</p>");
+  }
+  if (view.stragglers.empty()) return out + "<p id=\"stragglers\">none</p>";
+  out +=
+      "<table id=\"stragglers\"><tr><th>rank</th><th>host</th><th>slowdown</th>"
+      "<th>since step</th></tr>";
+  for (const StragglerInfo& s : view.stragglers) {
+    absl::StrAppend(&out, "<tr><td>", s.rank, "</td><td>", HtmlEscape(s.host), "</td><td>",
+                    FormatNumber(s.slowdown, "%.2f"), "x</td><td>", s.since_step, "</td></tr>");
   }
   return out + "</table>";
 }
@@ -317,6 +339,7 @@ HttpResponse StatusPage::Job(const HttpRequest& request) {
   out += JobSummary(view);
   out += StepCharts(snapshot->steps);
   out += StalledRanks(view.record);
+  out += Stragglers(view);
   out += Workers(view, snapshot->steps);
   out += LatchAudit(job_id, view.record.next_window);
   out += "</body></html>\n";

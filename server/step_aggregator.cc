@@ -19,6 +19,9 @@ void StepAggregator::Add(const StepReportRecord& record) {
     sum.rank_collective_share[record.rank] =
         r.step_seconds > 0 ? r.collective_seconds / r.step_seconds : 0.0;
   }
+  if (r.replica_micro_batches > 0) {
+    sum.rank_compute_per_micro_batch[record.rank] = r.compute_seconds / r.replica_micro_batches;
+  }
   sum.ranks_reported = p.count;
   if (record.rank == 0 || p.count == 1) {
     out.micro_batches = r.micro_batches;

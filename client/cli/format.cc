@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/error_info.h"
 #include "common/job_spec.h"
 #include "common/states.h"
@@ -206,6 +207,13 @@ std::string JobDetails(const JobInfo& job) {
   for (const StalledRank& st : job.stalled) {
     absl::StrAppend(&out, "stalled:      ", StalledLine(st), "\n");
   }
+  for (const StragglerInfo& s : job.stragglers) {
+    absl::StrAppend(&out, "straggler:    ", StragglerLine(s), "\n");
+  }
+  if (!job.replica_micro_batches.empty()) {
+    absl::StrAppend(&out, "split:        ", absl::StrJoin(job.replica_micro_batches, ","),
+                    " micro-batches per DP replica (latchkey.stragglers.rebalance)\n");
+  }
   absl::StrAppend(&out, "determinism:  ", job.determinism_violations,
                   job.determinism_violations == 1 ? " violation" : " violations",
                   " (re-run steps whose loss differed)\n");
@@ -271,13 +279,23 @@ std::string LatchTableHeader() {
 std::string LatchRow(const Latch& l) {
   std::string mask;
   for (bool b : l.no_sync) mask.push_back(b ? '1' : '0');
+  std::string reason = l.reason;
+  if (!l.replica_micro_batches.empty()) {
+    absl::StrAppend(&reason, " (micro-batches per DP replica ",
+                    absl::StrJoin(l.replica_micro_batches, ","), ")");
+  }
   return absl::StrFormat("%-7d %-4d %-8d %-4d %-16s %-10s %s", l.window, l.generation,
-                         l.first_micro_batch, l.n, KvModeName(l.kv_mode), mask, l.reason);
+                         l.first_micro_batch, l.n, KvModeName(l.kv_mode), mask, reason);
 }
 
 std::string PolicyChangeLine(const AuditedPolicyChange& c) {
   return absl::StrCat("policy generation ", c.policy.generation, " from window ", c.first_window,
                       ": ", PolicySummary(c.policy), " at ", FormatTimestamp(c.change_time));
+}
+
+std::string StragglerLine(const StragglerInfo& s) {
+  return absl::StrFormat("rank %d (host %s) %.2fx slower than the median since step %d", s.rank,
+                         s.host.empty() ? "?" : s.host, s.slowdown, s.since_step);
 }
 
 std::string StalledLine(const StalledRank& s) {
@@ -311,6 +329,15 @@ std::string StatusJson(const JobInfo& job) {
   j["job_uid"] = job.job_uid;  // "" from a coordinator before job uids
   j["last_recovery_reason"] = job.last_recovery_reason;
   j["determinism_violations"] = job.determinism_violations;
+  nlohmann::json stragglers = nlohmann::json::array();
+  for (const StragglerInfo& s : job.stragglers) {
+    stragglers.push_back({{"rank", s.rank},
+                          {"host", s.host},
+                          {"slowdown", s.slowdown},
+                          {"since_step", s.since_step}});
+  }
+  j["stragglers"] = std::move(stragglers);
+  j["replica_micro_batches"] = job.replica_micro_batches;
   nlohmann::json stalled = nlohmann::json::array();
   for (const StalledRank& s : job.stalled) {
     stalled.push_back({{"rank", s.rank},

@@ -33,6 +33,8 @@ std::string JobDetails(const JobInfo& job);  // multi-line `status` output
 std::string StatusJson(const JobInfo& job);
 // "rank 1 in window 12, micro-batch 3 (compute) for 14.0 s, attempt 1".
 std::string StalledLine(const StalledRank& s);
+// "rank 1 (host h) 1.93x slower than the median since step 12" (status, watch).
+std::string StragglerLine(const StragglerInfo& s);
 // "[#####.....] step 12/20 loss 3.2100 eval 3.3012 lr 2.500e-04 tok/s 12345 kv-allreduce/step 1
 // (coalesced) running"; "eval" only when the step ran an evaluation, "attempt A" before the
 // state from the job's second attempt on, the cause after "recovering" ("recovering (rank 1:

@@ -59,6 +59,36 @@ TEST(FormatJson, StatusShowsTheJobUid) {
   EXPECT_EQ(JobDetails(job).find("job_uid"), std::string::npos);
 }
 
+// The ranks named slow and the split (docs/fault-tolerance.md "Stragglers"): in status's JSON
+// always (empty lists when none), a line each in its text, and across the wire unchanged.
+TEST(FormatJson, StatusShowsTheStragglersAndTheSplit) {
+  JobInfo job;
+  job.job_id = "job-000001";
+  nlohmann::json j = nlohmann::json::parse(StatusJson(job));
+  EXPECT_EQ(j["stragglers"], nlohmann::json::array()) << j.dump();
+  EXPECT_EQ(j["replica_micro_batches"], nlohmann::json::array()) << j.dump();
+  job.stragglers.push_back({1, "node-3", 1.93, 12});
+  job.replica_micro_batches = {8, 4};
+  j = nlohmann::json::parse(StatusJson(job));
+  ASSERT_EQ(j["stragglers"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["stragglers"][0]["rank"], 1);
+  EXPECT_EQ(j["stragglers"][0]["host"], "node-3");
+  EXPECT_DOUBLE_EQ(j["stragglers"][0]["slowdown"].get<double>(), 1.93);
+  EXPECT_EQ(j["stragglers"][0]["since_step"], 12);
+  EXPECT_EQ(j["replica_micro_batches"], nlohmann::json::array({8, 4}));
+  const std::string text = JobDetails(job);
+  EXPECT_NE(text.find("straggler:    rank 1 (host node-3) 1.93x slower than the median since "
+                      "step 12\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("split:        8,4 micro-batches per DP replica"), std::string::npos) << text;
+  const JobInfo back = FromProto(ToProto(job));
+  ASSERT_EQ(back.stragglers.size(), 1u);
+  EXPECT_EQ(back.stragglers[0].host, "node-3");
+  EXPECT_EQ(back.stragglers[0].since_step, 12);
+  EXPECT_EQ(back.replica_micro_batches, (std::vector<int>{8, 4}));
+}
+
 TEST(FormatProgress, RecoveringShowsTheCause) {
   JobInfo job;
   job.steps = 20;

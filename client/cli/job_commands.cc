@@ -293,7 +293,7 @@ void AddLatchesCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
       "latches",
       "The audit of a job: its published latches, policy changes and events (recoveries, stall "
       "verdicts, determinism violations, checkpoints, fenced workers, cancels, a diverged "
-      "training)");
+      "training, stragglers named and cleared, changes of the micro-batches per DP replica)");
   sub->alias("audit");
   sub->add_option("job", *job_id, "job id")->required();
   sub->add_option("--from", *start, "first window to show");

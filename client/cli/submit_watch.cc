@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +29,7 @@ int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_s
   const absl::Time deadline =
       max_seconds > 0 ? absl::Now() + absl::Seconds(max_seconds) : absl::InfiniteFuture();
   std::string last_line;
+  std::set<int> named;  // the ranks a straggler line was printed for
   auto on_update = [&](const JobUpdate& m) {
     if (hooks.on_job) hooks.on_job(m.job);
     if (hooks.last_job) *hooks.last_job = m.job;
@@ -36,6 +38,20 @@ int WatchUntilEnd(const CliContext& ctx, const std::string& job_id, double max_s
       std::cout << ToJson(ToProto(m)) << std::endl;
       return true;
     }
+    // A line per rank named slow, and one when it is no longer (docs/fault-tolerance.md).
+    std::set<int> now;
+    for (const StragglerInfo& s : m.job.stragglers) {
+      now.insert(s.rank);
+      if (named.count(s.rank)) continue;
+      std::cout << (tty ? "\r\033[K" : "") << "straggler: " << StragglerLine(s) << std::endl;
+    }
+    for (int rank : named) {
+      if (!now.count(rank)) {
+        std::cout << (tty ? "\r\033[K" : "") << "straggler: rank " << rank << " is no longer slow"
+                  << std::endl;
+      }
+    }
+    named = std::move(now);
     const std::string line = ProgressLine(m.job, m.step ? &*m.step : nullptr);
     if (line == last_line) return true;
     last_line = line;

@@ -65,6 +65,8 @@ void ExpectKeys(const json& j, const std::map<std::string, T>& keys, const std::
 const std::map<std::string, T>& JobKeys() {
   static const std::map<std::string, T> keys = {{"job_id", T::kString},
                                                 {"job_uid", T::kString},
+                                                {"stragglers", T::kArray},
+                                                {"replica_micro_batches", T::kArray},
                                                 {"state", T::kString},
                                                 {"spec_json", T::kString},
                                                 {"base_dir", T::kString},

@@ -454,8 +454,9 @@ std::string Unescape(const std::string& s) {
 // The job page as the coordinator serves it, laid out by Chromium: no two text boxes overlap
 // (the title, the legend, the tick labels and axis labels of every chart, and the page's text),
 // every chart has at least two tick labels on each axis, numbers increasing, the eval loss is a
-// series of its own colour and marker, and the collective share and peak memory charts have a
-// series per rank. The screenshot stays under the build's test output folder.
+// series of its own colour and marker, and the collective share, peak memory and compute per
+// micro-batch (the straggler score) charts have a series per rank. The screenshot stays under the
+// build's test output folder.
 TEST_F(LiveJobTest, StatusPageChartsHaveTicksAndNoOverlappingText) {
   LATCHKEY_REQUIRE_TOOL("chromium", "Debian package chromium");
   const std::string base = "http://127.0.0.1:" + std::to_string(live->coordinator_port);
@@ -510,7 +511,7 @@ TEST_F(LiveJobTest, StatusPageChartsHaveTicksAndNoOverlappingText) {
   EXPECT_EQ(overlaps, 0);
 
   const auto& charts = layout["charts"];
-  ASSERT_EQ(charts.size(), 4u) << charts.dump();
+  ASSERT_EQ(charts.size(), 5u) << charts.dump();
   std::map<std::string, nlohmann::json> by_title;
   for (const auto& chart : charts) {
     const std::string title = chart.value("title", "");
@@ -541,8 +542,8 @@ TEST_F(LiveJobTest, StatusPageChartsHaveTicksAndNoOverlappingText) {
   EXPECT_NE(loss.value("marker", ""), eval.value("marker", ""));
   EXPECT_EQ(by_title["loss per step"]["legend"], nlohmann::json::array({"loss", "eval loss"}));
   EXPECT_GE(series("K/V all-reduces per step, rank 0", "K/V all-reduces").value("points", 0), 8);
-  for (const std::string chart :
-       {"collective share of step time per rank", "peak memory per rank"}) {
+  for (const std::string chart : {"collective share of step time per rank", "peak memory per rank",
+                                  "compute per micro-batch per rank"}) {
     for (const std::string rank : {"rank 0", "rank 1"}) {
       EXPECT_GE(series(chart, rank).value("points", 0), 8) << chart << ": " << rank;
     }

@@ -50,13 +50,13 @@ std::unique_ptr<TokenSource> MakeSyntheticSource(uint64_t seed, int seq_len, int
 // split of a Megatron dataset (megatron_source.h) built for latchkey.data.num_samples.
 absl::StatusOr<std::unique_ptr<TokenSource>> OpenDataSource(const JobSpec& spec);
 
-// The stream position of row b of micro-batch m of a window on DP rank d (docs/data.md):
-// first_sample + (m * DP + d) * MB + b, where first_sample is the window's (Latch::first_sample).
-// A source maps a position to its sample modulo its size; dropout draws from the position
-// itself (a second pass over the data draws new masks).
-inline int64_t StreamPosition(int64_t first_sample, int64_t m, int64_t dp, int64_t dp_rank,
-                              int64_t mb, int64_t b) {
-  return first_sample + (m * dp + dp_rank) * mb + b;
+// The stream position of row b of the window's micro-batch slot `slot` (docs/data.md):
+// first_sample + slot * MB + b, where first_sample is the window's (Latch::first_sample) and the
+// slot of micro-batch m of DP rank d is MicroBatchSlot (common/latch.h): m * DP + d under an
+// even split. A source maps a position to its sample modulo its size; dropout draws from the
+// position itself (a second pass over the data draws new masks).
+inline int64_t StreamPosition(int64_t first_sample, int64_t slot, int64_t mb, int64_t b) {
+  return first_sample + slot * mb + b;
 }
 
 // Text → byte-level tokens (vocab 256), written as packed uint16 LE. Returns the token count.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "common/latch.h"
 #include "tests/support/temp_dir.h"
 
 namespace latchkey {
@@ -35,7 +36,8 @@ TEST(TokenSource, SamplesFollowDesignOrder) {
   (*src)->Sample(5, out);  // modulo the sample count
   EXPECT_EQ(out[0], 4);
   // The fixed-layout order ((M_s + m) * DP + d) * MB + b, with first_sample = M_s * DP * MB.
-  EXPECT_EQ(StreamPosition(/*first_sample=*/3 * 2 * 2, /*m=*/1, /*dp=*/2, /*d=*/1, /*mb=*/2,
+  EXPECT_EQ(StreamPosition(/*first_sample=*/3 * 2 * 2,
+                           MicroBatchSlot(/*split=*/{}, /*dp=*/2, /*d=*/1, /*j=*/1), /*mb=*/2,
                            /*b=*/1),
             ((3 + 1) * 2 + 1) * 2 + 1);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +29,22 @@ namespace latchkey {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Seconds spent inside collectives so far: every op, group and tag (`all`), and those of the
+// data-parallel and world groups (`across_replicas`: waits on the other replicas).
+struct CollectiveTime {
+  double all = 0.0;
+  double across_replicas = 0.0;
+};
+CollectiveTime CollectiveSeconds(const comm::CollectiveStats& stats) {
+  CollectiveTime t;
+  for (const auto& [key, c] : stats.Snapshot()) {
+    t.all += c.seconds;
+    const std::string group = key.substr(key.rfind('/') + 1);
+    if (group == "dp" || group == "world") t.across_replicas += c.seconds;
+  }
+  return t;
+}
 
 c10::Device TorchDevice(const comm::Device& d) {
   if (d.is_cpu()) return c10::Device(c10::kCPU);
@@ -113,6 +130,13 @@ class EngineImpl final : public Engine {
           "latch for window " + std::to_string(latch.window) + ": no_sync mask has " +
           std::to_string(latch.no_sync.size()) + " entries for n=" + std::to_string(latch.n));
     }
+    if (!latch.replica_micro_batches.empty()) {
+      if (std::string why = SplitProblem(latch, g_->dp, latch.replica_micro_batches);
+          !why.empty()) {
+        return absl::InvalidArgumentError("latch for window " + std::to_string(latch.window) +
+                                          ": replica_micro_batches: " + why);
+      }
+    }
     if (latch.kv_mode != KvMode::kPerMicroBatch && !BoundaryReductionAllowed(spec_.zero_stage)) {
       return absl::FailedPreconditionError("latch for window " + std::to_string(latch.window) +
                                            " asks for " + KvModeName(latch.kv_mode) +
@@ -139,6 +163,9 @@ class EngineImpl final : public Engine {
     r.lr = lr;
     r.step = latch.window;
     r.micro_batches = latch.n;
+    r.replica_micro_batches = ReplicaMicroBatches(latch, g_->dp_rank);
+    r.compute_seconds = compute_seconds_;
+    r.micro_batch_seconds = micro_batch_seconds_;
     r.loss = *loss;
     r.grad_norm = last_norm_;
     r.kv_mode = latch.kv_mode;
@@ -223,30 +250,46 @@ class EngineImpl final : public Engine {
     return loss;
   }
 
-  // Forward and backward of every micro-batch of the window; the strategy synchronises the
-  // gradient around each backward (grad_sync.h). Returns the sum of this rank's losses.
+  // Forward and backward of this replica's micro-batches of the window (n, or its share of an
+  // uneven split); the strategy synchronises the gradient around each backward (grad_sync.h).
+  // Each backward is of loss / n, the window's n whatever this replica's share: the DP mean of
+  // the replicas' sums is then the sum over the window's n * DP micro-batches / (n * DP), the
+  // same gradient for every split. Returns the sum of this rank's losses.
   absl::StatusOr<double> MicroBatches(const Latch& latch) {
     const int mb = spec_.micro_batch_size;
     const int S = spec_.seq_len;
     const int64_t first_sample = FirstSample(latch);
-    sync_->BeginWindow(latch);
+    const int count = ReplicaMicroBatches(latch, g_->dp_rank);
+    // The strategy sees this replica's window: `count` micro-batches, the last one the boundary
+    // (an uneven split keeps every earlier one no_sync: SplitProblem).
+    Latch replica = latch;
+    if (count != latch.n) {
+      replica.n = count;
+      replica.no_sync.assign(static_cast<size_t>(count), true);
+      replica.no_sync.back() = false;
+    }
+    sync_->BeginWindow(replica);
+    const auto start = Clock::now();
+    const CollectiveTime before = CollectiveSeconds(*g_->stats);
     double loss_sum = 0.0;
     at::Tensor tokens = at::empty({mb, S + 1}, at::kLong);  // host: the data source fills it
     std::vector<int64_t> rows(mb);
-    for (int m = 0; m < latch.n; ++m) {
+    for (int m = 0; m < count; ++m) {
       if (g_->recorder) g_->recorder->SetMicroBatch(m);
       int64_t* t = tokens.data_ptr<int64_t>();
       for (int b = 0; b < mb; ++b) {
         // The row's stream position (not wrapped): it picks the sample (modulo the data size)
         // and the model's dropout masks, so any DP x GAS split of the same global batch draws
         // the same masks for the same row, and a second pass over the data new ones.
-        rows[b] = StreamPosition(first_sample, m, g_->dp, g_->dp_rank, mb, b);
+        rows[b] = StreamPosition(
+            first_sample, MicroBatchSlot(latch.replica_micro_batches, g_->dp, g_->dp_rank, m), mb,
+            b);
         if (absl::Status st = data_->Read(rows[b], t + b * (S + 1)); !st.ok()) return st;
       }
       if (dump_ && dump_->wants_more()) LK_RETURN_IF_ERROR(DumpSamples(latch, m, rows, t));
       at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
-      const bool last = m == latch.n - 1;
+      const bool last = m == count - 1;
       sync_->BeforeBackward(m);
       const int64_t allocated_before = last ? memory_->AllocatedBytes() : 0;
       at::Tensor loss = model_->Loss(ids, labels, rows);
@@ -256,6 +299,10 @@ class EngineImpl final : public Engine {
       if (last) backward_end_ = Clock::now();
       LK_RETURN_IF_ERROR(sync_->AfterBackward(m));
     }
+    const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    const CollectiveTime after = CollectiveSeconds(*g_->stats);
+    compute_seconds_ = std::max(0.0, wall - (after.all - before.all));
+    micro_batch_seconds_ = std::max(0.0, wall - (after.across_replicas - before.across_replicas));
     return loss_sum;
   }
 
@@ -325,6 +372,8 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Evaluator> evaluator_;         // latchkey.eval; null without it
   std::unique_ptr<memory::MemoryMeter> memory_;  // this engine's bytes (worker/memory/)
   int64_t activation_bytes_ = 0;                 // of the window running (StepReport's)
+  double compute_seconds_ = 0.0;                 // of the window running (StepReport's)
+  double micro_batch_seconds_ = 0.0;             // of the window running (StepReport's)
   // The view of everything above a checkpoint saves, the ZeRO partition [part_begin, part_end),
   // the bf16 fp32 master of it, and the data position (training_state.h).
   TrainingState state_;

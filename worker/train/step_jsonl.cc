@@ -19,6 +19,7 @@ std::string StepReportJson(int rank, const StepReport& r) {
   j["rank"] = rank;
   j["step"] = r.step;
   j["micro_batches"] = r.micro_batches;
+  j["replica_micro_batches"] = r.replica_micro_batches;
   j["loss"] = Measure(r.loss);
   j["grad_norm"] = Measure(r.grad_norm);
   j["kv_mode"] = KvModeName(r.kv_mode);
@@ -28,6 +29,8 @@ std::string StepReportJson(int rank, const StepReport& r) {
   for (const auto& [key, n] : r.collective_calls) calls[key] = n;
   j["collective_calls"] = calls;
   j["step_seconds"] = r.step_seconds;
+  j["compute_seconds"] = r.compute_seconds;
+  j["micro_batch_seconds"] = r.micro_batch_seconds;
   j["tokens"] = r.tokens;
   j["tokens_per_second"] = TokensPerSecond(r);
   j["collective_share"] = CollectiveShare(r);
