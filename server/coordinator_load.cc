@@ -105,6 +105,11 @@ absl::Status Coordinator::Load() {
                           job->attempts.attempt() == 1 && !IsTerminal(job->rec.state));
     if (IsTerminal(job->rec.state)) continue;
     LK_RETURN_IF_ERROR(job->latches.Restore(*store_));
+    if (job->latches.next_window() > 0) {  // the split a change of it is audited against
+      LK_ASSIGN_OR_RETURN(std::vector<PublishedLatch> newest,
+                          job->latches.Read(*store_, job->latches.next_window() - 1, 1));
+      job->last_split = newest.front().latch.replica_micro_batches;
+    }
     if ((job->rec.state == JobState::kPending || job->rec.state == JobState::kRecovering ||
          job->rec.state == JobState::kPreempted) &&
         job->ranks.all_joined()) {

@@ -153,9 +153,17 @@ TEST(CoordinatorStragglersTest, NamesTheSlowRankAndSplitsTheWindowsAfter) {
     EXPECT_EQ(rebalanced, 1);
     for (int64_t w = 0; w < 10; ++w) before.push_back(LatchOf(*c, job.calls[0], w));
   }
-  // Persisted with the latches: a restarted coordinator serves the same splits.
+  // Persisted with the latches: a restarted coordinator serves the same splits, and audits a
+  // change against the newest one it published (measured again, the same split: no change).
   auto c = Make(db);
   for (int64_t w = 0; w < 10; ++w) EXPECT_EQ(LatchOf(*c, job.calls[0], w), before[w]) << w;
+  RunStep(*c, job, 8, {1.0, 2.0});
+  EXPECT_EQ(LatchOf(*c, job.calls[0], 11).replica_micro_batches, (std::vector<int>{6, 2}));
+  auto audit = c->ReadAudit(id, 0, 100);
+  ASSERT_TRUE(audit.ok()) << audit.status();
+  int rebalanced = 0;
+  for (const JobEventRecord& e : audit->events) rebalanced += e.kind == "rebalance";
+  EXPECT_EQ(rebalanced, 1);
 }
 
 TEST(CoordinatorStragglersTest, WithoutRebalanceEveryWindowIsEvenAndTheRankIsStillNamed) {

@@ -363,7 +363,12 @@ std::string StatusPage::LatchAudit(const std::string& job_id, int64_t windows_pu
       "<th>kv mode</th><th>reason</th><th>published</th></tr>";
   for (auto it = audit->latches.rbegin(); it != audit->latches.rend(); ++it) {
     const Latch& l = it->latch;
-    absl::StrAppend(&out, "<tr><td>", l.window, "</td><td>", l.generation, "</td><td>", l.n,
+    // An uneven split (rebalancing) follows the window's n: "4 (6,2 per DP replica)".
+    const std::string split =
+        l.replica_micro_batches.empty()
+            ? std::string()
+            : absl::StrCat(" (", absl::StrJoin(l.replica_micro_batches, ","), " per DP replica)");
+    absl::StrAppend(&out, "<tr><td>", l.window, "</td><td>", l.generation, "</td><td>", l.n, split,
                     "</td><td>", KvModeName(l.kv_mode), "</td><td>", HtmlEscape(l.reason),
                     "</td><td>", Time(it->publish_time), "</td></tr>");
   }
