@@ -147,6 +147,25 @@ absl::StatusOr<LatchAuditPage> JobClient::ListLatches(const std::string& job_id,
   return FromProto(*r);
 }
 
+absl::StatusOr<JobClient::TraceLines> JobClient::GetTrace(const std::string& job_id,
+                                                          int64_t first_step, int64_t last_step,
+                                                          absl::Duration wait) {
+  v1::GetTraceRequest req;
+  req.set_job_id(job_id);
+  req.set_first_step(first_step);
+  req.set_last_step(last_step);
+  req.set_timeout_seconds(static_cast<int32_t>(absl::ToInt64Seconds(wait)));
+  // The call lasts as long as the ranks are waited for, and then some.
+  auto r = Call<v1::GetTraceResponse>(*impl_, &v1::JobService::Stub::GetTrace, req,
+                                      wait + options_.timeout);
+  if (!r.ok()) return r.status();
+  TraceLines out;
+  for (const v1::RankTraceLines& t : r->ranks()) out.ranks[t.rank()] = t.jsonl();
+  out.missing.assign(r->missing_ranks().begin(), r->missing_ranks().end());
+  out.omitted.assign(r->omitted_ranks().begin(), r->omitted_ranks().end());
+  return out;
+}
+
 absl::StatusOr<LatchAuditPage> JobClient::ListAllLatches(const std::string& job_id,
                                                          int64_t start_window) {
   LatchAuditPage all;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,6 +66,15 @@ class JobClient {
   // One page of the latch audit from `start_window`; `page_size` 0: the coordinator's default.
   absl::StatusOr<LatchAuditPage> ListLatches(const std::string& job_id, int64_t start_window = 0,
                                              int page_size = 0);
+  // The live ranks' spans of steps first..last (-1: no bound) of a running job, asked through
+  // their heartbeats (docs/observability.md "Traces"): rank -> its JSON lines, and the ranks
+  // that did not answer within `wait` or were left out (the answer's size cap).
+  struct TraceLines {
+    std::map<int, std::string> ranks;
+    std::vector<int> missing, omitted;
+  };
+  absl::StatusOr<TraceLines> GetTrace(const std::string& job_id, int64_t first_step,
+                                      int64_t last_step, absl::Duration wait);
   // Every page of the audit from `start_window`, concatenated.
   absl::StatusOr<LatchAuditPage> ListAllLatches(const std::string& job_id,
                                                 int64_t start_window = 0);

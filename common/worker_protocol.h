@@ -37,6 +37,17 @@ struct WorkerIdentity {
 
 // The coordinator's answer to ReportStep, Heartbeat, ReportFailure and ReportCheckpoint; each
 // response carries the fields it documents (docs/protocol.md).
+// Heartbeat: an open trace request (JobService.GetTrace) that the rank answers with its spans of
+// steps first_step..last_step (-1: no bound) through PutTrace. id 0: none.
+struct TraceAsk {
+  int64_t id = 0;
+  int64_t first_step = 0;
+  int64_t last_step = -1;
+};
+// The largest answer (PutTrace's JSON lines): under the coordinator's default request bound
+// (--max-message-mib 1). A rank with more spans in the asked steps sends the newest that fit.
+inline constexpr size_t kMaxTraceUploadBytes = 960 * 1024;
+
 struct WorkerReply {
   JobState state = JobState::kPending;  // the job after the call
   std::string reason;                   // Heartbeat: why the job ended, once it has
@@ -45,6 +56,7 @@ struct WorkerReply {
   // Heartbeat: the job's peer list version, and its peers when asked for (common/reachability.h).
   PeerList peers;
   bool stop = false;  // Heartbeat, Leave: the attempt is stopping (save and leave)
+  TraceAsk trace{};   // Heartbeat
 };
 
 // "<hostname>:<pid>": the worker id a latchkey-worker process joins with, and the id its

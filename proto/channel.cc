@@ -27,6 +27,8 @@ grpc::ChannelArguments CoordinatorChannelArgs() {
   // Each caller gets its own connection rather than a process-wide shared subchannel, so a
   // simulated cluster in one process behaves like many processes.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // Answers are small except a trace (JobService.GetTrace caps its answer at 64 MiB).
+  args.SetMaxReceiveMessageSize(80 << 20);
   return args;
 }
 

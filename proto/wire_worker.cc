@@ -314,6 +314,9 @@ void ToProto(const WorkerReply& reply, v1::HeartbeatResponse* out) {
   out->set_attempt(reply.attempt);
   out->set_peers_version(reply.peers.version);
   out->set_stop(reply.stop);
+  out->set_trace_request_id(reply.trace.id);
+  out->set_trace_first_step(reply.trace.first_step);
+  out->set_trace_last_step(reply.trace.last_step);
   for (const PeerAddress& p : reply.peers.peers) {
     v1::PeerAddress* a = out->add_peers();
     a->set_rank(p.rank);
@@ -356,6 +359,7 @@ WorkerReply FromProto(const v1::HeartbeatResponse& reply) {
   out.attempt = reply.attempt();
   out.peers.version = reply.peers_version();
   out.stop = reply.stop();
+  out.trace = {reply.trace_request_id(), reply.trace_first_step(), reply.trace_last_step()};
   for (const v1::PeerAddress& p : reply.peers()) {
     out.peers.peers.push_back({p.rank(), p.host(), p.port()});
   }

@@ -44,6 +44,8 @@ if [ -z "$tiers" ] || [[ ",$tiers," == *,tool,* ]]; then
   bash "$root/scripts/hf-venv.sh" "$root/build/hf-venv"
   # The TensorBoard test's venv (pinned tensorboard, a test tool only; tests/tensorboard/).
   bash "$root/scripts/tensorboard-venv.sh" "$root/build/tensorboard-venv"
+  # The trace test's venv (pinned HolisticTraceAnalysis, a test tool only; tests/trace/).
+  bash "$root/scripts/trace-venv.sh" "$root/build/trace-venv"
 fi
 cd "$root/build"
 # Two ctest workers: the multi-process tests start several ranks each.

@@ -68,9 +68,11 @@
 #include "common/reachability.h"
 #include "common/spec_limits.h"
 #include "common/timeouts.h"
+#include "common/worker_protocol.h"
 #include "server/attempt_log.h"
 #include "server/partition.h"
 #include "server/store.h"
+#include "server/trace_request.h"
 
 namespace latchkey {
 
@@ -239,6 +241,7 @@ struct WorkerStatus {
   int64_t attempt = 1;     // the job's current attempt (after the call)
   PeerList peers;          // Heartbeat: the peer list's version, and its peers when asked for
   bool stop = false;       // Heartbeat: the attempt is stopping (Leave, SuspendJob)
+  TraceAsk trace{};        // Heartbeat: an open trace request this rank has not answered
 };
 
 // What a heartbeat carries besides the caller (docs/protocol.md).
@@ -310,6 +313,10 @@ class Coordinator {
   // any caller could see them and never changed afterwards (published latches are immutable).
   // Without an AuditReader (an in-memory store) it is ListLatches, under the lock.
   absl::StatusOr<LatchAudit> ReadAudit(const std::string& job_id, int64_t start_window, int limit);
+  // GetTrace (coordinator_trace.cc): asks every live rank of a running job, through its
+  // heartbeats, for its spans of steps first..last (-1: no bound); waits up to `timeout`.
+  absl::StatusOr<TraceAnswers> CollectTrace(const std::string& job_id, int64_t first_step,
+                                            int64_t last_step, absl::Duration timeout);
 
   // --- WorkerService ---
   // Joins the job's current attempt. The same worker id gets the same rank back while the
@@ -380,6 +387,8 @@ class Coordinator {
   // completed step and stops (the job then `preempted`, no restart spent); a rank of a job that
   // is not training gives its rank up at once (coordinator_stop.cc). Idempotent.
   absl::StatusOr<WorkerStatus> Leave(const WorkerCall& call, const std::string& reason);
+  // A rank's answer to the job's open trace request `request_id` (ignored when not open).
+  absl::Status PutTrace(const WorkerCall& call, int64_t request_id, std::string jsonl);
 
   // Every live job with a worker past its liveness deadline, (recovering) with a rank that has
   // not joined the attempt within the liveness timeout of the recovery's start, or (running)
@@ -549,6 +558,7 @@ class Coordinator {
   std::unique_ptr<JobStateMachine> machine_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   int64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_trace_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int> live_ranks_{0};  // LiveRanks(); written under mu_
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   // Since when every rank of every live job has been silent while this coordinator suspects

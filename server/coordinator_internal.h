@@ -61,6 +61,7 @@ struct Coordinator::Job {
   StragglerTracker stragglers;  // in memory only: a restarted coordinator measures again
   // The split of the newest latch this coordinator published (audited when it changes).
   std::vector<int> last_split;
+  TraceRequest trace;  // an open GetTrace (coordinator_trace.cc); never persisted
   size_t recent_steps_kept;
   std::map<std::string, Spare> spares;  // worker id -> its wait; never persisted
   // The most ranks.StepsCompleted() has been as of the last Advance: it does not go back when

@@ -304,6 +304,9 @@ absl::StatusOr<WorkerStatus> Coordinator::Heartbeat(const WorkerCall& call,
   out.stop = j->stop.has_value();
   out.peers.version = j->ranks.peers_version();
   if (args.want_peers) out.peers = PeersOf(*j);
+  if (j->trace.id != 0 && j->trace.asked.count(call.rank) && !j->trace.answers.count(call.rank)) {
+    out.trace = {j->trace.id, j->trace.first_step, j->trace.last_step};  // coordinator_trace.cc
+  }
   return out;
 }
 

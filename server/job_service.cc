@@ -154,4 +154,37 @@ grpc::Status JobServiceImpl::ListLatches(grpc::ServerContext* ctx,
   });
 }
 
+// The answer holds whole ranks up to this size; the others are named in omitted_ranks.
+constexpr size_t kMaxTraceAnswerBytes = 64u << 20;
+
+grpc::Status JobServiceImpl::GetTrace(grpc::ServerContext* ctx, const v1::GetTraceRequest* req,
+                                      v1::GetTraceResponse* resp) {
+  return Guard(*ctx, "GetTrace", JobAccess::kRead, req->job_id(), [&](const Principal&) {
+    if (req->first_step() < 0 || req->last_step() < -1 ||
+        (req->last_step() >= 0 && req->last_step() < req->first_step())) {
+      return absl::InvalidArgumentError("first_step, last_step: need 0 <= first <= last (or -1)");
+    }
+    if (req->timeout_seconds() < 0 || req->timeout_seconds() > 120) {
+      return absl::InvalidArgumentError("timeout_seconds: must be 0..120");
+    }
+    const absl::Duration wait =
+        absl::Seconds(req->timeout_seconds() == 0 ? 10 : req->timeout_seconds());
+    LK_ASSIGN_OR_RETURN(TraceAnswers got, core_->CollectTrace(req->job_id(), req->first_step(),
+                                                              req->last_step(), wait));
+    size_t bytes = 0;
+    for (auto& [rank, jsonl] : got.answers) {
+      if (bytes + jsonl.size() > kMaxTraceAnswerBytes) {
+        resp->add_omitted_ranks(rank);
+        continue;
+      }
+      bytes += jsonl.size();
+      v1::RankTraceLines* t = resp->add_ranks();
+      t->set_rank(rank);
+      t->set_jsonl(std::move(jsonl));
+    }
+    for (int r : got.missing) resp->add_missing_ranks(r);
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace latchkey

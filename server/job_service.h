@@ -44,6 +44,8 @@ class JobServiceImpl final : public latchkey::v1::JobService::Service {
                         grpc::ServerWriter<v1::WatchJobResponse>* writer) override;
   grpc::Status ListLatches(grpc::ServerContext* ctx, const v1::ListLatchesRequest* req,
                            v1::ListLatchesResponse* resp) override;
+  grpc::Status GetTrace(grpc::ServerContext* ctx, const v1::GetTraceRequest* req,
+                        v1::GetTraceResponse* resp) override;
 
  private:
   // The one guard of every method: gate_.Run around Authorize, then `body` with the caller.

@@ -63,7 +63,7 @@ std::optional<std::string> BearerToken(absl::string_view authorization);
 
 // What a JobService call needs.
 enum class JobAccess {
-  kRead,    // GetJob, ListJobs, WatchJob, ListLatches
+  kRead,    // GetJob, ListJobs, WatchJob, ListLatches, GetTrace
   kSubmit,  // SubmitJob
   kModify,  // CancelJob, ResumeJob, UpdateJobPolicy: admin, or submit on a job it submitted
 };

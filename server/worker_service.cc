@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "proto/grpc_status.h"
 #include "proto/wire.h"
@@ -47,6 +48,7 @@ WorkerReply WorkerServiceImpl::ToReply(const WorkerStatus& status) {
   out.attempt = status.attempt;
   out.peers = status.peers;
   out.stop = status.stop;
+  out.trace = status.trace;
   return out;
 }
 
@@ -147,6 +149,21 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ReportCheckpoint(
   return Run(ctx, "ReportCheckpoint", [&] { return DoReportCheckpoint(*req, resp); });
 }
 
+// A rank's spans for an open trace request: at most kMaxTraceUploadBytes (the worker keeps the
+// newest spans within it).
+grpc::ServerUnaryReactor* WorkerServiceImpl::PutTrace(grpc::CallbackServerContext* ctx,
+                                                      const v1::PutTraceRequest* req,
+                                                      v1::PutTraceResponse*) {
+  return Run(ctx, "PutTrace", [&]() -> absl::Status {
+    WorkerCall call;
+    LK_RETURN_IF_ERROR(ToCall(req->identity(), req->rank(), &call));
+    if (req->jsonl().size() > kMaxTraceUploadBytes) {
+      return Invalid(absl::StrCat("jsonl: more than ", kMaxTraceUploadBytes, " bytes"));
+    }
+    return core_->PutTrace(call, req->request_id(), req->jsonl());
+  });
+}
+
 grpc::ServerUnaryReactor* WorkerServiceImpl::Leave(grpc::CallbackServerContext* ctx,
                                                    const v1::LeaveRequest* req,
                                                    v1::LeaveResponse* resp) {
@@ -173,6 +190,7 @@ absl::Status WorkerServiceImpl::DoJoin(const std::string& peer, const v1::JoinRe
   args.node = req.node();
   LK_ASSIGN_OR_RETURN(JoinResult r, core_->Join(args));
   *resp = ToProto(r);
+  resp->set_coordinator_unix_micros(absl::ToUnixMicros(absl::Now()));  // the ranks' trace clock
   return absl::OkStatus();
 }
 
@@ -344,6 +362,7 @@ absl::Status WorkerServiceImpl::DoHeartbeat(const v1::HeartbeatRequest& req,
   args.probe_port = req.probe_port();
   LK_ASSIGN_OR_RETURN(WorkerStatus out, core_->Heartbeat(call, args));
   ToProto(ToReply(out), resp);
+  resp->set_coordinator_unix_micros(absl::ToUnixMicros(absl::Now()));  // the ranks' trace clock
   return absl::OkStatus();
 }
 

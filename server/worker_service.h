@@ -54,6 +54,9 @@ class WorkerServiceImpl final : public latchkey::v1::WorkerService::CallbackServ
   grpc::ServerUnaryReactor* ReportSteps(grpc::CallbackServerContext* ctx,
                                         const v1::ReportStepsRequest* req,
                                         v1::ReportStepsResponse* resp) override;
+  grpc::ServerUnaryReactor* PutTrace(grpc::CallbackServerContext* ctx,
+                                     const v1::PutTraceRequest* req,
+                                     v1::PutTraceResponse* resp) override;
 
   // The core's answer to a worker, as WorkerService's responses carry it.
   static WorkerReply ToReply(const WorkerStatus& status);

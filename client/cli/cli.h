@@ -93,6 +93,8 @@ void AddValidateCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 // run_commands.cc: `logs JOB` and `checkpoints JOB`, from the run folder `up` ran JOB in.
 void AddLogsCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 void AddCheckpointsCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
+// `trace JOB`: the ranks' spans as one Chrome Trace Event file (client/trace_file.h).
+void AddTraceCommand(CLI::App& app, const CliContext& ctx, int* exit_code);
 // completion_command.cc: `completion bash|zsh`, from the commands and options registered on
 // `app` (register it last).
 void AddCompletionCommand(CLI::App& app, int* exit_code);

@@ -5,6 +5,7 @@
 //   submit SPEC.json [--watch] [--dry-run] | validate SPEC.json | list | status JOB | watch JOB |
 //   cancel JOB | resume JOB | suspend JOB | update JOB --kv-reduce MODE | --gas N | latches (audit)
 //   JOB | up [--spec SPEC.json] | logs JOB | checkpoints JOB | checkpoint ... | completion bash|zsh
+//   | trace JOB [--steps A..B] [-o FILE]
 //   latchkey --version
 // Exit codes: kExitCodeHelp (cli.h); a bad command line is a usage error (2), a value an
 // option refuses an invalid value (3).
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
   AddNodeCommand(app, ctx, &exit_code);
   AddLogsCommand(app, ctx, &exit_code);
   AddCheckpointsCommand(app, ctx, &exit_code);
+  AddTraceCommand(app, ctx, &exit_code);
   AddCheckpointCommand(app, ctx, &exit_code);
   AddCompletionCommand(app, &exit_code);
 

@@ -110,6 +110,8 @@ SpawnOptions WorkerCommand(const CliContext& ctx, const NodeOptions& o,
             o.job,
             "--metrics-jsonl",
             o.run_dir + "/steps-{rank}.jsonl",
+            "--trace-jsonl",
+            o.run_dir + "/trace-{rank}.jsonl",
             "--port-file",
             o.run_dir + "/worker-{rank}.port.json",
             "--log-steps"};

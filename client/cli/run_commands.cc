@@ -1,20 +1,24 @@
-// `latchkey logs JOB [--rank R] [-f]` and `latchkey checkpoints JOB`: what a job run by `up` left
-// in its run folder (each rank's log RUN/jobs/JOB/worker-R.log) and in its checkpoint folder,
-// found through the run registry `up` writes (up.h, run_registry.cc).
+// `latchkey logs JOB [--rank R] [-f]`, `latchkey checkpoints JOB` and `latchkey trace JOB`: what a
+// job run by `up` left in its run folder (each rank's log RUN/jobs/JOB/worker-R.log and trace
+// RUN/jobs/JOB/trace-R.jsonl) and in its checkpoint folder, found through the run registry `up`
+// writes (up.h, run_registry.cc); `trace --run-dir D` also reads a node agent's folder.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/cli/cli.h"
 #include "client/cli/format.h"
 #include "client/cli/up.h"
+#include "client/trace_file.h"
 #include "worker/checkpoint/train_checkpoint.h"
 
 namespace latchkey::cli {
@@ -257,6 +261,161 @@ void AddCheckpointsCommand(CLI::App& app, const CliContext& ctx, int* exit_code)
                                   {"checkpoints", list}}
                        .dump()
                 << "\n";
+    }
+    *exit_code = kOk;
+  });
+}
+
+namespace {
+
+// The ranks' answers to GetTrace, parsed; the ranks that did not answer are said on stderr.
+absl::StatusOr<std::vector<RankTrace>> ParseLiveTrace(const JobClient::TraceLines& live,
+                                                      const std::string& job_id) {
+  std::vector<RankTrace> out;
+  for (const auto& [rank, jsonl] : live.ranks) {
+    absl::StatusOr<RankTrace> t = ParseRankTrace(jsonl, absl::StrCat("rank ", rank, "'s answer"));
+    if (!t.ok()) return t.status();
+    out.push_back(*std::move(t));
+  }
+  auto ranks = [](const std::vector<int>& v) { return absl::StrJoin(v, ", "); };
+  if (!live.missing.empty()) {
+    std::cerr << "latchkey: job " << job_id << ": ranks " << ranks(live.missing)
+              << " did not answer in time (--wait): the trace has the others" << std::endl;
+  }
+  if (!live.omitted.empty()) {
+    std::cerr << "latchkey: job " << job_id << ": ranks " << ranks(live.omitted)
+              << " left out (the answer's 64 MiB cap): narrow --steps" << std::endl;
+  }
+  if (out.empty()) {
+    return absl::UnavailableError(absl::StrCat("job ", job_id, ": no rank answered"));
+  }
+  return out;
+}
+
+// Where `latchkey trace` reads: with --run-dir, the trace-R.jsonl in it (a node agent's folder)
+// or in the job's records of that `up` run folder. Otherwise the running job's ranks through its
+// coordinator (the explicit one, else the one of the job's live `up` run, else the default),
+// and when the job is not running there (or no coordinator answers) the files of the run the
+// registry knows for the job.
+absl::StatusOr<std::vector<RankTrace>> CollectTrace(const CliContext& ctx,
+                                                    const std::string& job_id,
+                                                    const StepRange& steps,
+                                                    const std::string& run_dir, int wait_s) {
+  auto from_records = [&](const absl::StatusOr<RunRecord>& run) {
+    absl::StatusOr<std::string> records =
+        run.ok() ? FindJobRecords(*run) : absl::StatusOr<std::string>(run.status());
+    if (!records.ok()) return absl::StatusOr<std::vector<RankTrace>>(records.status());
+    return ReadRankTraces(*records);
+  };
+  if (!run_dir.empty()) {
+    absl::StatusOr<std::vector<RankTrace>> direct = ReadRankTraces(run_dir);
+    if (!absl::IsNotFound(direct.status())) return direct;
+    return from_records(ResolveRun(job_id, ExplicitCoordinator(ctx), run_dir));
+  }
+  const absl::StatusOr<RunRecord> run = ResolveRun(job_id, ExplicitCoordinator(ctx), "");
+  CliContext at = ctx;
+  if (!ctx.coordinator_given && run.ok() && !run->coordinator.empty()) {
+    if (!RunIsLive(run->run_dir)) return from_records(run);  // its coordinator ended with it
+    at.coordinator = run->coordinator;  // and the credentials file's entry for it
+  }
+  const ClientOptions options = at.client_options();
+  JobClient client(options);
+  absl::StatusOr<JobClient::TraceLines> live = client.GetTrace(
+      job_id, steps.first, steps.last == std::numeric_limits<int64_t>::max() ? -1 : steps.last,
+      absl::Seconds(wait_s));
+  if (live.ok()) return ParseLiveTrace(*live, job_id);
+  const absl::StatusCode code = live.status().code();
+  if (code != absl::StatusCode::kFailedPrecondition && code != absl::StatusCode::kNotFound &&
+      code != absl::StatusCode::kUnavailable) {
+    return live.status();
+  }
+  absl::StatusOr<std::vector<RankTrace>> files = from_records(run);
+  if (files.ok()) return files;
+  return absl::Status(files.status().code(),
+                      absl::StrCat(files.status().message(), "; and the coordinator at ",
+                                   options.coordinator, ": ", live.status().message()));
+}
+
+}  // namespace
+
+void AddTraceCommand(CLI::App& app, const CliContext& ctx, int* exit_code) {
+  struct Args {
+    std::string job_id;
+    std::string steps;
+    std::string out;
+    std::string run_dir;
+    int wait_s = 10;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "trace",
+      "Write the job's timeline as one Chrome Trace Event file (Perfetto, chrome://tracing, "
+      "HolisticTraceAnalysis): a process per rank, a thread per stream (train, collectives, "
+      "checkpoint); a running job's ranks answer through the coordinator, an ended job's spans "
+      "are read from the trace-R.jsonl its ranks wrote as they ended");
+  sub->add_option("job", args->job_id, "job id")->required();
+  sub->add_option("--steps", args->steps, "only these steps: A..B, A.. or A (from 0)");
+  sub->add_option("-o,--output", args->out, "the file to write (default JOB.trace.json)");
+  sub->add_option("--run-dir", args->run_dir,
+                  "read the ranks' trace-R.jsonl from this folder (a node agent's --run-dir, or "
+                  "an `up` run folder) instead of asking the running job's ranks through the "
+                  "coordinator (an ended job: the folder up recorded for it)");
+  sub->add_option("--wait", args->wait_s,
+                  "how long the coordinator waits for the ranks' answers, seconds")
+      ->check(CLI::Range(1, 120))
+      ->capture_default_str();
+  sub->callback([args, &ctx, exit_code] {
+    StepRange steps;
+    if (!args->steps.empty()) {
+      absl::StatusOr<StepRange> r = ParseStepRange(args->steps);
+      if (!r.ok()) {
+        *exit_code = Fail(r.status());
+        return;
+      }
+      steps = *r;
+    }
+    absl::StatusOr<std::vector<RankTrace>> ranks =
+        CollectTrace(ctx, args->job_id, steps, args->run_dir, args->wait_s);
+    if (!ranks.ok()) {
+      *exit_code = Fail(ranks.status());
+      return;
+    }
+    const std::string path = args->out.empty() ? args->job_id + ".trace.json" : args->out;
+    std::ofstream f(path, std::ios::trunc);
+    if (!f) {
+      *exit_code = Fail(absl::InvalidArgumentError("-o " + path + ": cannot write"));
+      return;
+    }
+    absl::StatusOr<TraceSummary> sum = WriteChromeTrace(*ranks, steps, args->job_id, f);
+    f.close();
+    if (!sum.ok() || !f) {
+      std::error_code rm;
+      fs::remove(path, rm);
+      *exit_code =
+          Fail(sum.ok() ? absl::InternalError("-o " + path + ": write failed") : sum.status());
+      return;
+    }
+    const std::string clock =
+        sum->clock_error_us >= 0
+            ? absl::StrCat("the coordinator's clock, within ", sum->clock_error_us, " us")
+            : std::string("a rank had no coordinator clock (its host's clock)");
+    if (ctx.json) {
+      nlohmann::json j = {{"file", path},
+                          {"ranks", sum->ranks},
+                          {"events", sum->events},
+                          {"first_step", sum->first_step},
+                          {"last_step", sum->last_step},
+                          {"clock_error_us", sum->clock_error_us},
+                          {"dropped", sum->dropped}};
+      std::cout << j.dump(2) << std::endl;
+    } else {
+      std::cout << "wrote " << path << ": " << sum->events << " spans of " << sum->ranks
+                << " ranks, steps " << sum->first_step << ".." << sum->last_step << ", on " << clock
+                << (sum->dropped > 0 ? absl::StrCat("; ", sum->dropped,
+                                                    " older spans were dropped (full "
+                                                    "rings: --trace-spans)")
+                                     : std::string())
+                << std::endl;
     }
     *exit_code = kOk;
   });

@@ -219,8 +219,8 @@ SpawnOptions WorkerCommand(const UpOptions& o, const PreparedRun& run, const std
   const std::string records = JobRecordsDir(run.dir, job.id);
   worker.args = {FindBinary("latchkey-worker", "worker"), "--coordinator", address, "--job", job.id,
                  "--metrics-host", "127.0.0.1", "--metrics-port", "0", "--metrics-jsonl",
-                 records + "/steps-{rank}.jsonl", "--port-file",
-                 run.dir + "/worker-{rank}.port.json", "--save", run.dir + "/final",
+                 records + "/steps-{rank}.jsonl", "--trace-jsonl", records + "/trace-{rank}.jsonl",
+                 "--port-file", run.dir + "/worker-{rank}.port.json", "--save", run.dir + "/final",
                  "--collective-timeout-seconds", std::to_string(o.collective_timeout_s), "--quiet",
                  // Each rank's log (`latchkey logs`) gets its per-step lines.
                  "--log-steps"};

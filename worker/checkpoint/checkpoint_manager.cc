@@ -24,6 +24,11 @@ std::string After(int64_t step) { return "checkpoint after step " + std::to_stri
 CheckpointManager::CheckpointManager(CheckpointSaver& saver, CheckpointManagerOptions options)
     : saver_(saver), opt_(std::move(options)) {
   saver_.set_async(opt_.config.async);
+  saver_.set_timeline(timeline());
+}
+
+comm::Timeline* CheckpointManager::timeline() const {
+  return opt_.recorder != nullptr ? opt_.recorder->timeline() : nullptr;
 }
 
 CheckpointManager::~CheckpointManager() { Abandon(); }
@@ -78,10 +83,14 @@ bool CheckpointManager::DroppedForLackOfRoom(const absl::Status& st, int64_t ste
 absl::Status CheckpointManager::CommitDue(const TrainingState& state, int64_t step, int64_t steps,
                                           WindowCheckpoint& out) {
   const int64_t saved = saver_.pending_step();
+  comm::ScopedSpan span(timeline(), comm::SpanKind::kCheckpointCommit, saved);
   absl::StatusOr<std::optional<CommittedSave>> due = saver_.CommitDue(state, step, steps);
   if (!due.ok() && DroppedForLackOfRoom(due.status(), saved, out)) return absl::OkStatus();
   if (!due.ok()) return Prefixed(due.status(), After(saver_.staged().step()));
-  if (!due->has_value()) return absl::OkStatus();
+  if (!due->has_value()) {
+    span.Cancel();  // not this boundary's to commit
+    return absl::OkStatus();
+  }
   pruned_at_ = step;
   return Committed(**due, out);
 }
@@ -98,6 +107,7 @@ absl::Status CheckpointManager::BarrierAfterPruning(int64_t step) {
 absl::Status CheckpointManager::Start(const TrainingState& state, int64_t step,
                                       WindowCheckpoint& out) {
   SetPhaseCheckpoint();
+  comm::ScopedSpan span(timeline(), comm::SpanKind::kCheckpoint, step);
   double blocked = 0;
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::optional<CommittedSave>> started =

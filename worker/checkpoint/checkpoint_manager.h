@@ -150,6 +150,7 @@ class CheckpointManager {
   absl::Status BarrierAfterPruning(int64_t step);
   // Starts the save of the state after `step`; commits it when synchronous or the last window.
   absl::Status Start(const TrainingState& state, int64_t step, WindowCheckpoint& out);
+  comm::Timeline* timeline() const;  // the recorder's (null: none)
   void SetPhaseCheckpoint();
 
   CheckpointSaver& saver_;

@@ -89,6 +89,7 @@ void CheckpointSaver::Launch() {
   // collective, so training (and its collectives) go on beside it.
   writer_ = std::thread([this] {
     const auto start = Clock::now();
+    comm::ScopedSpan span(timeline_, comm::SpanKind::kCheckpointWrite, staged_.step());
     MaybeCrash("checkpoint.background_write", rank_, staged_.step());
     // Nothing may escape a thread: an exception (the allocator's) becomes the write's Status,
     // which the commit then shares with every rank.

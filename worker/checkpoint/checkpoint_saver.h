@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/checkpoint/train_checkpoint.h"
+#include "worker/comm/timeline.h"
 
 namespace latchkey {
 
@@ -63,6 +64,8 @@ class CheckpointSaver {
 
   bool async() const { return async_; }
   void set_async(bool async) { async_ = async; }
+  // Where the background write adds its span (null: nowhere). Set before Launch.
+  void set_timeline(comm::Timeline* timeline) { timeline_ = timeline; }
   // Whether a started save has not committed yet.
   bool pending() const { return pending_; }
   // The step of the pending save (-1: none).
@@ -104,6 +107,7 @@ class CheckpointSaver {
   double write_seconds_ = 0;
   double blocked_seconds_ = 0;  // the staging time of the pending save
   int rank_ = 0;
+  comm::Timeline* timeline_ = nullptr;
   std::chrono::steady_clock::time_point staged_at_;
 };
 

@@ -144,7 +144,10 @@ absl::Status Group::Run(const char* op, size_t bytes, const Device* device,
   if (recorder_) recorder_->EnterCollective(op, name_);
   const auto start = std::chrono::steady_clock::now();
   absl::Status st = fn();
-  if (recorder_) recorder_->ExitCollective();
+  if (recorder_) {
+    recorder_->ExitCollective(static_cast<int64_t>(bytes),
+                              opts.tag != nullptr && std::strcmp(opts.tag, kKvTag) == 0);
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!st.ok()) return Annotate(op, st);

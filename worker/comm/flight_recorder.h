@@ -16,12 +16,19 @@
 #include <string>
 
 #include "common/rank_position.h"
+#include "worker/comm/timeline.h"
 
 namespace latchkey::comm {
 
 class FlightRecorder {
  public:
   using Clock = std::chrono::steady_clock;
+
+  // `span_capacity`: the timeline's ring (0: no timeline).
+  explicit FlightRecorder(size_t span_capacity = Timeline::kDefaultCapacity)
+      : timeline_(span_capacity) {}
+
+  Timeline* timeline() { return &timeline_; }
 
   void SetAttempt(int64_t attempt) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -45,18 +52,33 @@ class FlightRecorder {
     std::lock_guard<std::mutex> lock(mu_);
     MoveLocked(phase);
   }
-  // Called by comm::Group around every collective it issues.
-  void EnterCollective(const std::string& op, const std::string& group) {
+  // Called by comm::Group around every collective it issues; `op` is a string literal.
+  void EnterCollective(const char* op, const std::string& group) {
+    const int16_t group_index = timeline_.enabled() ? timeline_.GroupIndex(group) : -1;
     std::lock_guard<std::mutex> lock(mu_);
     outer_ = pos_.phase;
     pos_.op = op;
     pos_.group = group;
     ++pos_.seq;
     MoveLocked(RankPhase::kCollective);
+    collective_ = Span{};
+    collective_.kind = SpanKind::kCollective;
+    collective_.begin_us = Timeline::NowMicros();
+    collective_.step = pos_.window;
+    collective_.micro_batch = pos_.micro_batch;
+    collective_.seq = pos_.seq;
+    collective_.op = op;
+    collective_.group = group_index;
   }
-  void ExitCollective() {
+  // `bytes`: the collective's payload; `kv`: a K/V reduction.
+  void ExitCollective(int64_t bytes, bool kv) {
     std::lock_guard<std::mutex> lock(mu_);
     MoveLocked(outer_);
+    if (!timeline_.enabled()) return;
+    collective_.end_us = Timeline::NowMicros();
+    collective_.bytes = bytes;
+    collective_.kv = kv;
+    timeline_.Add(collective_);
   }
 
   RankPosition Snapshot() const {
@@ -76,6 +98,8 @@ class FlightRecorder {
   RankPosition pos_;                        // GUARDED_BY(mu_)
   RankPhase outer_ = RankPhase::kIdle;      // GUARDED_BY(mu_): the phase a collective returns to
   Clock::time_point since_ = Clock::now();  // GUARDED_BY(mu_)
+  Span collective_;                         // GUARDED_BY(mu_): the collective entered last
+  Timeline timeline_;
 };
 
 }  // namespace latchkey::comm

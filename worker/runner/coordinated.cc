@@ -26,7 +26,8 @@ constexpr absl::Duration kStuckExitAfter = absl::Seconds(2);
 absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& env) {
   // One recorder and one set of counters per process: the groups of every attempt record into
   // them, so the heartbeats and metrics carry on across attempts.
-  auto recorder = std::make_shared<comm::FlightRecorder>();
+  auto recorder =
+      std::make_shared<comm::FlightRecorder>(static_cast<size_t>(options.run.outputs.trace_spans));
   auto stats = std::make_shared<comm::CollectiveStats>();
 
   WorkerSessionOptions so;
@@ -40,6 +41,12 @@ absl::Status RunCoordinated(const CoordinatedOptions& options, const WorkerEnv& 
   so.node = env.node_name;
   so.node_relay = env.node_relay;
   so.position = [recorder] { return recorder->Snapshot(); };
+  so.clock_sample = [recorder](int64_t offset, int64_t error) {
+    recorder->timeline()->NoteClock(offset, error);
+  };
+  so.trace = [recorder](int64_t first_step, int64_t last_step, size_t max_bytes) {
+    return recorder->timeline()->Jsonl(first_step, last_step, max_bytes);
+  };
   so.stuck_exit_after = kStuckExitAfter;
   // SIGTERM, SIGINT: the attempt saves and stops, and this process leaves for a replacement.
   so.stop_signal = InstallStopSignals();

@@ -26,6 +26,12 @@ struct OutputOptions {
   // fresh_jsonl is set (a fresh run: earlier runs' records would mix with its own).
   std::string metrics_jsonl;
   bool fresh_jsonl = false;
+  // The rank's trace (docs/observability.md "Traces"): its timeline's spans as JSON lines,
+  // written when the process's run ends, a header line first; appended (a restarted rank adds
+  // its own), truncated with fresh_jsonl. "{rank}" replaced by the rank; empty = none.
+  std::string trace_jsonl;
+  // The timeline's ring, in spans (0: no timeline, nothing traced).
+  int64_t trace_spans = 1 << 16;
   // Prometheus endpoint (builds with metrics only): port -1 = off, 0 = pick a free one.
   std::string metrics_host = "0.0.0.0";
   int metrics_port = -1;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -9,8 +10,12 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/str_replace.h"
+#include "common/backend.h"
 #include "common/error_info.h"
 #include "common/job_uid.h"
+#include "common/worker_protocol.h"
+#include "nlohmann/json.hpp"
 #include "worker/checkpoint/checkpoint_manager.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/comm/collective_error.h"
@@ -255,8 +260,11 @@ absl::Status RunAttempt(const RankJob& job, LatchSource& source, const RunOption
   CheckpointManager checkpoints(proc.saver, CheckpointOptions(a, proc, source, options));
   for (int64_t s = a.plan.first_window(); s < spec.steps; ++s) {
     proc.recorder->BeginWindow(s, RankPhase::kLatch);
+    comm::ScopedSpan window(proc.recorder->timeline(), comm::SpanKind::kWindow, s);
+    comm::ScopedSpan latch_wait(proc.recorder->timeline(), comm::SpanKind::kLatchWait, s);
     const auto wait_start = Clock::now();
     auto latch = source.Await(s);
+    latch_wait.End();
     if (!latch.ok()) {
       if (HasErrorReason(latch.status(), error_reason::kAttemptStopped)) {
         return SaveAndStop(a, checkpoints, source, s, latch.status());
@@ -320,6 +328,31 @@ absl::Status StatusFromException(const std::exception& e) {
   return absl::InternalError("internal error: " + what);
 }
 
+// Who the timeline's spans are of, from this attempt on (its dumps' header).
+void SetTraceIdentity(const RankJob& job, const AttemptPlan& plan, comm::Timeline& timeline) {
+  nlohmann::ordered_json id;
+  id["trace"] = 1;
+  id["rank"] = plan.rendezvous.rank;
+  id["world_size"] = plan.rendezvous.world_size;
+  id["tp"] = plan.rendezvous.tp;
+  id["attempt"] = plan.attempt;
+  id["backend"] = CommBackendName(job.backend);
+  id["device"] = job.device.ToString();
+  id["worker"] = ProcessWorkerId();  // host:pid
+  timeline.SetIdentity(id);
+}
+
+// Writes the rank's timeline to --trace-jsonl (OutputOptions::trace_jsonl) as the process's run
+// ends; a file that cannot be written is said on stderr and the run's outcome kept.
+void WriteTrace(const OutputOptions& out, int rank, const comm::Timeline& timeline) {
+  if (out.trace_jsonl.empty() || !timeline.enabled()) return;
+  const std::string path = absl::StrReplaceAll(out.trace_jsonl, {{"{rank}", std::to_string(rank)}});
+  std::ofstream f(path, out.fresh_jsonl ? std::ios::trunc : std::ios::app);
+  if (f) timeline.WriteJsonl(f);
+  f.flush();
+  if (!f) std::cerr << "latchkey-worker: --trace-jsonl " << path << ": cannot write" << std::endl;
+}
+
 absl::Status RunRank(const RankJob& job, LatchSource& source, const RunOptions& options) {
   RankProcess proc;
   proc.compute_threads = ConfigureComputeThreads(job.local_ranks);
@@ -329,18 +362,26 @@ absl::Status RunRank(const RankJob& job, LatchSource& source, const RunOptions& 
   proc.stats =
       plan->rendezvous.stats ? plan->rendezvous.stats : std::make_shared<comm::CollectiveStats>();
   proc.recorder = plan->rendezvous.recorder ? plan->rendezvous.recorder
-                                            : std::make_shared<comm::FlightRecorder>();
+                                            : std::make_shared<comm::FlightRecorder>(
+                                                  static_cast<size_t>(options.outputs.trace_spans));
+  int rank = plan->rendezvous.rank;
+  auto end = [&](absl::Status st) {
+    WriteTrace(options.outputs, rank, *proc.recorder->timeline());
+    return st;
+  };
   while (true) {
+    rank = plan->rendezvous.rank;
+    SetTraceIdentity(job, *plan, *proc.recorder->timeline());
     absl::Status st = RunAttemptCaught(job, source, options, *std::move(plan), proc);
     if (st.ok()) {
       source.Finished();
-      return st;
+      return end(st);
     }
     // The job ended elsewhere: nothing of this rank's to report.
-    if (st.code() == absl::StatusCode::kCancelled) return st;
+    if (st.code() == absl::StatusCode::kCancelled) return end(st);
     proc.recorder->SetPhase(RankPhase::kIdle);
     plan = source.Recover(std::move(st));
-    if (!plan.ok()) return plan.status();
+    if (!plan.ok()) return end(plan.status());
   }
 }
 

@@ -19,6 +19,8 @@ const char kWorkerUsage[] =
     "       latchkey-worker --version\n"
     "options: --metrics-jsonl FILE  --save DIR  --port-file FILE  --quiet\n"
     "         --log-steps (every rank logs its per-step line)\n"
+    "         --trace-jsonl FILE (the rank's spans, written as its run ends; {rank} replaced)\n"
+    "         --trace-spans N (the span ring's size; default 65536, 0 = no trace)\n"
     "         --metrics-port N (0 = any free port)  --metrics-host ADDR  --linger-seconds S\n"
     "         --collective-timeout-seconds S (default 120)  --advertise-host ADDR\n"
     "         --join-timeout S (wait this long for the coordinator to answer the join;\n"
@@ -87,6 +89,17 @@ const std::vector<Flag>& FlagTable() {
             Store(&WorkerFlags::advertise)),
       Value("--metrics-jsonl", "--metrics-jsonl needs a file",
             StoreIn([](WorkerFlags& f) { return &f.run.outputs.metrics_jsonl; })),
+      Value("--trace-jsonl", "--trace-jsonl needs a file",
+            StoreIn([](WorkerFlags& f) { return &f.run.outputs.trace_jsonl; })),
+      Value("--trace-spans", "--trace-spans needs a count in [0, 16777216]",
+            [](WorkerFlags& f, const std::string& v) {
+              absl::StatusOr<long long> n = ParseInteger(v);
+              if (!n.ok() || *n < 0 || *n > (1 << 24)) {
+                return absl::InvalidArgumentError("--trace-spans needs a count in [0, 16777216]");
+              }
+              f.run.outputs.trace_spans = *n;
+              return absl::OkStatus();
+            }),
       Value("--save", "--save needs a directory",
             StoreIn([](WorkerFlags& f) { return &f.run.save_dir; })),
       Value("--metrics-port", "--metrics-port needs a port (0 = any free one)",

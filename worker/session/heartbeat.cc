@@ -53,18 +53,22 @@ absl::Status WorkerSession::Impl::HeartbeatOnce(bool retry) {
                            want_peers, prober ? prober->port() : 0);
   v1::HeartbeatResponse resp;
   grpc::Status st;
+  ClockProbe probe;
   if (retry) {
     (void)Retry([&](grpc::ClientContext* ctx) {
+      probe.Start();
       st = HeartbeatStub()->Heartbeat(ctx, req, &resp);
       return st;
     });
   } else {
     grpc::ClientContext ctx;
     ctx.set_deadline(GrpcDeadline(opt.rpc_timeout));
+    probe.Start();
     st = HeartbeatStub()->Heartbeat(&ctx, req, &resp);
   }
   absl::Status s = FromGrpcStatus(st);
   if (s.ok()) {
+    probe.Finish(resp.coordinator_unix_micros(), opt.clock_sample);
     const WorkerReply reply = FromProto(resp);
     SetEnd(reply.state, reply.reason);
     NoteAttempt(reply.attempt);
@@ -77,10 +81,29 @@ absl::Status WorkerSession::Impl::HeartbeatOnce(bool retry) {
       if (reply.stop) stop_heard = true;
     }
     if (prober && want_peers && !reply.peers.peers.empty()) prober->SetPeers(rank, reply.peers);
+    if (reply.trace.id != 0 && reply.trace.id != trace_answered) AnswerTrace(reply.trace);
   } else {
     NoteRefusal(s, /*always=*/true, who.attempt);
   }
   return s;
+}
+
+void WorkerSession::Impl::AnswerTrace(const TraceAsk& ask) {
+  trace_answered = ask.id;  // once, answered or not: the request has a deadline of its own
+  if (!opt.trace) return;
+  v1::PutTraceRequest req;
+  *req.mutable_identity() = ToProto(Identity());
+  req.set_rank(Rank());
+  req.set_request_id(ask.id);
+  req.set_jsonl(opt.trace(ask.first_step, ask.last_step, kMaxTraceUploadBytes));
+  v1::PutTraceResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(GrpcDeadline(opt.rpc_timeout));
+  const grpc::Status st = stub->PutTrace(&ctx, req, &resp);
+  if (!st.ok()) {
+    std::fprintf(stderr, "latchkey-worker: rank %d: trace request %lld: %s\n", Rank(),
+                 static_cast<long long>(ask.id), st.error_message().c_str());
+  }
 }
 
 // The watchdog: a fenced session whose training thread never came back to recover is stuck

@@ -56,6 +56,26 @@ template <typename Request, typename Response>  // a unary WorkerService call of
 using Rpc = grpc::Status (v1::WorkerService::Stub::*)(grpc::ClientContext*, const Request&,
                                                       Response*);
 
+// Times one call that answers with the coordinator's clock (coordinator_unix_micros): the sample
+// is that clock minus the steady clock at the call's midpoint, within half the round trip.
+class ClockProbe {
+ public:
+  void Start() { start_ = std::chrono::steady_clock::now(); }
+  void Finish(int64_t coordinator_unix_micros,
+              const std::function<void(int64_t, int64_t)>& sample) const {
+    if (coordinator_unix_micros == 0 || !sample) return;  // an older coordinator
+    const auto end = std::chrono::steady_clock::now();
+    auto micros = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+    };
+    const int64_t mid = (micros(start_) + micros(end)) / 2;
+    sample(coordinator_unix_micros - mid, (micros(end) - micros(start_) + 1) / 2);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 struct WorkerSession::Impl {
   WorkerSessionOptions opt;
   const Clock* clock = RealClock();  // opt.clock, or the real one
@@ -100,6 +120,7 @@ struct WorkerSession::Impl {
   absl::Time signalled_at = absl::InfiniteFuture();
   std::atomic<int64_t> stop_grace_ms{25000};  // opt.stop_grace, then SetStopGrace's
   bool left_sent = false;
+  int64_t trace_answered = 0;  // the newest trace request answered (heartbeat thread only)
   std::thread reader;
   std::thread heart;
   // Watches opt.stop_signal (CheckStopSignal every 100 ms) apart from the heartbeats, which a
@@ -150,6 +171,9 @@ struct WorkerSession::Impl {
   // --- Heartbeats and the watchdog (heartbeat.cc).
   // One heartbeat (no retry when `retry` is false); learns the job's state and attempt. Returns
   // the last call's status (retried: the last try's, even when the session closed meanwhile).
+  // Answers the coordinator's trace request (HeartbeatResponse.trace_request_id) once: the
+  // rank's spans (options.trace) through PutTrace, straight to the coordinator.
+  void AnswerTrace(const TraceAsk& ask);
   absl::Status HeartbeatOnce(bool retry);
   // Heartbeat thread: exits the process when fenced and not recovering past stuck_exit_after.
   void CheckStuck();

@@ -111,8 +111,14 @@ absl::StatusOr<JoinInfo> WorkerSession::Impl::DoJoin(absl::Duration limit) {
   bool said_spare = false;
   std::string said_held;  // the holder this join said it waits for
   while (true) {
-    absl::Status s = Retry([&](grpc::ClientContext* ctx) { return stub->Join(ctx, req, &resp); },
-                           limit, /*joining=*/true);
+    ClockProbe probe;  // each try is timed: the last one's round trip bounds the clock sample
+    absl::Status s = Retry(
+        [&](grpc::ClientContext* ctx) {
+          probe.Start();
+          return stub->Join(ctx, req, &resp);
+        },
+        limit, /*joining=*/true);
+    if (s.ok()) probe.Finish(resp.coordinator_unix_micros(), opt.clock_sample);
     if (HasErrorReason(s, error_reason::kRankHeld) && clock->Now() - start < limit) {
       // A replacement of a process that died (or was preempted) while the job still counts its
       // holder: the rank is freed when the holder leaves, is fenced or misses its liveness

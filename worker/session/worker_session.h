@@ -98,6 +98,14 @@ struct WorkerSessionOptions {
   absl::Duration heartbeat_interval = absl::ZeroDuration();
   // Where the rank is (sent with every heartbeat); null: no position.
   std::function<RankPosition()> position;
+  // Called with each measurement of the coordinator's clock (Join and every heartbeat answer):
+  // the coordinator's Unix time in microseconds minus this process's steady clock at the call's
+  // midpoint, and its uncertainty (half the round trip). Null: not measured.
+  std::function<void(int64_t offset_micros, int64_t error_micros)> clock_sample;
+  // The rank's spans of steps first..last (-1: no bound) as JSON lines, at most `max_bytes`
+  // (the newest spans): the answer to a trace request (docs/observability.md "Traces"). Null:
+  // the rank answers none.
+  std::function<std::string(int64_t first_step, int64_t last_step, size_t max_bytes)> trace;
   // Watchdog: once fenced, if the training thread has not called BeginRecovery() (or Rejoin())
   // within this long, print one line to stderr and _exit(kExitRestartMe). Infinite: never.
   absl::Duration stuck_exit_after = absl::InfiniteDuration();

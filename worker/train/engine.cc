@@ -187,6 +187,7 @@ class EngineImpl final : public Engine {
     // After an applied update, outside the step's time and collective counts (its own tag).
     if (applied && evaluator_ && evaluator_->Due(latch.window)) {
       if (g_->recorder) g_->recorder->SetPhase(RankPhase::kEval);
+      comm::ScopedSpan eval(timeline(), comm::SpanKind::kEval, latch.window);
       absl::StatusOr<double> eval_loss = evaluator_->Run(*model_);
       if (!eval_loss.ok()) return eval_loss.status();
       r.eval_loss = *eval_loss;
@@ -211,6 +212,8 @@ class EngineImpl final : public Engine {
   int64_t peak_gradient_bytes() const override { return sync_->peak_gradient_bytes(); }
 
  private:
+  comm::Timeline* timeline() const { return g_->recorder ? g_->recorder->timeline() : nullptr; }
+
   // The full weights this shard starts from: spec.init_from through the checkpoint module's
   // reader, or the seed's initialisation.
   absl::Status LoadInitialWeights() {
@@ -236,7 +239,9 @@ class EngineImpl final : public Engine {
   // (Megatron's --check-for-nan-in-loss-and-grad): nothing applied, on every rank alike.
   absl::StatusOr<double> Window(const Latch& latch, double lr) {
     LK_ASSIGN_OR_RETURN(const double loss_sum, MicroBatches(latch));
+    comm::ScopedSpan boundary(timeline(), comm::SpanKind::kBoundary, latch.window);
     LK_ASSIGN_OR_RETURN(const double loss, ReduceGrads(loss_sum / latch.n));
+    boundary.End();
     if (!std::isfinite(loss) || !std::isfinite(last_norm_)) return loss;
     if (latch.window == opts_.dump_grads_step && !opts_.dump_grads_dir.empty()) {
       if (!opts_.write_grads) {
@@ -246,6 +251,7 @@ class EngineImpl final : public Engine {
       }
       LK_RETURN_IF_ERROR(opts_.write_grads(state_, opts_.dump_grads_dir));
     }
+    comm::ScopedSpan optimizer(timeline(), comm::SpanKind::kOptimizer, latch.window);
     LK_RETURN_IF_ERROR(StepOptimizer(lr));
     return loss;
   }
@@ -276,6 +282,8 @@ class EngineImpl final : public Engine {
     std::vector<int64_t> rows(mb);
     for (int m = 0; m < count; ++m) {
       if (g_->recorder) g_->recorder->SetMicroBatch(m);
+      comm::ScopedSpan micro_batch(timeline(), comm::SpanKind::kMicroBatch, latch.window, m);
+      comm::ScopedSpan data(timeline(), comm::SpanKind::kData, latch.window, m);
       int64_t* t = tokens.data_ptr<int64_t>();
       for (int b = 0; b < mb; ++b) {
         // The row's stream position (not wrapped): it picks the sample (modulo the data size)
@@ -289,13 +297,18 @@ class EngineImpl final : public Engine {
       if (dump_ && dump_->wants_more()) LK_RETURN_IF_ERROR(DumpSamples(latch, m, rows, t));
       at::Tensor ids = tokens.narrow(1, 0, S).to(device_);
       at::Tensor labels = tokens.narrow(1, 1, S).to(device_);
+      data.End();
       const bool last = m == count - 1;
       sync_->BeforeBackward(m);
       const int64_t allocated_before = last ? memory_->AllocatedBytes() : 0;
+      comm::ScopedSpan forward(timeline(), comm::SpanKind::kForward, latch.window, m);
       at::Tensor loss = model_->Loss(ids, labels, rows);
       if (last) activation_bytes_ = memory_->AllocatedBytes() - allocated_before;
       loss_sum += loss.item<double>();
+      forward.End();
+      comm::ScopedSpan backward(timeline(), comm::SpanKind::kBackward, latch.window, m);
       (loss / static_cast<double>(latch.n)).backward();
+      backward.End();
       if (last) backward_end_ = Clock::now();
       LK_RETURN_IF_ERROR(sync_->AfterBackward(m));
     }
