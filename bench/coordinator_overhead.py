@@ -24,32 +24,15 @@ ratio coordinator / standalone with its spread.
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from bench_util import read_appended_lines
+from bench_util import TP2_SPEC, free_port, read_appended_lines
 
-SPEC = {
-    "model": {"model_type": "gpt_bigcode", "n_layer": 4, "n_embd": 128, "n_head": 8,
-              "vocab_size": 256, "n_positions": 128, "multi_query": True},
-    "train_micro_batch_size_per_gpu": 4,
-    "gradient_accumulation_steps": 4,
-    "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
-    "tensor_parallel": {"autotp_size": 2},
-    "latchkey": {"seq_len": 128, "steps": 30, "seed": 1, "world_size": 2,
-                 "kv_reduce": "coalesced", "data": {"synthetic": {"seed": 1}}},
-}
 POLL_SECONDS = 0.002  # JSONL stamp resolution; steps take hundreds of milliseconds
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LineClock:
@@ -137,8 +120,8 @@ def main():
     if a.steps < 3:
         sys.exit("--steps must be at least 3 (a warm-up step and two intervals)")
     work = tempfile.mkdtemp(prefix="latchkey-overhead-")
-    spec = dict(SPEC)
-    spec["latchkey"] = dict(SPEC["latchkey"], steps=a.steps)
+    spec = dict(TP2_SPEC)
+    spec["latchkey"] = dict(TP2_SPEC["latchkey"], steps=a.steps)
     spec_path = f"{work}/spec.json"
     with open(spec_path, "w") as f:
         json.dump(spec, f)

@@ -41,12 +41,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from bench_util import free_port
 
 MODEL = {"model_type": "gpt_bigcode", "n_layer": 4, "n_embd": 128, "n_head": 8,
          "vocab_size": 256, "n_positions": 128, "multi_query": True}
@@ -65,12 +66,6 @@ def make_spec(tp, rebalance, steps):
                      "kv_reduce": "coalesced", "data": {"synthetic": {"seed": 3}},
                      "stragglers": {"rebalance": rebalance}},
     }
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_jsonl(path):

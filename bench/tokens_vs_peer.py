@@ -48,13 +48,14 @@ import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+from bench_util import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -121,13 +122,6 @@ def read_jsonl(path):
             return [json.loads(l) for l in f if l.endswith("\n")]
     except OSError:
         return []
-
-
-def free_port():
-    """A TCP port nothing listens on now (the kernel's pick; the ranks bind it right after)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_env(env, r, port):

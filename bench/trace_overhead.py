@@ -3,8 +3,8 @@
 
     bench/trace_overhead.py [--build build] [--repeats 5] [--steps 30] [--check]
 
-Each repeat runs one standalone job twice (2 ranks, TP 2, torchrun-style env, the demo-sized
-model of bench/coordinator_overhead.py): once recording (the default ring, --trace-jsonl
+Each repeat runs one standalone job twice (2 ranks, TP 2, torchrun-style env, the small model of
+bench_util.TP2_SPEC): once recording (the default ring, --trace-jsonl
 written as the run ends) and once with --trace-spans 0 (no timeline), alternating which goes
 first. A run's step time is the median over steps 1.. of rank 0's step_seconds (the window:
 micro-batches, boundary, optimizer; every span of a step is recorded inside it). Prints every
@@ -15,28 +15,12 @@ exits 1 when the median ratio is above 1.02 (these machines' noise is about 1%).
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 
-SPEC = {
-    "model": {"model_type": "gpt_bigcode", "n_layer": 4, "n_embd": 128, "n_head": 8,
-              "vocab_size": 256, "n_positions": 128, "multi_query": True},
-    "train_micro_batch_size_per_gpu": 4,
-    "gradient_accumulation_steps": 4,
-    "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
-    "tensor_parallel": {"autotp_size": 2},
-    "latchkey": {"seq_len": 128, "steps": 30, "seed": 1, "world_size": 2,
-                 "kv_reduce": "coalesced", "data": {"synthetic": {"seed": 1}}},
-}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from bench_util import TP2_SPEC, free_port
 
 
 def run(build, spec_path, out, traced):
@@ -74,7 +58,7 @@ def main():
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="latchkey-trace-overhead-")
-    spec = json.loads(json.dumps(SPEC))
+    spec = json.loads(json.dumps(TP2_SPEC))
     spec["latchkey"]["steps"] = a.steps
     spec_path = f"{work}/spec.json"
     with open(spec_path, "w") as f:

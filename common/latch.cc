@@ -107,6 +107,15 @@ int ReplicaMicroBatches(const Latch& latch, int dp_rank) {
   return latch.replica_micro_batches.at(static_cast<size_t>(dp_rank));
 }
 
+Latch ReplicaLatch(const Latch& latch, int count) {
+  if (count <= 0 || count == latch.n) return latch;
+  Latch replica = latch;
+  replica.n = count;
+  replica.no_sync.assign(static_cast<size_t>(count), true);
+  replica.no_sync.back() = false;
+  return replica;
+}
+
 int64_t MicroBatchSlot(const std::vector<int>& split, int dp, int d, int j) {
   if (split.empty()) return static_cast<int64_t>(j) * dp + d;
   // Rounds 0 .. j-1 dealt min(c_e, j) slots to each replica e; round j one to each replica

@@ -60,6 +60,11 @@ Latch DecideLatch(const JobSpec& spec, const LatchPolicy& policy, int64_t window
 // replica_micro_batches, or n when the split is even (empty).
 int ReplicaMicroBatches(const Latch& latch, int dp_rank);
 
+// The window as a replica that computes `count` micro-batches of it runs it: n = count, every
+// micro-batch before its last under no_sync (an uneven split allows no other: SplitProblem).
+// The latch itself when count is its n (or not positive: unknown).
+Latch ReplicaLatch(const Latch& latch, int count);
+
 // The window's micro-batch slot (0 .. n*DP-1; slot k reads the stream positions
 // [first_sample + k*MB, first_sample + (k+1)*MB)) of micro-batch j of DP replica d under
 // `split` (replica_micro_batches; empty = even). The slots are dealt round by round, in replica

@@ -265,5 +265,20 @@ TEST(MicroBatchSlotTest, SplitProblemNamesWhatIsWrong) {
             std::string::npos);
 }
 
+TEST(MicroBatchSlotTest, ReplicaLatchIsTheReplicasShareWithItsLastTheBoundary) {
+  const Latch l = DecideLatch(Spec(1, 2, true, 4), Policy(KvReducePolicy::kAuto), 0, 0);
+  ASSERT_EQ(l.n, 4);
+  const Latch more = ReplicaLatch(l, 6);
+  EXPECT_EQ(more.n, 6);
+  EXPECT_EQ(more.no_sync, (std::vector<bool>{true, true, true, true, true, false}));
+  EXPECT_EQ(more.window, l.window);
+  EXPECT_EQ(more.kv_mode, l.kv_mode);
+  const Latch fewer = ReplicaLatch(l, 1);
+  EXPECT_EQ(fewer.n, 1);
+  EXPECT_EQ(fewer.no_sync, std::vector<bool>{false});
+  EXPECT_EQ(ReplicaLatch(l, 4).no_sync, l.no_sync);  // its own n: the latch itself
+  EXPECT_EQ(ReplicaLatch(l, 0).n, 4);                // unknown: the latch itself
+}
+
 }  // namespace
 }  // namespace latchkey

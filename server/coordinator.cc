@@ -201,6 +201,13 @@ JobEventRecord Coordinator::Event(const Job& job, const std::string& kind,
   return e;
 }
 
+void Coordinator::RecordEvent(const Job& job, const std::string& kind, const std::string& message) {
+  Log(absl::StrCat(job.rec.job_id, ": ", message));
+  if (absl::Status stored = store_->AppendEvent(Event(job, kind, message)); !stored.ok()) {
+    Log(absl::StrCat(job.rec.job_id, ": cannot record the ", kind, " event: ", stored.message()));
+  }
+}
+
 JobView Coordinator::View(const Job& job, bool with_workers) const {
   const RankGrid& grid = job.ranks.grid();
   const AttemptLayout& layout = job.attempts.layout();

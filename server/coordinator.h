@@ -516,6 +516,10 @@ class Coordinator {
   // An event of the job's current attempt, stamped now.
   JobEventRecord Event(const Job& job, const std::string& kind, const std::string& message) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs "JOB: message" and appends it to the audit as an event of `kind`; an event the store
+  // refuses is logged, not returned (the audit is a record, not a precondition).
+  void RecordEvent(const Job& job, const std::string& kind, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobView View(const Job& job, bool with_workers) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // State changes go through the JobStateMachine; these also wake the job's waiters.

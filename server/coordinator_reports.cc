@@ -46,11 +46,7 @@ absl::Status Coordinator::RefuseReport(Job& j, const WorkerCall& call, const std
     absl::StrAppend(&message, "; the later refusals of attempt ", j.attempts.attempt(),
                     " are not recorded");
   }
-  Log(absl::StrCat(j.rec.job_id, ": ", message));
-  const absl::Status stored = store_->AppendEvent(Event(j, "refused_report", message));
-  if (!stored.ok()) {
-    Log(absl::StrCat(j.rec.job_id, ": cannot record the refusal: ", stored.message()));
-  }
+  RecordEvent(j, "refused_report", message);
   return why;
 }
 

@@ -29,8 +29,7 @@ void Coordinator::BeginStop(Job& job, JobState to, const std::string& cause) {
   const std::string message =
       absl::StrCat(cause, "; the attempt saves the state after step ", job.stop->before_window - 1,
                    " and stops (no latch from window ", job.stop->before_window, " on)");
-  (void)store_->AppendEvent(Event(job, "stopping", message));
-  Log(absl::StrCat(job.rec.job_id, ": ", message));
+  RecordEvent(job, "stopping", message);
   Touch(job);  // waiters for the stop window hear of it
   // No window has run yet: there is nothing to save, and the stop is done now.
   if (job.stop->before_window == 0) (void)MaybeFinishStop(job, -1);

@@ -32,13 +32,11 @@ void Coordinator::NoteSpeed(Job& job, int rank, const StepReport& report) {
                       "rank %d (host %s) is no longer slow at step %d (%.2fx; slow "
                       "since step %d)",
                       c.rank, host, c.step, c.slowdown, c.since_step);
-    Log(absl::StrCat(job.rec.job_id, ": ", message));
-    const absl::Status stored = store_->AppendEvent(Event(job, "straggler", message));
-    if (!stored.ok()) {
-      Log(absl::StrCat(job.rec.job_id, ": cannot record the straggler: ", stored.message()));
-    }
+    RecordEvent(job, "straggler", message);
   }
-  Touch(job);
+  // A rank named or cleared changes the job's view now; the step itself wakes the watchers
+  // (Advance) as it completes.
+  if (!changes->empty()) Touch(job);
 }
 
 void Coordinator::NoteSplits(Job& job, const std::vector<PublishedLatch>& published) {
@@ -52,11 +50,7 @@ void Coordinator::NoteSplits(Job& job, const std::vector<PublishedLatch>& publis
     const std::string message = absl::StrCat(
         "window ", p.latch.window, ": micro-batches per DP replica ", now, " (was ", was, ")");
     job.last_split = split;
-    Log(absl::StrCat(job.rec.job_id, ": ", message));
-    const absl::Status stored = store_->AppendEvent(Event(job, "rebalance", message));
-    if (!stored.ok()) {
-      Log(absl::StrCat(job.rec.job_id, ": cannot record the split: ", stored.message()));
-    }
+    RecordEvent(job, "rebalance", message);
   }
 }
 

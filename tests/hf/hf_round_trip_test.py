@@ -30,6 +30,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from tool_venv import run_in_venv  # noqa: E402
+
 SEQ_LEN = 32
 MICRO_BATCH = 4
 TOLERANCE = 1e-5
@@ -49,17 +52,6 @@ def parse_args():
     if args.cli:
         args.cli = os.path.abspath(args.cli)
     return args
-
-
-def ensure_venv(args):
-    venv = os.path.abspath(args.venv)
-    if os.path.abspath(sys.prefix) == venv:
-        return
-    python = os.path.join(venv, "bin", "python")
-    if not os.access(python, os.X_OK):
-        sys.exit(f"FAIL: the Hugging Face test venv {venv} is missing; create it with "
-                 f"`bash scripts/hf-venv.sh {venv}` (scripts/test.sh does this)")
-    os.execv(python, [python] + sys.argv)
 
 
 def free_port():
@@ -270,5 +262,6 @@ def main():
 
 if __name__ == "__main__":
     ARGS = parse_args()
-    ensure_venv(ARGS)
+    run_in_venv(ARGS.venv, "the Hugging Face test venv", "bash scripts/hf-venv.sh",
+                missing_skips=False)
     main()

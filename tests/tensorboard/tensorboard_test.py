@@ -28,22 +28,10 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from tool_venv import run_in_venv  # noqa: E402
+
 ARGS = None
-
-
-def ensure_venv(args):
-    venv = os.path.abspath(args.venv)
-    if os.path.abspath(sys.prefix) == venv:
-        return
-    python = os.path.join(venv, "bin", "python")
-    if not os.path.exists(python):
-        why = (f"the TensorBoard test venv {venv} is missing; create it with "
-               f"`bash scripts/tensorboard-venv.sh {venv}` (scripts/test.sh does this)")
-        if os.environ.get("CI") == "true":
-            sys.exit("FAIL: " + why + "; CI=true requires it")
-        print("SKIP: " + why)
-        sys.exit(77)
-    os.execv(python, [python] + sys.argv)
 
 
 def spec(steps, checkpoint_every, eval_every):
@@ -251,7 +239,7 @@ def main():
     ap.add_argument("--cli", required=True, help="the latchkey CLI")
     ap.add_argument("--resume-steps", type=int, default=60)
     ARGS, rest = ap.parse_known_args()
-    ensure_venv(ARGS)
+    run_in_venv(ARGS.venv, "the TensorBoard test venv", "bash scripts/tensorboard-venv.sh")
     sys.path.insert(0, HERE)
     import tb_events as module
 

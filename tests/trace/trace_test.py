@@ -30,24 +30,12 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from tool_venv import run_in_venv  # noqa: E402
+
 ARGS = None
 STEPS = 8
 MICRO_BATCHES = 3
-
-
-def ensure_venv(args):
-    venv = os.path.abspath(args.venv)
-    if os.path.abspath(sys.prefix) == venv:
-        return
-    python = os.path.join(venv, "bin", "python")
-    if not os.path.exists(python):
-        why = (f"the trace test venv {venv} is missing; create it with "
-               f"`bash scripts/trace-venv.sh {venv}` (scripts/test.sh does this)")
-        if os.environ.get("CI") == "true":
-            sys.exit("FAIL: " + why + "; CI=true requires it")
-        print("SKIP: " + why)
-        sys.exit(77)
-    os.execv(python, [python] + sys.argv)
 
 
 def spec():
@@ -337,7 +325,7 @@ def main():
     ap.add_argument("--venv", required=True)
     ap.add_argument("--cli", required=True)
     ARGS, rest = ap.parse_known_args()
-    ensure_venv(ARGS)
+    run_in_venv(ARGS.venv, "the trace test venv", "bash scripts/trace-venv.sh")
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 

@@ -113,8 +113,7 @@ void RankOutputs::OnStep(const JobSpec& spec, const Latch& latch, const StepRepo
     metrics_->registry.ObserveLatchWait(latch_wait_seconds);
     // This rank's share of an uneven window (latchkey.stragglers.rebalance): its replica's
     // micro-batches, not the window's n, make its tokens and its per-micro-batch reductions.
-    Latch replica = latch;
-    if (report.replica_micro_batches > 0) replica.n = report.replica_micro_batches;
+    const Latch replica = ReplicaLatch(latch, report.replica_micro_batches);
     metrics_->registry.ObserveStep(
         report, static_cast<int64_t>(replica.n) * spec.micro_batch_size * spec.seq_len,
         PlannedKvAllReduces(spec, replica), PlannedReplicatedAllReduces(spec, replica));

@@ -266,15 +266,8 @@ class EngineImpl final : public Engine {
     const int S = spec_.seq_len;
     const int64_t first_sample = FirstSample(latch);
     const int count = ReplicaMicroBatches(latch, g_->dp_rank);
-    // The strategy sees this replica's window: `count` micro-batches, the last one the boundary
-    // (an uneven split keeps every earlier one no_sync: SplitProblem).
-    Latch replica = latch;
-    if (count != latch.n) {
-      replica.n = count;
-      replica.no_sync.assign(static_cast<size_t>(count), true);
-      replica.no_sync.back() = false;
-    }
-    sync_->BeginWindow(replica);
+    // The strategy sees this replica's window: `count` micro-batches, the last one the boundary.
+    sync_->BeginWindow(ReplicaLatch(latch, count));
     const auto start = Clock::now();
     const CollectiveTime before = CollectiveSeconds(*g_->stats);
     double loss_sum = 0.0;
